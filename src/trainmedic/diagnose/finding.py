@@ -1,0 +1,188 @@
+"""Findings: what a detector reports, in the shape of the findings JSON (DESIGN.md).
+
+Every number in a finding carries its ``basis``: ``measured`` (read from the run's data),
+``estimated`` (computed by a model of the run) or ``not_checked``. A cause that names a metric
+says whether it was checked against that metric's data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+__all__ = [
+    "Severity",
+    "Basis",
+    "Evidence",
+    "Cause",
+    "Intervention",
+    "Finding",
+    "CheckNotRun",
+    "Diagnosis",
+    "SEVERITY_ORDER",
+    "SCHEMA",
+]
+
+SCHEMA = "trainmedic.findings/1"
+
+Severity = Literal["info", "warning", "error"]
+Basis = Literal["measured", "estimated", "not_checked"]
+Likelihood = Literal["high", "medium", "low"]
+
+SEVERITY_ORDER: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
+
+
+def _num(x: float | int | None) -> float | int | str | None:
+    """JSON has no NaN/inf: non-finite values are written as the strings "nan", "inf", "-inf"."""
+    if x is None or isinstance(x, int):
+        return x
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return float(x)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One observed (or estimated) value, and what it was compared with."""
+
+    metric: str
+    step: int | None
+    value: float | None
+    reference: float | None = None
+    basis: Basis = "measured"
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "step": self.step, "value": _num(self.value),
+                "reference": _num(self.reference), "basis": self.basis, "note": self.note}
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A candidate cause, ranked by ``likelihood``.
+
+    ``checked_against_data`` is True only when the metric the cause names was inspected and
+    supports it; a cause that cannot be checked from the logs says so with False and a ``note``.
+    """
+
+    cause: str
+    likelihood: Likelihood
+    checked_against_data: bool
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"cause": self.cause, "likelihood": self.likelihood,
+                             "checked_against_data": self.checked_against_data}
+        if self.note:
+            d["note"] = self.note
+        return d
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """The smallest change to try, what it costs, and how to tell it worked."""
+
+    action: str
+    displaced_cost: str
+    verify: str
+    changes_semantics: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "displaced_cost": self.displaced_cost,
+                "verify": self.verify, "changes_semantics": self.changes_semantics}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One symptom seen in a run, with its evidence; the router fills causes/interventions."""
+
+    symptom: str
+    severity: Severity
+    confidence: float
+    onset_step: int | None
+    summary: str
+    evidence: tuple[Evidence, ...] = ()
+    end_step: int | None = None
+    rank: int | None = None
+    metric: str = ""
+    """The metric series the symptom was seen in (e.g. ``loss`` or ``val_loss``)."""
+    causes: tuple[Cause, ...] = ()
+    interventions: tuple[Intervention, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITY_ORDER:
+            raise ValueError(f"severity must be one of {list(SEVERITY_ORDER)}, got {self.severity!r}")
+        if not 0.0 <= self.confidence <= 1.0:
+            raise ValueError(f"confidence must be in [0, 1], got {self.confidence}")
+
+    def with_routing(self, causes: tuple[Cause, ...],
+                     interventions: tuple[Intervention, ...]) -> Finding:
+        return replace(self, causes=causes, interventions=interventions)
+
+    @property
+    def level(self) -> int:
+        return SEVERITY_ORDER[self.severity]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "symptom": self.symptom,
+            "severity": self.severity,
+            "confidence": round(float(self.confidence), 3),
+            "onset_step": self.onset_step,
+            "end_step": self.end_step,
+            "rank": self.rank,
+            "metric": self.metric,
+            "summary": self.summary,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "causes": [c.to_dict() for c in self.causes],
+            "interventions": [i.to_dict() for i in self.interventions],
+        }
+
+
+@dataclass(frozen=True)
+class CheckNotRun:
+    """A detector that could not run: the metrics to log, or why the run was too short."""
+
+    symptom: str
+    missing: tuple[str, ...] = ()
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"symptom": self.symptom, "missing": list(self.missing)}
+        if self.reason:
+            d["reason"] = self.reason
+        return d
+
+
+@dataclass
+class Diagnosis:
+    """Everything ``diagnose`` says about one run: the findings JSON as an object."""
+
+    source: str
+    metrics_seen: list[str]
+    findings: list[Finding] = field(default_factory=list)
+    checks_not_run: list[CheckNotRun] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the importers tolerated (skipped lines, NaN filter...), for the report."""
+
+    def worst(self) -> int:
+        """The highest severity level among the findings, or -1 when there are none."""
+        return max((f.level for f in self.findings), default=-1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "source": self.source,
+            "metrics_seen": list(self.metrics_seen),
+            "checks_not_run": [c.to_dict() for c in self.checks_not_run],
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": list(self.notes),
+        }
+
+
+def finding_as_dict(f: Finding) -> dict[str, Any]:
+    """Plain-dict form via dataclasses (kept for callers that want every field)."""
+    return asdict(f)

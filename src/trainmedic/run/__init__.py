@@ -1,0 +1,18 @@
+"""Runs: metric names, the ``Run`` type, importers and the SQLite run store."""
+
+from __future__ import annotations
+
+from trainmedic.run.series import ImportNote, Run, Series
+
+__all__ = ["Run", "Series", "ImportNote", "load_run"]
+
+
+def load_run(*paths: str, mapping: dict[str, str] | None = None) -> Run:
+    """Read one or more logs, folders or run stores into a single ``Run``.
+
+    Formats are auto-detected; ``mapping`` maps canonical names to source names
+    (``{"loss": "my/loss/tag"}``). Raises ``InputError`` with a one-line message on bad input.
+    """
+    from trainmedic.run.loader import load_paths
+
+    return load_paths(list(paths), mapping=mapping)
