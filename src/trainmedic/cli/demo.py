@@ -1,0 +1,81 @@
+"""``trainmedic demo``: train the built-in tiny model on CPU, with a real fault, and diagnose it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from trainmedic.cli.options import FAIL_ON_CHOICES, exit_code_for
+
+__all__ = ["demo"]
+
+FAULTS = ("none", "diverge", "spike", "flat", "overfit", "stall", "leak")
+
+
+@click.command()
+@click.option("--fault", type=click.Choice(FAULTS), default="none", show_default=True,
+              help="The fault to inject for real while training.")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Training steps (default: the fault's own default, a few hundred).")
+@click.option("--out", "out_dir", metavar="DIR", default=None,
+              help="Where to write the run store and report (default: runs/demo-<fault>).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings JSON instead.")
+@click.option("--html", metavar="FILE", default=None,
+              help="HTML report path (default: <out>/report.html).")
+@click.option("--fail-on", type=click.Choice(FAIL_ON_CHOICES), default="never", show_default=True,
+              help="Exit 1 when a finding is at or above this severity.")
+def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json: bool,
+         html: str | None, fail_on: str) -> None:
+    """Train a tiny character-level transformer on CPU, record it, diagnose it, report it.
+
+    The fault is injected for real (a too-high learning rate, poisoned batches, a frozen
+    optimizer, a tiny training set, a slow data loader, a memory leak), never by editing
+    recorded numbers. Takes well under a minute on 2 cores.
+
+    \b
+    Examples:
+      trainmedic demo
+      trainmedic demo --fault spike --out runs/spike
+      trainmedic demo --fault diverge --json | jq '.findings[].symptom'
+    """
+    from trainmedic.demo import DemoConfig, run_demo
+    from trainmedic.diagnose.engine import diagnose as run_detectors
+    from trainmedic.run import load_run
+
+    out = Path(out_dir) if out_dir else Path("runs") / f"demo-{fault}"
+    kwargs: dict[str, object] = {"fault": fault, "out_dir": out, "seed": seed}
+    if steps is not None:
+        kwargs["steps"] = steps
+    config = DemoConfig(**kwargs)  # type: ignore[arg-type]
+    with _progress(f"training the demo model (fault: {fault})") as progress:
+        run_dir = run_demo(config, progress=progress)
+    run = load_run(str(run_dir))
+    result = run_detectors(run)
+    from trainmedic.cli.presenter import present
+
+    present(result, run, as_json=as_json, html=html or str(Path(run_dir) / "report.html"))
+    raise click.exceptions.Exit(exit_code_for(result.worst(), fail_on))
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on a terminal; nothing when stderr is piped."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update

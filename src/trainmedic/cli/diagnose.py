@@ -1,0 +1,45 @@
+"""``trainmedic diagnose PATH...``: findings, evidence, causes and fixes for a finished run."""
+
+from __future__ import annotations
+
+import click
+
+from trainmedic.cli.options import FAIL_ON_CHOICES, exit_code_for, parse_mapping
+
+__all__ = ["diagnose"]
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the findings JSON (schema trainmedic.findings/1) instead of the report.")
+@click.option("--html", metavar="FILE", help="Also write a self-contained HTML report with plots.")
+@click.option("--fail-on", type=click.Choice(FAIL_ON_CHOICES), default="error", show_default=True,
+              help="Exit 1 when a finding is at or above this severity.")
+@click.option("--map", "maps", multiple=True, metavar="CANONICAL=SOURCE",
+              help="Read metric SOURCE as CANONICAL (repeatable), e.g. --map loss=train/loss_step.")
+@click.option("-v", "--verbose", is_flag=True, help="Show every cause, intervention and note.")
+def diagnose(paths: tuple[str, ...], as_json: bool, html: str | None, fail_on: str,
+             maps: tuple[str, ...], verbose: bool) -> None:
+    """Diagnose a training run from what it left behind.
+
+    PATH is a log file (CSV, JSONL, HF trainer_state.json, TensorBoard events), a folder
+    holding several of them (per-rank files named *rank<N>*), or a trainmedic run store.
+    Several PATHs are read as one run.
+
+    \b
+    Examples:
+      trainmedic diagnose output/checkpoint-500/trainer_state.json
+      trainmedic diagnose lightning_logs/version_3/metrics.csv --html report.html
+      trainmedic diagnose runs/exp1 --json --fail-on warning | jq .findings
+    """
+    from trainmedic.diagnose.engine import diagnose as run_detectors
+    from trainmedic.run import load_run
+
+    mapping = parse_mapping(maps)
+    run = load_run(*paths, mapping=mapping or None)
+    result = run_detectors(run)
+    from trainmedic.cli.presenter import present
+
+    present(result, run, as_json=as_json, html=html, verbose=verbose)
+    raise click.exceptions.Exit(exit_code_for(result.worst(), fail_on))

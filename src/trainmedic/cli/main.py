@@ -1,0 +1,91 @@
+"""The ``trainmedic`` command: a click group with one module per subcommand.
+
+Exit codes (DESIGN.md): 0 ran and nothing at or above ``--fail-on``; 1 findings at or above it;
+2 bad usage or unreadable input, with one line on stderr naming the file and what was expected.
+An unexpected internal error prints one line too (exit 3); set ``TRAINMEDIC_DEBUG=1`` to see
+the traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from trainmedic import __version__
+from trainmedic.errors import TrainmedicError
+
+__all__ = ["cli", "main"]
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="trainmedic")
+def cli() -> None:
+    """Diagnose, optimize, scale and recover PyTorch training runs.
+
+    \b
+    First look:   trainmedic demo --fault spike
+    After a run:  trainmedic diagnose runs/my-run/ --html report.html
+    """
+
+
+def _register() -> None:
+    # Subcommands live in their own modules; each keeps its heavy imports inside the command
+    # body so that `trainmedic diagnose` on a log never pays for torch.
+    from trainmedic.cli.demo import demo
+    from trainmedic.cli.diagnose import diagnose
+
+    cli.add_command(diagnose)
+    cli.add_command(demo)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: run the CLI and turn errors into one line and an exit code."""
+    debug = os.environ.get("TRAINMEDIC_DEBUG", "") not in ("", "0")
+    try:
+        cli.main(args=argv, prog_name="trainmedic", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("trainmedic: aborted", err=True)
+        return 130
+    except click.exceptions.ClickException as exc:
+        # Usage errors: click prints "Usage: ... Error: ..." itself.
+        exc.show()
+        return EXIT_BAD_INPUT if exc.exit_code == 2 else exc.exit_code
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except TrainmedicError as exc:
+        if debug:
+            raise
+        click.echo(f"trainmedic: error: {_one_line(str(exc))}", err=True)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        click.echo("trainmedic: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        # `trainmedic diagnose ... | head`: the reader went away; nothing left to say.
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: never a traceback
+        if debug:
+            raise
+        click.echo(
+            f"trainmedic: internal error: {type(exc).__name__}: {_one_line(str(exc))} "
+            "(this is a bug; rerun with TRAINMEDIC_DEBUG=1 for the traceback and report it)",
+            err=True,
+        )
+        return EXIT_INTERNAL
+    return 0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Options shared by several subcommands (``--fail-on``, ``--map``) and their parsing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import click
+
+from trainmedic.errors import TrainmedicError
+
+__all__ = ["FAIL_ON_CHOICES", "parse_mapping", "exit_code_for"]
+
+FAIL_ON_CHOICES = ("info", "warning", "error", "never")
+
+
+def parse_mapping(items: Iterable[str]) -> dict[str, str]:
+    """``["loss=my/loss", "lr=opt/lr"]`` → ``{"loss": "my/loss", "lr": "opt/lr"}``."""
+    mapping: dict[str, str] = {}
+    for item in items:
+        canonical, sep, source = item.partition("=")
+        canonical, source = canonical.strip(), source.strip()
+        if not sep or not canonical or not source:
+            raise click.BadParameter(
+                f"got {item!r}; expected CANONICAL=SOURCE, e.g. --map loss=train/loss_step",
+                param_hint="--map",
+            )
+        if canonical in mapping:
+            raise click.BadParameter(f"{canonical!r} is mapped twice", param_hint="--map")
+        mapping[canonical] = source
+    return mapping
+
+
+def exit_code_for(worst_level: int, fail_on: str) -> int:
+    """1 when the worst finding is at or above ``fail_on``, else 0."""
+    from trainmedic.diagnose.finding import SEVERITY_ORDER
+
+    if fail_on == "never":
+        return 0
+    if fail_on not in SEVERITY_ORDER:
+        raise TrainmedicError(f"--fail-on got {fail_on!r}; expected one of {FAIL_ON_CHOICES}")
+    return 1 if worst_level >= SEVERITY_ORDER[fail_on] else 0
