@@ -114,7 +114,8 @@ class Finding:
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITY_ORDER:
-            raise ValueError(f"severity must be one of {list(SEVERITY_ORDER)}, got {self.severity!r}")
+            raise ValueError(
+                f"severity must be one of {list(SEVERITY_ORDER)}, got {self.severity!r}")
         if not 0.0 <= self.confidence <= 1.0:
             raise ValueError(f"confidence must be in [0, 1], got {self.confidence}")
 

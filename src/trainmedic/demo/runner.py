@@ -1,0 +1,233 @@
+"""``trainmedic demo``: train the tiny character transformer on CPU, with one fault injected.
+
+Every fault is produced by the training itself, never by editing recorded numbers; the
+watcher records what happened into the run store exactly as it would for a user's loop.
+
+=========  ================================================================================
+fault      mechanism
+=========  ================================================================================
+none       AdamW, linear warm-up then cosine decay to 10 %, peak lr 3e-3: the boring default
+diverge    the same schedule with a peak lr of 0.6 (200x): the loss falls during warm-up and
+           blows up once the lr passes the stability limit
+spike      three poisoned batches (uniformly random tokens and labels) late in the run
+flat       the optimizer holds a stale deep copy of the model's parameters (built before the
+           model was re-created), so every step updates the copy and the model never learns
+overfit    the training set is 1 % of the corpus (~1 K characters): the model memorizes it
+           and the validation loss turns up while the training loss keeps falling
+stall      the data loader sleeps 25 ms per batch (a slow disk / decode stand-in), so the
+           loop waits for data most of each step
+leak       the loop keeps every step's logits, with their autograd graph, in a list "for an
+           end-of-epoch metric" that is never cleared: resident memory grows every step
+=========  ================================================================================
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import os
+import pathlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from trainmedic.errors import ConfigError
+
+__all__ = ["DemoConfig", "FAULTS", "DEFAULT_STEPS", "run_demo"]
+
+logger = logging.getLogger(__name__)
+
+#: Every fault ``trainmedic demo --fault`` accepts, ``none`` first.
+FAULTS: tuple[str, ...] = ("none", "diverge", "spike", "flat", "overfit", "stall", "leak")
+
+#: Steps per demo when not given: long enough for every detector to see its fault clearly.
+DEFAULT_STEPS = 300
+
+_PEAK_LR = 3e-3
+_DIVERGE_LR = 0.6
+_STALL_SLEEP_S = 0.025
+_OVERFIT_TRAIN_FRACTION = 0.01
+_SPIKE_AT = (0.55, 0.7, 0.85)
+
+
+@dataclass(kw_only=True, frozen=True)
+class DemoConfig:
+    """What ``run_demo`` trains. Every field is checked; a bad one raises ``ConfigError``."""
+
+    fault: str = "none"
+    """The fault to inject: one of ``FAULTS``."""
+
+    steps: int = DEFAULT_STEPS
+    """Optimizer steps to train (at least 10)."""
+
+    out_dir: pathlib.Path | None = None
+    """The run directory for the store; ``None``: ``./trainmedic-demo/<fault>``. A store
+    already there is replaced, so a rerun does not look like a resume."""
+
+    seed: int = 0
+    """Seed for the model init, the batch order and the poisoned batches (>= 0)."""
+
+    batch_size: int = 16
+    """Sequences per step (>= 1)."""
+
+    context_len: int = 64
+    """Characters per sequence (8 to 512)."""
+
+    eval_every: int = 10
+    """Evaluate ``val_loss`` on the held-out split every this many steps (>= 1)."""
+
+    num_threads: int | None = None
+    """torch CPU threads while the demo runs; ``None``: min(2, CPU count). Restored after."""
+
+    def __post_init__(self) -> None:
+        if self.fault not in FAULTS:
+            raise ConfigError(f"fault must be one of {', '.join(FAULTS)}; got {self.fault!r}")
+        _check_int("steps", self.steps, 10, 1_000_000)
+        _check_int("seed", self.seed, 0, 2**63 - 1)
+        _check_int("batch_size", self.batch_size, 1, 4096)
+        _check_int("context_len", self.context_len, 8, 512)
+        _check_int("eval_every", self.eval_every, 1, 1_000_000)
+        if self.num_threads is not None:
+            _check_int("num_threads", self.num_threads, 1, 1024)
+        if self.out_dir is not None and not isinstance(self.out_dir, pathlib.Path):
+            try:
+                object.__setattr__(self, "out_dir", pathlib.Path(self.out_dir))
+            except TypeError:
+                raise ConfigError(f"out_dir must be a path, got {self.out_dir!r}") from None
+
+    @property
+    def run_dir(self) -> pathlib.Path:
+        """Where the run store goes."""
+        return self.out_dir if self.out_dir is not None else pathlib.Path("trainmedic-demo") / self.fault
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name} must be between {lo} and {hi}, got {value}")
+
+
+def _lr_at(step: int, steps: int, peak: float) -> float:
+    """Linear warm-up over 10 % of the run (at least 5 steps), then cosine down to 10 %."""
+    warm = max(5, steps // 10)
+    if step < warm:
+        return peak * (step + 1) / warm
+    progress = (step - warm) / max(1, steps - warm)
+    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _clear_store(run_dir: pathlib.Path) -> None:
+    """Remove an earlier demo's store files (only ours) so the new run starts its own record."""
+    if not run_dir.is_dir():
+        return
+    for p in run_dir.glob("metrics*.sqlite*"):
+        if p.name.endswith(".lock"):
+            continue
+        p.unlink()
+
+
+def run_demo(config: DemoConfig, *,
+             progress: Callable[[int, int], None] | None = None) -> pathlib.Path:
+    """Train the demo with ``config.fault`` injected; return the run_dir holding its store.
+
+    ``progress(done, total)`` is called after every step.
+    """
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from trainmedic.demo.corpus import load_corpus
+    from trainmedic.demo.model import CharTransformer
+    from trainmedic.watch import watch
+
+    cfg = config
+    run_dir = cfg.run_dir
+    _clear_store(run_dir)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(cfg.num_threads or max(1, min(2, os.cpu_count() or 1)))
+    try:
+        text = load_corpus()
+        vocab = sorted(set(text))
+        ids = np.frombuffer(text.encode("latin-1", "replace"), dtype=np.uint8)
+        lut = np.zeros(256, dtype=np.int64)
+        for i, ch in enumerate(vocab):
+            lut[ord(ch) if ord(ch) < 256 else ord("?")] = i
+        data = torch.from_numpy(lut[ids])
+        n_val = len(data) // 10
+        train, val = data[:-n_val], data[-n_val:]
+        if cfg.fault == "overfit":
+            train = train[: max(cfg.context_len * 4, int(len(train) * _OVERFIT_TRAIN_FRACTION))]
+        T, B = cfg.context_len, cfg.batch_size
+        if len(train) <= T + 1:
+            raise ConfigError(f"context_len {T} is longer than the training text")
+
+        gen = torch.Generator().manual_seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        model = CharTransformer(len(vocab), context_len=T)
+        peak = _DIVERGE_LR if cfg.fault == "diverge" else _PEAK_LR
+        if cfg.fault == "flat":
+            # The bug: an optimizer built over a copy made before the "real" model was set up
+            # (e.g. before loading weights or moving devices); it steps the copy only.
+            stale = copy.deepcopy(model)
+            optimizer = torch.optim.AdamW(stale.parameters(), lr=peak, weight_decay=0.01)
+        else:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
+
+        val_gen = torch.Generator().manual_seed(12345)
+        val_starts = torch.randint(0, len(val) - T - 1, (64,), generator=val_gen)
+        val_x = torch.stack([val[s:s + T] for s in val_starts])
+        val_y = torch.stack([val[s + 1:s + T + 1] for s in val_starts])
+        spike_steps = {int(f * cfg.steps) for f in _SPIKE_AT} if cfg.fault == "spike" else set()
+
+        def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            for step in range(cfg.steps):
+                if cfg.fault == "stall":
+                    time.sleep(_STALL_SLEEP_S)  # the slow loader: real wall time, measured
+                if step in spike_steps:
+                    # A corrupt shard: random tokens in, random labels out.
+                    x = torch.randint(0, len(vocab), (B, T), generator=gen)
+                    y = torch.randint(0, len(vocab), (B, T), generator=gen)
+                    yield x, y
+                    continue
+                starts = torch.randint(0, len(train) - T - 1, (B,), generator=gen)
+                x = torch.stack([train[s:s + T] for s in starts])
+                y = torch.stack([train[s + 1:s + T + 1] for s in starts])
+                yield x, y
+
+        def evaluate() -> float:
+            model.eval()
+            with torch.no_grad():
+                logits = model(val_x)
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), val_y.reshape(-1))
+            model.train()
+            return float(loss)
+
+        kept_for_metric: list[torch.Tensor] = []  # the leak's list
+        meta = {"demo_fault": cfg.fault, "demo_seed": cfg.seed, "demo_steps": cfg.steps,
+                "model": "CharTransformer(d_model=64, n_layers=2)",
+                "batch_size": B, "context_len": T, "peak_lr": peak,
+                "config": {k: str(v) for k, v in dataclasses.asdict(cfg).items()}}
+        with watch(model, optimizer, run_dir=run_dir, meta=meta) as w:
+            for step, (x, y) in enumerate(w.wrap_loader(batches())):
+                for group in optimizer.param_groups:
+                    group["lr"] = _lr_at(step, cfg.steps, peak)
+                model.zero_grad(set_to_none=True)
+                logits = model(x)
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+                loss.backward()
+                optimizer.step()
+                if cfg.fault == "leak":
+                    kept_for_metric.append(logits)  # graph and all, never cleared
+                w.step(loss, batch_size=B)
+                if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+                    w.log({"val_loss": evaluate()})
+                if progress is not None:
+                    progress(step + 1, cfg.steps)
+        del kept_for_metric
+    finally:
+        torch.set_num_threads(threads_before)
+    return run_dir

@@ -1,0 +1,92 @@
+"""Resume discontinuity: the logged step went back (or repeated).
+
+``Series`` keeps log order (run/series.py), so a step that goes back is visible: after a
+resume from a checkpoint, the steps since that checkpoint are logged again. A single repeated
+line at the very start (Detectron2 writes its first iteration twice when a hook flushes early)
+is a quirk of the logger, not a resume, and stays at info.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainmedic.diagnose.finding import Evidence, Finding, Severity
+from trainmedic.diagnose.registry import NotRun, register_detector
+from trainmedic.run.series import Run, Series
+
+__all__ = ["step_regressions"]
+
+
+def step_regressions(s: Series) -> list[tuple[int, int, int]]:
+    """``[(index, from_step, to_step)]`` where the step did not increase in log order."""
+    if len(s) < 2:
+        return []
+    d = np.diff(s.steps)
+    idx = np.flatnonzero(d <= 0) + 1
+    return [(int(i), int(s.steps[i - 1]), int(s.steps[i])) for i in idx]
+
+
+def _pick_series(run: Run) -> list[tuple[str, int | None, Series]]:
+    """The loss on each rank, or else the longest series on each rank."""
+    out = []
+    for rank in run.ranks():
+        s = run.get("loss", rank)
+        name = "loss"
+        if s is None or len(s) == 0:
+            cands = [(m, x) for (m, r), x in run.series.items() if r == rank and len(x)]
+            if not cands:
+                continue
+            name, s = max(cands, key=lambda c: (len(c[1]), c[0]))
+        out.append((name, rank, s))
+    return out
+
+
+@register_detector("resume_discontinuity")
+def detect_resume(run: Run) -> list[Finding] | NotRun:
+    """Info when only one logged point is replayed and it is within the first 3 lines (a
+    duplicated first record) or the only replay in the run; warning when a jump back replays
+    >= 2 logged points (the run resumed from an earlier checkpoint and re-ran those steps),
+    noting whether the replayed values matched the originals."""
+    picked = _pick_series(run)
+    if not picked:
+        return NotRun("no series with points")
+    out: list[Finding] = []
+    for name, rank, s in picked:
+        regs = step_regressions(s)
+        if not regs:
+            continue
+        replays = []
+        for i, _frm, to in regs:
+            prev = s.steps[:i]
+            replays.append(int(np.sum(prev >= to)))
+        i0, frm0, to0 = regs[0]
+        total = sum(replays)
+        worst = int(np.argmax(replays))
+        early = i0 <= 2
+        single = max(replays) <= 1
+        sev: Severity = "info" if single and (early or len(regs) == 1) else "warning"
+        # Did the replayed steps reproduce the original values?
+        i, frm, to = regs[worst]
+        orig = {int(st): float(v) for st, v in zip(s.steps[:i], s.values[:i], strict=True)
+                if st >= to}
+        later = [(int(st), float(v)) for st, v in zip(s.steps[i:], s.values[i:], strict=True)
+                 if int(st) in orig][: max(1, replays[worst])]
+        diffs = [abs(v - orig[st]) / max(abs(orig[st]), 1e-12) for st, v in later
+                 if np.isfinite(v) and np.isfinite(orig[st])]
+        match_txt = ""
+        if diffs:
+            same = max(diffs) <= 1e-6
+            match_txt = ("; replayed values match the originals" if same else
+                         f"; replayed values differ from the originals by up to "
+                         f"{100 * max(diffs):.2g}% (not a bit-exact resume)")
+        where = "at the start of the log" if early and single else f"after step {frm0}"
+        out.append(Finding(
+            symptom="resume_discontinuity", severity=sev,
+            confidence=0.6 if sev == "info" else 0.9, onset_step=to0, end_step=frm0,
+            rank=rank, metric=name,
+            summary=(f"the logged step went back {len(regs)} time(s) ({where}: {frm0} -> "
+                     f"{to0}); {total} logged point(s) replayed{match_txt}"),
+            evidence=(Evidence(name, to0, float(s.values[i0]), float(s.values[i0 - 1]),
+                               note=f"log line {i0 + 1} has step {to0} after step {frm0}; "
+                                    f"reference = value logged just before"),)))
+    return out

@@ -1,0 +1,248 @@
+"""Detectors on the gradient norm and the mixed-precision loss scale.
+
+Severity follows consequence, not size: a gradient-norm spike the loss never noticed (the
+logged norm is usually *before* clipping, e.g. HF Trainer's ``max_grad_norm=1.0``, and Adam
+normalizes the step anyway) is info; the same spike with a loss reaction is a warning.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trainmedic.diagnose.finding import Evidence, Finding, Severity
+from trainmedic.diagnose.registry import NotRun, register_detector
+from trainmedic.diagnose.stats import (
+    blocks,
+    median,
+    theil_sen,
+    trailing_reference,
+    true_runs,
+)
+from trainmedic.diagnose.trace import Trace, fmt, traces
+from trainmedic.run.series import Run
+
+__all__ = ["GRAD_SPIKE_RATIO", "GRAD_GROWTH_RATIO", "VANISH_RATIO"]
+
+#: A grad_norm point this many times its trailing median (and z >= 8) is a spike.
+GRAD_SPIKE_RATIO = 10.0
+#: The grad_norm level grew this many times over its early level: sustained explosion.
+GRAD_GROWTH_RATIO = 10.0
+#: The grad_norm level fell this many times below its early level: vanishing.
+VANISH_RATIO = 1000.0
+#: A loss point this much above its trailing median counts as the loss reacting.
+LOSS_REACTION_RATIO = 1.2
+
+
+def _loss_reacted(run: Run, rank: int | None, step: int, horizon: int) -> tuple[bool, str]:
+    """Did the loss jump at ``step`` or within ``horizon`` steps after it?"""
+    lt = Trace.of(run, "loss", rank) or Trace.of(run, "loss", None)
+    if lt is None or len(lt) < 6:
+        return False, "loss not logged near this step"
+    i = int(np.searchsorted(lt.steps, step, side="left"))
+    j = int(np.searchsorted(lt.steps, step + horizon, side="right"))
+    if i >= len(lt) or i < 3:
+        return False, "too few loss points around this step"
+    ref = median(lt.values[max(0, i - 20):i])
+    peak = float(np.max(lt.values[i:max(j, i + 1)]))
+    if ref > 0 and peak >= LOSS_REACTION_RATIO * ref:
+        return True, f"loss rose to {fmt(peak)} vs median {fmt(ref)} just before"
+    return False, f"loss stayed at {fmt(peak)} vs median {fmt(ref)} just before"
+
+
+@register_detector("exploding_gradients", requires=("grad_norm",))
+def detect_exploding(run: Run) -> list[Finding] | NotRun:
+    """(a) sustained: the block-median grad_norm in the last 20% of the run is >= 10x its
+    level over 10-30% of the run and still rising - warning (error if the loss rose too);
+    (b) spikes: points >= 10x the median of the previous 50 logged points and robust z >= 8 -
+    warning when the loss reacted within two logging intervals, else info."""
+    out: list[Finding] = []
+    ran = False
+    for g in traces(run, "grad_norm"):
+        pos = g.values[g.values > 0]
+        if len(g) < 10 or pos.size < 10:
+            continue
+        ran = True
+        steps = g.steps[g.values > 0]
+        lg = np.log(pos)
+        # (a) sustained growth
+        bl = blocks(steps, lg, max_blocks=min(100, max(5, pos.size // 3)))
+        nb = len(bl)
+        if nb >= 5:
+            early = median(bl.median[int(0.1 * nb): max(int(0.3 * nb), int(0.1 * nb) + 1)])
+            late = median(bl.median[-max(1, int(0.2 * nb)):])
+            slope = theil_sen(bl.first_step[-max(3, nb // 3):].astype(np.float64),
+                              bl.median[-max(3, nb // 3):])
+            if late - early >= math.log(GRAD_GROWTH_RATIO) and slope >= 0:
+                above = np.flatnonzero(bl.median >= early + math.log(GRAD_GROWTH_RATIO) / 2)
+                onset = int(bl.first_step[above[0]]) if above.size else int(steps[0])
+                reacted, why = _loss_reacted(run, g.rank, onset, int(steps[-1] - onset))
+                sev: Severity = "error" if reacted else "warning"
+                ratio = math.exp(late - early)
+                out.append(Finding(
+                    symptom="exploding_gradients", severity=sev, confidence=0.8,
+                    onset_step=onset, rank=g.rank, metric="grad_norm",
+                    summary=(f"grad_norm level grew {ratio:.3g}x ({fmt(math.exp(early))} -> "
+                             f"{fmt(math.exp(late))}) from step {onset}; {why}"),
+                    evidence=(Evidence("grad_norm", int(steps[-1]), math.exp(late),
+                                       math.exp(early),
+                                       note="median of the last 20% of blocks vs blocks over "
+                                            "10-30% of the run"),)))
+                continue
+        # (b) isolated spikes
+        ref, sig = trailing_reference(lg, 50)
+        scale = np.fmax(np.nan_to_num(sig, nan=0.0), 0.05)
+        jump = lg - ref
+        with np.errstate(invalid="ignore"):
+            cand = (jump >= math.log(GRAD_SPIKE_RATIO)) & (jump / scale >= 8.0)
+        cand &= np.isfinite(ref)
+        if not cand.any():
+            continue
+        idx = np.flatnonzero(cand)
+        order = idx[np.argsort(-jump[idx])]
+        horizon = int(2 * g.interval)
+        reactions = [(int(i), *_loss_reacted(run, g.rank, int(steps[i]), horizon))
+                     for i in order[:10]]
+        any_react = any(r for _, r, _ in reactions)
+        med_all = median(pos)
+        sev = "warning" if any_react else "info"
+        listed = ", ".join(f"{fmt(float(pos[i]))} at step {int(steps[i])}" for i in order[:3])
+        react_txt = ("the loss reacted" if any_react else
+                     "the loss did not react (info: a clipped or Adam-normalized step)")
+        ev = [Evidence("grad_norm", int(steps[i]), float(pos[i]), float(math.exp(ref[i])),
+                       note="median of the previous 50 logged points; " + why)
+              for i, _, why in reactions[:3]]
+        out.append(Finding(
+            symptom="exploding_gradients", severity=sev,
+            confidence=0.85 if any_react else 0.6,
+            onset_step=int(steps[idx[0]]), end_step=int(steps[idx[-1]]), rank=g.rank,
+            metric="grad_norm",
+            summary=(f"{idx.size} grad_norm spike(s) >= {GRAD_SPIKE_RATIO:.0f}x the running "
+                     f"median (run median {fmt(med_all)}): {listed}; {react_txt}"),
+            evidence=tuple(ev)))
+    if not ran:
+        return NotRun("needs at least 10 positive grad_norm points")
+    return out
+
+
+@register_detector("vanishing_gradients", requires=("grad_norm",))
+def detect_vanishing(run: Run) -> list[Finding] | NotRun:
+    """The grad_norm level in the last 20% of points is <= 1/1000 of its level over the first
+    20% (after the first point), or grad_norm is exactly 0 on >= 3 consecutive logged points.
+    Warning when the loss did not fall over the same stretch (or is not logged); info when it
+    did (tiny gradients at a tiny loss are convergence)."""
+    out: list[Finding] = []
+    ran = False
+    for g in traces(run, "grad_norm"):
+        n = len(g)
+        if n < 10:
+            continue
+        ran = True
+        v = g.values
+        q = max(2, n // 5)
+        early = median(np.abs(v[1:1 + q]))
+        late = median(np.abs(v[-q:]))
+        zero_runs = [r for r in true_runs(v == 0.0) if r[1] - r[0] >= 3]
+        vanished = early > 0 and late <= early / VANISH_RATIO
+        if not (vanished or zero_runs):
+            continue
+        if zero_runs:
+            onset_i = zero_runs[0][0]
+        else:
+            mid = math.sqrt(early * max(late, 1e-300))
+            below = np.flatnonzero(np.abs(v) <= mid)
+            onset_i = int(below[0]) if below.size else n - q
+        onset = int(g.steps[onset_i])
+        lt = Trace.of(run, "loss", g.rank) or Trace.of(run, "loss", None)
+        loss_fell = False
+        loss_txt = "loss not logged"
+        if lt is not None and len(lt) >= 4:
+            a = lt.level(int(g.steps[0]), onset)
+            b = lt.level(int(g.steps[-q]), int(g.steps[-1]))
+            if a is not None and b is not None:
+                loss_fell = b < 0.5 * a if a > 0 else b < a
+                loss_txt = f"loss {fmt(a)} -> {fmt(b)} over the same steps"
+        sev: Severity = "info" if loss_fell else "warning"
+        what = (f"grad_norm was exactly 0 on {zero_runs[0][1] - zero_runs[0][0]} consecutive "
+                f"logged points from step {onset}" if zero_runs else
+                f"grad_norm fell {early / max(late, 1e-300):.3g}x "
+                f"({fmt(early)} -> {fmt(late)}) from step {onset}")
+        out.append(Finding(
+            symptom="vanishing_gradients", severity=sev, confidence=0.7, onset_step=onset,
+            rank=g.rank, metric="grad_norm", summary=f"{what}; {loss_txt}",
+            evidence=(Evidence("grad_norm", int(g.steps[-1]), late, early,
+                               note=f"median of the last {q} points vs the first {q} "
+                                    f"(after the first)"),)))
+    if not ran:
+        return NotRun("needs at least 10 finite grad_norm points")
+    return out
+
+
+@register_detector("nonfinite_grad", requires=("grad_norm",))
+def detect_nonfinite_grad(run: Run) -> list[Finding] | NotRun:
+    """grad_norm NaN/inf. Persistent (>= 3 in a row or at the last point): error. Isolated:
+    warning, or info when a logged loss_scale fell at the same time (fp16 GradScaler skipped
+    the step and halved the scale, which is how it is meant to work)."""
+    out: list[Finding] = []
+    for g in traces(run, "grad_norm"):
+        bad = ~np.isfinite(g.all_values)
+        if not bad.any():
+            continue
+        runs = true_runs(bad)
+        persistent = bool(bad[-1]) or max(b - a for a, b in runs) >= 3
+        first = int(g.all_steps[runs[0][0]])
+        ls = Trace.of(run, "loss_scale", g.rank) or Trace.of(run, "loss_scale", None)
+        scaler_handled = False
+        if ls is not None and len(ls) >= 2 and not persistent:
+            i = ls.index_at(first)
+            before = ls.values[max(0, i - 1)]
+            after = ls.values[min(len(ls) - 1, i + 1)]
+            scaler_handled = bool(after < before or ls.values[i] < before)
+        sev: Severity = "error" if persistent else ("info" if scaler_handled else "warning")
+        n_bad = int(bad.sum())
+        extra = (" (the fp16 loss scale dropped at the same time: GradScaler skipped the step)"
+                 if scaler_handled else "")
+        out.append(Finding(
+            symptom="nonfinite_grad", severity=sev, confidence=1.0, onset_step=first,
+            end_step=None if persistent else int(g.all_steps[runs[-1][1] - 1]), rank=g.rank,
+            metric="grad_norm",
+            summary=(f"grad_norm was non-finite at {n_bad} logged point(s) from step "
+                     f"{first}{extra}"),
+            evidence=(Evidence("grad_norm", first, float(g.all_values[runs[0][0]]), None,
+                               note=f"{n_bad} of {len(bad)} logged values are NaN/inf"),)))
+    return out
+
+
+@register_detector("loss_scale_collapse", requires=("loss_scale",))
+def detect_loss_scale_collapse(run: Run) -> list[Finding] | NotRun:
+    """The fp16 loss scale ends <= 2^-10 of its peak, or below 1: error below 1, else warning.
+    A healthy GradScaler halves on overflow and doubles every ``growth_interval`` (2000) clean
+    steps, so it hovers within a few powers of two of its working value."""
+    out: list[Finding] = []
+    ran = False
+    for ls in traces(run, "loss_scale"):
+        v = ls.values[ls.values > 0]
+        if v.size < 3:
+            continue
+        ran = True
+        steps = ls.steps[ls.values > 0]
+        peak_i = int(np.argmax(v))
+        peak = float(v[peak_i])
+        end = median(v[-max(1, v.size // 10):])
+        collapsed = end <= peak / 2 ** 10 or end < 1.0
+        if not collapsed:
+            continue
+        after = np.flatnonzero(v[peak_i:] <= peak / 2 ** 5)
+        onset = int(steps[peak_i + int(after[0])]) if after.size else int(steps[peak_i])
+        sev: Severity = "error" if end < 1.0 else "warning"
+        out.append(Finding(
+            symptom="loss_scale_collapse", severity=sev, confidence=0.9, onset_step=onset,
+            rank=ls.rank, metric="loss_scale",
+            summary=(f"fp16 loss scale fell from {fmt(peak)} to {fmt(end)} "
+                     f"(2^{math.log2(peak / end):.0f} times lower) from step {onset}"),
+            evidence=(Evidence("loss_scale", int(steps[-1]), end, peak,
+                               note="median of the last 10% of points vs the peak"),)))
+    if not ran:
+        return NotRun("needs at least 3 positive loss_scale points")
+    return out

@@ -1,0 +1,391 @@
+"""Detectors for events on the loss curve: non-finite values, spikes, divergence, and NaN
+losses a logger hid.
+
+Thresholds are chosen so that a healthy run of any shape stays silent: a point must stand out
+both by *ratio* (it matters) and by *robust z* against the run's own noise (it is not noise).
+The evidence rules are written out in docs/symptoms.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trainmedic.diagnose.finding import Evidence, Finding, Severity
+from trainmedic.diagnose.registry import NotRun, register_detector
+from trainmedic.diagnose.stats import (
+    blocks,
+    diff_sigma,
+    log_if_positive,
+    median,
+    trailing_reference,
+    true_runs,
+)
+from trainmedic.diagnose.trace import Trace, fmt, traces
+from trainmedic.run.series import Run
+
+__all__ = ["loss_like_metrics", "SPIKE_RATIO", "SPIKE_Z", "HF_FRAMEWORKS"]
+
+#: ``run.meta["framework"]`` values of a log written by the Hugging Face Trainer.
+HF_FRAMEWORKS = ("hf_trainer", "huggingface", "transformers", "hf")
+
+#: Canonical metrics whose names contain "loss" but are not losses.
+_NOT_LOSSES = {"loss_scale"}
+
+#: A spike must be at least this many times its trailing median ...
+SPIKE_RATIO = 1.5
+#: ... and this many robust sigmas above it.
+SPIKE_Z = 8.0
+#: At and above this ratio (and z >= SPIKE_Z_STRONG) a recovered spike is a warning.
+SPIKE_WARN_RATIO = 3.0
+SPIKE_Z_STRONG = 12.0
+#: Trailing window of the spike reference, in logged points.
+SPIKE_WINDOW = 50
+#: Divergence: sustained rise above the running minimum level by this factor.
+DIVERGE_RATIO = 1.5
+DIVERGE_ERROR_RATIO = 3.0
+
+
+def loss_like_metrics(run: Run) -> list[str]:
+    """``loss`` first, then ``val_loss``, then any other metric with "loss" in its name
+    (component losses an importer left under their own names, e.g. ``dynamics_loss_step``)."""
+    names = run.metrics()
+    out: list[str] = [m for m in ("loss", "val_loss") if m in names]
+    out += [m for m in names if "loss" in m.lower() and m not in out and m not in _NOT_LOSSES
+            and not m.startswith("layer/")]
+    return out
+
+
+# --------------------------------------------------------------------------- nonfinite_loss
+@register_detector("nonfinite_loss")
+def detect_nonfinite_loss(run: Run) -> list[Finding] | NotRun:
+    """Any NaN/inf in a loss series. Persistent (to the last point, or >= 3 in a row) is an
+    error; an isolated non-finite value followed by finite ones is a warning."""
+    names = loss_like_metrics(run)
+    if not names:
+        return NotRun("log loss to enable this check", missing=("loss",))
+    findings: list[Finding] = []
+    for rank in run.ranks():
+        hits: list[tuple[int, str, Trace, int]] = []  # (first bad step, metric, trace, index)
+        for m in names:
+            t = Trace.of(run, m, rank)
+            if t is None:
+                continue
+            bad = ~np.isfinite(t.all_values)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                hits.append((int(t.all_steps[i]), m, t, i))
+        if not hits:
+            continue
+        # Train loss leads when it is affected; else the earliest affected series.
+        hits.sort(key=lambda h: (h[0], h[1] != "loss"))
+        primary = next((h for h in hits if h[1] == "loss"), hits[0])
+        onset = min(h[0] for h in hits)
+        evidence = []
+        persistent_any = False
+        end_step = primary[0]
+        for step, m, t, i in hits[:4]:
+            bad = ~np.isfinite(t.all_values)
+            runs = true_runs(bad)
+            first_run = runs[0]
+            longest = max(b - a for a, b in runs)
+            persistent = bool(bad[-1]) or longest >= 3
+            persistent_any = persistent_any or persistent
+            if m == primary[1]:
+                end_step = int(t.all_steps[first_run[1] - 1])
+            prev = t.all_values[:i][np.isfinite(t.all_values[:i])]
+            ref = float(prev[-1]) if prev.size else None
+            fin_steps = t.all_steps[:i][np.isfinite(t.all_values[:i])]
+            ref_step = int(fin_steps[-1]) if prev.size else None
+            n_bad = int(bad.sum())
+            tail = " through the last logged point" if bool(bad[-1]) else ""
+            evidence.append(Evidence(
+                metric=m, step=step, value=float(t.all_values[i]), reference=ref,
+                note=(f"first non-finite {m}; {n_bad} of {len(t.all_values)} logged points "
+                      f"are non-finite{tail}; reference = last finite value"
+                      + (f", at step {ref_step}" if ref_step is not None else ""))))
+        severity: Severity = "error" if persistent_any else "warning"
+        what = "stayed non-finite" if persistent_any else "recovered afterwards"
+        metrics_txt = ", ".join(h[1] for h in hits[:4])
+        findings.append(Finding(
+            symptom="nonfinite_loss", severity=severity, confidence=1.0, onset_step=onset,
+            end_step=None if persistent_any else end_step, rank=rank, metric=primary[1],
+            summary=(f"{primary[1]} became {fmt(float(primary[2].all_values[primary[3]]))} at "
+                     f"step {onset} and {what} ({metrics_txt})"),
+            evidence=tuple(evidence)))
+    return findings
+
+
+# --------------------------------------------------------------------------- loss_spike
+def _spike_candidates(t: np.ndarray, is_log: bool, window: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Boolean candidates plus the reference, sigma and jump (transformed units) per point."""
+    ref, sig = trailing_reference(t, window)
+    floor = 0.02 if is_log else 0.0
+    global_sig = diff_sigma(t)
+    scale = np.fmax(np.nan_to_num(sig, nan=0.0), max(floor, 0.5 * global_sig))
+    if not is_log:
+        scale = np.fmax(scale, 0.02 * np.abs(np.nan_to_num(ref)) + 1e-12)
+    jump = t - ref
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = jump / scale
+        if is_log:
+            big = jump >= math.log(SPIKE_RATIO)
+        else:
+            big = jump >= (SPIKE_RATIO - 1.0) * np.abs(ref)
+        cand = big & (z >= SPIKE_Z)
+    cand &= np.isfinite(ref)
+    return cand, ref, scale, jump
+
+
+@register_detector("loss_spike", requires=("loss",))
+def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
+    """Loss points far above the trailing median of the previous ~50 logged points that come
+    back to that level later. Spikes that never come back are left to ``divergence``."""
+    out: list[Finding] = []
+    ran = False
+    for tr in traces(run, "loss"):
+        if len(tr) < 10:
+            continue
+        ran = True
+        t, is_log = log_if_positive(tr.values)
+        window = min(SPIKE_WINDOW, max(5, len(tr) // 4))
+        cand, ref, scale, jump = _spike_candidates(t, is_log, window)
+        if not cand.any():
+            continue
+        events = []
+        for a, b in _merge_runs(true_runs(cand), gap=2):
+            peak = a + int(np.argmax(jump[a:b]))
+            r0, s0 = float(ref[a]), float(scale[a])
+            back = r0 + max(4.0 * s0, math.log(1.25) if is_log else 0.25 * abs(r0))
+            after = np.flatnonzero(t[b:] <= back)
+            rec = b + int(after[0]) if after.size else None
+            if rec is None and b < len(t):
+                continue  # never came back: divergence territory, not a spike
+            events.append((a, b, peak, rec, r0))
+        if not events:
+            continue
+        events.sort(key=lambda e: -float(jump[e[2]]))
+        n_events = len(events)
+        # A spike is an isolated event. When a run has more than 3 candidates, they are its
+        # noise distribution (a heavy-tailed loss), and only the top events separated from
+        # the rest by a gap (log-jump >= 2x the next one's) can be warnings.
+        outstanding = _outstanding([float(jump[e[2]]) for e in events])
+        for rank_i, (a, _b, peak, rec, r0) in enumerate(events[:3]):
+            ratio = math.exp(float(jump[peak])) if is_log else (
+                float(tr.values[peak]) / r0 if r0 else math.inf)
+            zpk = float(jump[peak] / scale[peak])
+            ref_val = math.exp(r0) if is_log else r0
+            strong = ratio >= SPIKE_WARN_RATIO and zpk >= SPIKE_Z_STRONG
+            if rank_i >= outstanding:
+                strong = False
+            sev: Severity = "warning" if strong else "info"
+            conf = float(min(1.0, 0.5 + 0.1 * math.log2(max(ratio, 1.0)) + 0.01 * zpk))
+            onset = int(tr.steps[a])
+            end = int(tr.steps[rec]) if rec is not None else None
+            ev = [Evidence("loss", int(tr.steps[peak]), float(tr.values[peak]), ref_val,
+                           note=f"median of the previous {window} logged points "
+                                f"(robust z = {zpk:.0f})")]
+            if rec is not None:
+                ev.append(Evidence("loss", end, float(tr.values[rec]), ref_val,
+                                   note="first logged point back within noise of that median"))
+            more = f"; {n_events} such spikes in the run" if n_events > 1 else ""
+            back_txt = (f" and recovered by step {end}" if end is not None
+                        else " at the last logged point (recovery not seen)")
+            out.append(Finding(
+                symptom="loss_spike", severity=sev, confidence=conf, onset_step=onset,
+                end_step=end, rank=tr.rank, metric="loss",
+                summary=(f"loss jumped {ratio:.3g}x its running median at step {onset}"
+                         f"{back_txt}{more}"),
+                evidence=tuple(ev)))
+    if not ran:
+        return NotRun("needs at least 10 finite loss points")
+    return out
+
+
+def _outstanding(jumps_desc: list[float]) -> int:
+    """How many of the largest events stand out: all of them when there are <= 3, else the
+    top i (i <= 3) before the first gap where one log-jump is >= 2x the next."""
+    if len(jumps_desc) <= 3:
+        return len(jumps_desc)
+    for i in range(1, 4):
+        if jumps_desc[i - 1] >= 2.0 * jumps_desc[i]:
+            return i
+    return 0
+
+
+def _merge_runs(runs: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
+    """Join index runs separated by at most ``gap`` points."""
+    merged: list[tuple[int, int]] = []
+    for a, b in runs:
+        if merged and a - merged[-1][1] <= gap:
+            merged[-1] = (merged[-1][0], b)
+        else:
+            merged.append((a, b))
+    return merged
+
+
+# --------------------------------------------------------------------------- divergence
+@register_detector("divergence", requires=("loss",))
+def detect_divergence(run: Run) -> list[Finding] | NotRun:
+    """The loss level rose >= 1.5x above its running minimum and stayed there to the end.
+
+    Levels are block medians (<= 200 blocks), so single spikes do not count; the rise must
+    also beat 5x the block-to-block noise and, for losses that fell by orders of magnitude,
+    10% of the log-progress already made.
+    """
+    out: list[Finding] = []
+    ran = False
+    for tr in traces(run, "loss"):
+        if len(tr) < 8:
+            continue
+        ran = True
+        t, is_log = log_if_positive(tr.values)
+        bl = blocks(tr.steps, t, max_blocks=200 if len(tr) >= 600 else max(8, len(tr) // 3))
+        lv = bl.median
+        nb = len(lv)
+        if nb < 4:
+            continue
+        cummin = np.minimum.accumulate(lv)
+        elev = lv - cummin
+        sig_b = diff_sigma(lv)
+        if is_log:
+            progress = max(0.0, float(lv[0] - cummin[-1]))
+            theta = max(math.log(DIVERGE_RATIO), 5.0 * sig_b, 0.1 * progress)
+        else:
+            scale_abs = max(abs(float(cummin[-1])), 1e-12)
+            theta = max((DIVERGE_RATIO - 1.0) * scale_abs, 5.0 * sig_b)
+        high = elev >= theta
+        if not high[-1]:
+            continue
+        # The elevated suffix: every block from its start to the end is elevated.
+        k = nb - 1
+        while k > 0 and high[k - 1]:
+            k -= 1
+        n_blocks = nb - k
+        n_points = int(len(tr) - bl.start[k])
+        min_blocks = max(2, math.ceil(0.05 * nb))
+        if n_blocks < min_blocks or n_points < 3:
+            continue
+        # Walk back along the rising flank to where the rise began.
+        j = k
+        while j > 0 and elev[j - 1] >= theta / 3.0:
+            j -= 1
+        kmin = int(np.argmin(lv[:j])) if j > 0 else 0
+        onset_i = int(bl.start[j])
+        onset = int(tr.steps[onset_i])
+        end_lv = median(lv[k:])
+        best = float(cummin[k - 1]) if k > 0 else float(lv[0])
+        if is_log:
+            ratio = math.exp(end_lv - best)
+            undone = end_lv >= float(lv[0]) and float(lv[0]) - best > math.log(1.2)
+        else:
+            ratio = (end_lv / best) if best > 0 else math.inf
+            undone = end_lv >= float(lv[0]) and float(lv[0]) > best
+        sev: Severity = "error" if (ratio >= DIVERGE_ERROR_RATIO or undone) else "warning"
+        conf = float(min(1.0, 0.55 + 0.1 * math.log2(max(ratio, 1.0)) + 0.02 * n_blocks))
+        inv = math.exp if is_log else float
+        ev = (
+            Evidence("loss", int(bl.first_step[kmin]), float(inv(lv[kmin])), None,
+                     note=f"lowest level before the rise (median of a block of {bl.size} points)"),
+            Evidence("loss", int(tr.steps[-1]), float(inv(end_lv)), float(inv(best)),
+                     note=f"median level of the last {n_blocks} blocks of {bl.size} points vs "
+                          f"the lowest earlier block median"),
+        )
+        tail = " and ended above where it started" if undone else ""
+        out.append(Finding(
+            symptom="divergence", severity=sev, confidence=conf, onset_step=onset,
+            end_step=None, rank=tr.rank, metric="loss",
+            summary=(f"loss rose from step {onset} to {ratio:.3g}x its best level "
+                     f"({fmt(inv(best))} -> {fmt(inv(end_lv))}) and stayed up to the last "
+                     f"logged step {int(tr.steps[-1])}{tail}"),
+            evidence=ev))
+    if not ran:
+        return NotRun("needs at least 8 finite loss points")
+    return out
+
+
+# --------------------------------------------------------------------------- nan_masked
+def _filter_known(run: Run) -> bool:
+    fw = str(run.meta.get("framework", "")).lower()
+    return fw in HF_FRAMEWORKS or bool(run.meta.get("logging_nan_inf_filter"))
+
+
+@register_detector("nan_masked_in_logs", requires=("loss",))
+def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
+    """A logger dropped non-finite losses from its average (HF Trainer's
+    ``logging_nan_inf_filter``, on by default). Two rules, from what the data shows:
+
+    (a) grad_norm is NaN/inf at a logged step whose loss is finite. One isolated point is an
+        fp16 overflow as often as not (info); two or more, or at the last point, is a warning
+        (error when grad_norm stays non-finite to the end).
+    (b) under the HF Trainer only: the logged loss drops to exactly 0.0 straight from a value
+        >= 0.01 (the Trainer logs 0.0 when every step in the window was NaN), or the last
+        >= 4 logged losses are bit-identical after the loss had varied.
+    """
+    out: list[Finding] = []
+    hf = _filter_known(run)
+    for tr in traces(run, "loss"):
+        if len(tr.all_values) < 2:
+            continue
+        g = Trace.of(run, "grad_norm", tr.rank)
+        finite_loss_steps = tr.all_steps[np.isfinite(tr.all_values)]
+        if g is not None:
+            bad_g = ~np.isfinite(g.all_values)
+            masked = bad_g & np.isin(g.all_steps, finite_loss_steps)
+            if masked.any():
+                idx = np.flatnonzero(masked)
+                at_end = bool(bad_g[-1])
+                sev: Severity = "error" if at_end and idx.size >= 2 else (
+                    "warning" if idx.size >= 2 or at_end else "info")
+                onset = int(g.all_steps[idx[0]])
+                lv = tr.value_at(onset)
+                out.append(Finding(
+                    symptom="nan_masked_in_logs", severity=sev,
+                    confidence=0.9 if hf else 0.6, onset_step=onset,
+                    end_step=None if at_end else int(g.all_steps[idx[-1]]), rank=tr.rank,
+                    metric="loss",
+                    summary=(f"grad_norm was non-finite at {idx.size} logged step(s) from step "
+                             f"{onset} while the logged loss stayed finite ({fmt(lv)}): the "
+                             f"logger likely averaged only the finite losses"),
+                    evidence=(
+                        Evidence("grad_norm", onset, float(g.all_values[idx[0]]), None,
+                                 note=f"{idx.size} of {len(g.all_values)} logged grad_norm "
+                                      f"values are non-finite at steps with a finite loss"),
+                        Evidence("loss", onset, lv, None,
+                                 note="loss logged at the same step"),
+                    )))
+                continue
+        if not hf or len(tr) < 6:
+            continue
+        v = tr.values
+        zero_jump = np.flatnonzero((v[1:] == 0.0) & (v[:-1] >= 0.01))
+        if zero_jump.size:
+            i = int(zero_jump[0]) + 1
+            out.append(Finding(
+                symptom="nan_masked_in_logs", severity="warning", confidence=0.7,
+                onset_step=int(tr.steps[i]), rank=tr.rank, metric="loss",
+                summary=(f"logged loss fell from {fmt(float(v[i - 1]))} to exactly 0.0 at step "
+                         f"{int(tr.steps[i])}: the HF Trainer logs 0.0 when every loss in the "
+                         f"logging window was NaN/inf and was filtered"),
+                evidence=(Evidence("loss", int(tr.steps[i]), 0.0, float(v[i - 1]),
+                                   note="previous logged loss"),)))
+            continue
+        same = np.concatenate([[False], v[1:] == v[:-1]])
+        tail = 0
+        while tail < len(v) - 1 and same[len(v) - 1 - tail]:
+            tail += 1
+        distinct_before = np.unique(v[: len(v) - tail - 1]).size
+        if tail >= 3 and distinct_before >= 5:
+            i = len(v) - tail - 1
+            out.append(Finding(
+                symptom="nan_masked_in_logs", severity="warning", confidence=0.5,
+                onset_step=int(tr.steps[i]), rank=tr.rank, metric="loss",
+                summary=(f"the last {tail + 1} logged losses are all exactly "
+                         f"{fmt(float(v[-1]))} from step {int(tr.steps[i])}: a flatline this "
+                         f"exact suggests NaN losses were filtered from the log"),
+                evidence=(Evidence("loss", int(tr.steps[i]), float(v[-1]), None,
+                                   note=f"{tail + 1} consecutive bit-identical logged values "
+                                        f"after {distinct_before} distinct ones"),)))
+    return out

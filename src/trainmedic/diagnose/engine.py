@@ -1,0 +1,187 @@
+"""The engine: run every registered detector on a run, fold duplicate findings of one incident
+into a root finding, route each finding to causes and interventions, and sort.
+
+It never raises on a weird run: a detector that crashes is logged and reported as a check not
+run ("internal error: ..."), so one bad rule cannot hide what the others found.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from trainmedic.diagnose.finding import (
+    SEVERITY_ORDER,
+    CheckNotRun,
+    Diagnosis,
+    Evidence,
+    Finding,
+)
+from trainmedic.diagnose.registry import Detector, NotRun, detectors
+from trainmedic.diagnose.router import route
+from trainmedic.diagnose.trace import Trace
+from trainmedic.run.series import Run
+
+__all__ = ["diagnose", "INCIDENT_ROOTS"]
+
+log = logging.getLogger(__name__)
+
+#: Symptoms that describe one incident on the loss/gradient path, most fundamental first.
+#: When several overlap in time on one rank, the first in this order is the root finding and
+#: the others are folded into its evidence (a NaN loss is not also a divergence and a spike).
+INCIDENT_ROOTS: tuple[str, ...] = (
+    "nonfinite_loss",
+    "nan_masked_in_logs",
+    "nonfinite_grad",
+    "divergence",
+    "loss_spike",
+    "exploding_gradients",
+)
+
+
+def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
+    """Run the registered detectors (or only the symptoms in ``only``) on ``run``."""
+    findings: list[Finding] = []
+    not_run: list[CheckNotRun] = []
+    for det in detectors():
+        if only is not None and det.symptom not in only:
+            continue
+        res = _run_one(det, run)
+        if isinstance(res, CheckNotRun):
+            not_run.append(res)
+        else:
+            findings.extend(res)
+    findings = _fold_incidents(findings, run)
+    findings = _fold_ranks(findings, run)
+    routed = []
+    for f in findings:
+        try:
+            routed.append(route(f, run))
+        except Exception:
+            log.exception("routing failed for %s", f.symptom)
+            routed.append(f)
+    routed.sort(key=lambda f: (-SEVERITY_ORDER[f.severity],
+                               f.onset_step if f.onset_step is not None else 2 ** 62,
+                               f.symptom))
+    notes = [n.detail for n in run.notes]
+    return Diagnosis(source=run.source, metrics_seen=run.metrics(), findings=routed,
+                     checks_not_run=not_run, notes=notes)
+
+
+def _run_one(det: Detector, run: Run) -> list[Finding] | CheckNotRun:
+    missing = det.missing(run)
+    if missing:
+        need_all = [m for m in det.requires if m in missing]
+        parts = []
+        if need_all:
+            parts.append(" and ".join(need_all))
+        if det.requires_any and any(m in missing for m in det.requires_any):
+            parts.append("one of " + ", ".join(det.requires_any))
+        return CheckNotRun(det.symptom, missing,
+                           f"log {' and '.join(parts)} to enable this check")
+    try:
+        res = det.fn(run)
+    except Exception as e:
+        log.exception("detector %s crashed", det.symptom)
+        return CheckNotRun(det.symptom, (), f"internal error: {type(e).__name__}: {e}")
+    if isinstance(res, NotRun):
+        return CheckNotRun(det.symptom, tuple(res.missing), res.reason)
+    if not isinstance(res, list) or not all(isinstance(f, Finding) for f in res):
+        log.error("detector %s returned %r, not a list of findings", det.symptom, type(res))
+        return CheckNotRun(det.symptom, (), "internal error: detector returned a bad value")
+    return res
+
+
+def _window(run: Run) -> int:
+    """How close in steps two findings must be to count as one incident."""
+    t = Trace.of(run, "loss") or next(
+        (Trace.of(run, "loss", r) for r in run.ranks() if Trace.of(run, "loss", r)), None)
+    last = run.last_step() or 0
+    if t is None:
+        return max(1, int(0.02 * last))
+    return int(max(3 * t.interval, 0.02 * max(1, t.span)))
+
+
+def _extent(f: Finding, run: Run) -> tuple[int, int]:
+    """The steps a finding covers for incident matching."""
+    s = f.onset_step if f.onset_step is not None else 0
+    if f.symptom == "divergence":
+        return s, run.last_step() or s
+    return s, s
+
+
+def _same_rank(a: Finding, b: Finding) -> bool:
+    return a.rank == b.rank or a.rank is None or b.rank is None
+
+
+def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
+    w = _window(run)
+    prio = {s: i for i, s in enumerate(INCIDENT_ROOTS)}
+    chain = sorted((f for f in findings if f.symptom in prio),
+                   key=lambda f: (prio[f.symptom], f.onset_step or 0))
+    rest = [f for f in findings if f.symptom not in prio]
+    roots: list[tuple[Finding, list[Finding]]] = []
+    for f in chain:
+        lo, hi = _extent(f, run)
+        for i, (root, folded) in enumerate(roots):
+            rlo, rhi = _extent(root, run)
+            if root.symptom == f.symptom or not _same_rank(root, f):
+                continue
+            if lo <= rhi + w and hi >= rlo - w:
+                folded.append(f)
+                roots[i] = (root, folded)
+                break
+        else:
+            roots.append((f, []))
+    out = rest
+    for root, folded in roots:
+        out.append(_fold_into(root, folded) if folded else root)
+    return out
+
+
+def _fold_into(root: Finding, folded: list[Finding]) -> Finding:
+    ev = list(root.evidence)
+    sev = root.severity
+    conf = root.confidence
+    also = []
+    for f in folded:
+        ev.append(Evidence(f.metric or "loss", f.onset_step, None, None, basis="measured",
+                           note=f"folded into this finding: {f.symptom} - {f.summary}"))
+        ev.extend(f.evidence[:2])
+        if SEVERITY_ORDER[f.severity] > SEVERITY_ORDER[sev]:
+            sev = f.severity
+        conf = max(conf, f.confidence)
+        also.append(f"{f.symptom} from step {f.onset_step}")
+    summary = f"{root.summary} (same incident: {', '.join(also)})"
+    return replace(root, evidence=tuple(ev), severity=sev, confidence=conf, summary=summary)
+
+
+def _fold_ranks(findings: list[Finding], run: Run) -> list[Finding]:
+    """The same symptom at about the same onset on several ranks: one finding, ranks noted."""
+    ranks = [r for r in run.ranks() if r is not None]
+    if len(ranks) < 2:
+        return findings
+    w = _window(run)
+    out: list[Finding] = []
+    merged: dict[int, list[int]] = {}
+    for f in findings:
+        if f.rank is None or f.symptom == "straggler":
+            out.append(f)
+            continue
+        for i, g in enumerate(out):
+            if (g.symptom == f.symptom and g.rank is not None and f.onset_step is not None
+                    and g.onset_step is not None and abs(g.onset_step - f.onset_step) <= w):
+                merged.setdefault(i, [g.rank]).append(f.rank)
+                if f.onset_step < g.onset_step or SEVERITY_ORDER[f.severity] > g.level:
+                    sev = max(f.severity, g.severity, key=lambda s: SEVERITY_ORDER[s])
+                    out[i] = replace(f, severity=sev)
+                break
+        else:
+            out.append(f)
+    for i, rs in merged.items():
+        f = out[i]
+        note = Evidence(f.metric or f.symptom, f.onset_step, None, None,
+                        note=f"seen on ranks {', '.join(str(r) for r in sorted(set(rs)))}")
+        out[i] = replace(f, evidence=(*f.evidence, note),
+                         summary=f"{f.summary} (on ranks {', '.join(map(str, sorted(set(rs))))})")
+    return out

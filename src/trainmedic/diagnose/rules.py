@@ -1,0 +1,446 @@
+"""The router's rule tables: for each symptom, the candidate causes (with the metric each one
+names and the data check that confirms or rules it out) and the interventions each cause
+suggests. Data, not code: the checks are named here and implemented in router.py.
+
+Practice these rules lean on (the "boring default" a fix should move towards): AdamW with
+linear warm-up and cosine or warmup-stable-decay (WSD) schedule, bf16 autocast, gradient
+clipping at norm 1.0 (HF Trainer's default ``max_grad_norm``; GPT-3/Chinchilla/LLaMA papers),
+skip-batch-and-resume for loss spikes (PaLM, Chowdhery et al. 2022 sec. 5.1; OPT logbook),
+fp16 loss-scale collapse fixed by bf16 (Micikevicius et al. 2018; PyTorch AMP docs), the
+DataLoader knobs in torch.utils.data docs (num_workers, pin_memory, prefetch_factor,
+persistent_workers), and early stopping at the validation minimum for overfitting.
+Action strings may use {onset}, {end}, {best}, {skip_from}, {skip_to}, {k}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainmedic.diagnose.finding import Likelihood
+
+__all__ = ["CauseRule", "InterventionRule", "CAUSES", "INTERVENTIONS"]
+
+
+@dataclass(kw_only=True, frozen=True)
+class CauseRule:
+    """One candidate cause of a symptom."""
+
+    cause: str
+    """The cause, as the report says it."""
+    likelihood: Likelihood
+    """Prior rank among this symptom's causes before any data check."""
+    metric: str | None = None
+    """The metric the cause names; it is checked against that metric's data when logged."""
+    check: str | None = None
+    """Name of the check in router.CHECKS; None when nothing in the logs can check it."""
+    to_check: str = ""
+    """What to log or look at to check it, said when it cannot be checked."""
+    interventions: tuple[str, ...] = ()
+    """Keys into INTERVENTIONS, best first."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class InterventionRule:
+    """One intervention: the smallest change, its displaced cost and how to verify it."""
+
+    action: str
+    displaced_cost: str
+    """Time, memory, and what it changes about the optimization."""
+    verify: str
+    changes_semantics: bool = False
+    """True when it changes batch size, precision, data order, the objective or the
+    schedule - i.e. the run is no longer the same experiment."""
+
+
+INTERVENTIONS: dict[str, InterventionRule] = {
+    "skip_batch": InterventionRule(
+        action="resume from the last checkpoint before step {onset} and skip the batches "
+               "around steps {skip_from}-{skip_to}",
+        displaced_cost="re-runs the steps since that checkpoint; drops a few batches of data",
+        verify="loss over the same steps stays within 1.2x of its running median",
+        changes_semantics=True),
+    "clip_grad": InterventionRule(
+        action="clip gradients: torch.nn.utils.clip_grad_norm_(params, 1.0) after "
+               "scaler.unscale_() (HF: max_grad_norm=1.0)",
+        displaced_cost="one extra reduction per step (<1% of step time); caps the step "
+                       "size on spikes",
+        verify="grad_norm after clipping <= 1.0 and no loss spike above 2x its median"),
+    "lower_lr": InterventionRule(
+        action="lower the peak learning rate 2-3x (and resume from a checkpoint before "
+               "step {onset})",
+        displaced_cost="slower progress per step; may need more steps to reach the same loss",
+        verify="loss keeps falling through step {onset} of the previous run",
+        changes_semantics=True),
+    "longer_warmup": InterventionRule(
+        action="warm the learning rate up linearly over the first 1-5% of steps "
+               "(e.g. get_linear_schedule_with_warmup / LinearLR)",
+        displaced_cost="the first steps learn slower; no memory cost",
+        verify="loss does not rise during the warm-up; grad_norm settles before the peak lr",
+        changes_semantics=True),
+    "bf16": InterventionRule(
+        action="train in bf16 autocast instead of fp16 (no GradScaler needed) on hardware "
+               "that supports it",
+        displaced_cost="same memory and speed on Ampere+; changes numerics (precision)",
+        verify="no non-finite grad_norm; loss matches the fp32 curve within noise",
+        changes_semantics=True),
+    "nan_guard": InterventionRule(
+        action="find the first module producing NaN/inf: trainmedic.watch(..., nan_guard=True) "
+               "or torch.autograd.set_detect_anomaly(True) for a few steps before step {onset}",
+        displaced_cost="anomaly mode is 2-10x slower; use it only around the onset",
+        verify="the guard names a module and step; the fix removes the NaN at that step"),
+    "check_loss_math": InterventionRule(
+        action="guard log/div/sqrt in the loss (clamp inputs with eps, use "
+               "F.cross_entropy/logsigmoid instead of log(softmax))",
+        displaced_cost="none measurable",
+        verify="loss stays finite past step {onset}"),
+    "disable_nan_filter": InterventionRule(
+        action="set TrainingArguments(logging_nan_inf_filter=False) so NaN losses show in "
+               "the log, and re-run from the last checkpoint before step {onset}",
+        displaced_cost="none; logging only",
+        verify="the logged loss is finite at every step (or the first NaN step is named)"),
+    "early_stop": InterventionRule(
+        action="keep the checkpoint at the best validation step {best} "
+               "(HF: load_best_model_at_end=True + EarlyStoppingCallback; Lightning: "
+               "ModelCheckpoint(monitor='val_loss') + EarlyStopping)",
+        displaced_cost="none; saves the compute after step {best}",
+        verify="the kept model's validation loss equals the minimum at step {best}"),
+    "regularize": InterventionRule(
+        action="add regularization: weight decay 0.01-0.1 (AdamW), dropout 0.1, "
+               "label smoothing",
+        displaced_cost="no memory; may slow training-loss descent",
+        verify="gap between validation and training loss stops widening after step {best}",
+        changes_semantics=True),
+    "augment_data": InterventionRule(
+        action="more data or stronger augmentation (for images: RandAugment/mosaic; for text: "
+               "more examples), or fewer epochs",
+        displaced_cost="more data-loading CPU time per step",
+        verify="validation loss keeps falling past step {best}",
+        changes_semantics=True),
+    "check_labels": InterventionRule(
+        action="check that labels line up with inputs: overfit one small batch "
+               "(loss should reach ~0 in a few hundred steps)",
+        displaced_cost="minutes; no change to the run",
+        verify="a single batch can be memorized; loss on it drops well below ln({k})"),
+    "check_optimizer": InterventionRule(
+        action="check that the optimizer steps the parameters: lr > 0, params have "
+               "requires_grad=True and are in optimizer.param_groups, optimizer.step() is "
+               "called after backward() and zero_grad() before it",
+        displaced_cost="minutes; no change to the run",
+        verify="update_ratio (|update| / |param|) ~1e-3 per step and param_norm changes"),
+    "raise_lr": InterventionRule(
+        action="run a short LR range test and raise the learning rate (e.g. 1e-4..1e-3 for "
+               "AdamW on transformers)",
+        displaced_cost="a few hundred steps of probing",
+        verify="loss falls by >5% within the first 5% of the run",
+        changes_semantics=True),
+    "decay_lr": InterventionRule(
+        action="decay the learning rate (cosine, or a WSD cool-down of the last 10-20% of "
+               "steps)",
+        displaced_cost="none; may need a few more steps",
+        verify="loss drops below the plateau level {onset} during the decay",
+        changes_semantics=True),
+    "stop_early_plateau": InterventionRule(
+        action="stop at the plateau (or shorten the schedule) to save compute",
+        displaced_cost="none",
+        verify="final loss is within noise of the plateau level"),
+    "bigger_model_or_data": InterventionRule(
+        action="if the plateau is above the target, add capacity or data rather than steps",
+        displaced_cost="more memory/time per step",
+        verify="the new run's plateau is lower",
+        changes_semantics=True),
+    "bigger_batch": InterventionRule(
+        action="raise the effective batch (gradient accumulation) to average out noise",
+        displaced_cost="fewer optimizer steps per epoch; accumulation costs no memory",
+        verify="loss swings shrink below 30% of its level",
+        changes_semantics=True),
+    "shuffle": InterventionRule(
+        action="shuffle the data every epoch (DataLoader(shuffle=True) or "
+               "DistributedSampler.set_epoch(epoch))",
+        displaced_cost="none",
+        verify="the loss no longer swings in step with epochs",
+        changes_semantics=True),
+    "more_workers": InterventionRule(
+        action="DataLoader(num_workers=<cores per GPU>, pin_memory=True, prefetch_factor=2-4, "
+               "persistent_workers=True)",
+        displaced_cost="host RAM per worker (a copy of the dataset object each); more CPU",
+        verify="data_time_s share of step time < 10%"),
+    "cache_preprocess": InterventionRule(
+        action="move heavy decoding/augmentation/tokenization out of __getitem__: "
+               "pre-tokenize, cache decoded data, or run augmentation on the GPU",
+        displaced_cost="disk space for the cache; a preprocessing pass",
+        verify="data_time_s per step falls; samples_per_s rises"),
+    "faster_storage": InterventionRule(
+        action="copy the dataset to local NVMe / RAM disk or use a streaming format "
+               "(WebDataset, sharded tar)",
+        displaced_cost="local disk space; a copy step",
+        verify="data_time_s per step falls"),
+    "move_periodic_work": InterventionRule(
+        action="move checkpoint saving / evaluation outside the timed step, save "
+               "asynchronously (torch.distributed.checkpoint.async_save)",
+        displaced_cost="host memory for the async copy",
+        verify="no step takes >3x the median step time"),
+    "gc_control": InterventionRule(
+        action="call gc.freeze() after setup and gc.collect() at fixed intervals on all ranks",
+        displaced_cost="none",
+        verify="step-time outliers disappear or become periodic and small"),
+    "find_leak": InterventionRule(
+        action="look for tensors kept across steps: accumulate loss.item() not loss, detach "
+               "stored outputs; compare torch.cuda.memory_snapshot() between two steps",
+        displaced_cost="a short profiling run",
+        verify="memory is flat after warm-up (growth < 5%)"),
+    "worker_copy_on_read": InterventionRule(
+        action="store dataset metadata in numpy arrays instead of Python lists/dicts (copy-on-"
+               "read in forked DataLoader workers grows RSS; pytorch/pytorch#13246)",
+        displaced_cost="a refactor of the Dataset",
+        verify="rss_mb is flat after the first epoch"),
+    "check_node": InterventionRule(
+        action="inspect the slow rank's host/GPU: nvidia-smi clocks and temperature, other "
+               "processes, PCIe/NVLink topology; swap the node out to confirm",
+        displaced_cost="operator time",
+        verify="the rank's compute_time_s matches the others"),
+    "balance_batches": InterventionRule(
+        action="balance work per rank: bucket sequences by length, equal shapes per rank",
+        displaced_cost="changes batch composition",
+        verify="per-rank compute_time_s within 5%",
+        changes_semantics=True),
+    "verify_resume": InterventionRule(
+        action="checkpoint at every log interval and test resume equivalence "
+               "(trainmedic ckpt resume-test)",
+        displaced_cost="checkpoint I/O time",
+        verify="resumed steps reproduce the original losses"),
+    "dedupe_log": InterventionRule(
+        action="nothing to fix in training; trainmedic keeps the last value logged for a step",
+        displaced_cost="none",
+        verify="n/a"),
+    "check_throttling": InterventionRule(
+        action="log gpu_util and clocks; check for thermal throttling, a co-located job, or "
+               "allocator fragmentation (torch.cuda.memory_stats num_alloc_retries)",
+        displaced_cost="none",
+        verify="samples_per_s returns to its level before step {onset}"),
+    "fix_init_or_arch": InterventionRule(
+        action="check initialization and normalization (pre-LayerNorm, residual scaling), "
+               "and non-saturating activations",
+        displaced_cost="a code change; a fresh run",
+        verify="grad_norm stays within 10x of its early level",
+        changes_semantics=True),
+}
+
+
+CAUSES: dict[str, tuple[CauseRule, ...]] = {
+    "nonfinite_loss": (
+        CauseRule(cause="the loss diverged before it overflowed (the step before was already "
+                        "rising)", likelihood="high", metric="loss",
+                  check="loss_rising_before_onset", interventions=("lower_lr", "clip_grad")),
+        CauseRule(cause="fp16 overflow: activations or gradients beyond the fp16 range",
+                  likelihood="high", metric="loss_scale", check="loss_scale_logged",
+                  to_check="log loss_scale (GradScaler.get_scale()) to check for fp16",
+                  interventions=("bf16",)),
+        CauseRule(cause="learning rate too high at the onset", likelihood="medium",
+                  metric="lr", check="lr_high_at_onset", interventions=("lower_lr",)),
+        CauseRule(cause="a log/div/sqrt of zero or a negative number in the loss, or a NaN "
+                        "in an input batch", likelihood="medium",
+                  to_check="run the NaN guard around the onset to name the module",
+                  interventions=("nan_guard", "check_loss_math")),
+    ),
+    "loss_spike": (
+        CauseRule(cause="a bad batch (corrupt, mislabeled or extreme samples)",
+                  likelihood="high", metric="loss", check="spike_recovered",
+                  interventions=("skip_batch",)),
+        CauseRule(cause="a gradient spike that clipping did not cap", likelihood="medium",
+                  metric="grad_norm", check="grad_spike_at_onset",
+                  to_check="log grad_norm (before clipping) to check this",
+                  interventions=("clip_grad",)),
+        CauseRule(cause="learning rate too high at the onset", likelihood="medium",
+                  metric="lr", check="lr_high_at_onset",
+                  interventions=("lower_lr", "longer_warmup")),
+        CauseRule(cause="Adam's second-moment estimate lagging a sudden gradient change "
+                        "(stale v after a quiet period)", likelihood="low",
+                  to_check="needs per-layer update_ratio around the onset",
+                  interventions=("clip_grad",)),
+    ),
+    "divergence": (
+        CauseRule(cause="learning rate too high at the onset", likelihood="high",
+                  metric="lr", check="lr_high_at_onset", interventions=("lower_lr",)),
+        CauseRule(cause="missing or too-short warm-up (lr starts at its peak)",
+                  likelihood="high", metric="lr", check="lr_starts_at_peak",
+                  interventions=("longer_warmup",)),
+        CauseRule(cause="gradient spikes reaching the weights (no or loose clipping)",
+                  likelihood="medium", metric="grad_norm", check="grad_spike_at_onset",
+                  to_check="log grad_norm to check this", interventions=("clip_grad",)),
+        CauseRule(cause="fp16 overflow/underflow", likelihood="low", metric="loss_scale",
+                  check="loss_scale_logged", to_check="log loss_scale to check for fp16",
+                  interventions=("bf16",)),
+        CauseRule(cause="a change in the data stream (a new shard, unshuffled or corrupt data)",
+                  likelihood="low", to_check="log a data shard/epoch index",
+                  interventions=("skip_batch",)),
+    ),
+    "flat_loss": (
+        CauseRule(cause="the model is at chance: it predicts the uniform distribution over "
+                        "{k} classes", likelihood="high", metric="loss", check="at_chance",
+                  interventions=("check_labels", "check_optimizer")),
+        CauseRule(cause="learning rate is 0", likelihood="high", metric="lr", check="lr_zero",
+                  interventions=("check_optimizer",)),
+        CauseRule(cause="no gradient reaches the parameters (frozen, detached, or not in the "
+                        "optimizer)", likelihood="high", metric="grad_norm",
+                  check="grad_or_update_zero",
+                  to_check="log grad_norm or update_ratio to check this",
+                  interventions=("check_optimizer",)),
+        CauseRule(cause="parameters do not change (optimizer.step() not called)",
+                  likelihood="medium", metric="param_norm", check="param_norm_constant",
+                  to_check="log param_norm to check this", interventions=("check_optimizer",)),
+        CauseRule(cause="the run is still in its lr warm-up: too early to judge",
+                  likelihood="medium", metric="lr", check="lr_rising_at_end",
+                  interventions=("check_optimizer",)),
+        CauseRule(cause="learning rate far too low", likelihood="medium", metric="lr",
+                  check="lr_tiny", interventions=("raise_lr",)),
+        CauseRule(cause="labels shuffled or misaligned with inputs", likelihood="medium",
+                  to_check="overfit one batch to check", interventions=("check_labels",)),
+    ),
+    "plateau": (
+        CauseRule(cause="the learning-rate schedule has annealed: the plateau is the end of "
+                        "training, as expected", likelihood="high", metric="lr",
+                  check="lr_annealed", interventions=("stop_early_plateau",)),
+        CauseRule(cause="learning rate too high to settle lower (not decayed)",
+                  likelihood="medium", metric="lr", check="lr_not_decayed",
+                  interventions=("decay_lr",)),
+        CauseRule(cause="the model has reached what its capacity/data allow",
+                  likelihood="medium", to_check="compare with a larger model or more data",
+                  interventions=("bigger_model_or_data", "stop_early_plateau")),
+    ),
+    "oscillation": (
+        CauseRule(cause="learning rate too high for the loss surface", likelihood="high",
+                  metric="lr", check="lr_high_at_onset", interventions=("lower_lr",)),
+        CauseRule(cause="batch too small: gradient noise dominates", likelihood="medium",
+                  to_check="log the batch size", interventions=("bigger_batch",)),
+        CauseRule(cause="data not shuffled (loss follows the data order)", likelihood="low",
+                  to_check="compare the swing period with the epoch length",
+                  interventions=("shuffle",)),
+    ),
+    "overfitting": (
+        CauseRule(cause="the model memorizes the training set: training loss keeps falling "
+                        "while validation rises", likelihood="high", metric="loss",
+                  check="train_loss_falling",
+                  to_check="log the training loss next to val_loss to check this",
+                  interventions=("early_stop", "regularize", "augment_data")),
+        CauseRule(cause="too many epochs for the amount of data", likelihood="medium",
+                  interventions=("early_stop", "augment_data")),
+        CauseRule(cause="learning rate kept high late in training", likelihood="low",
+                  metric="lr", check="lr_not_decayed", interventions=("decay_lr",)),
+    ),
+    "exploding_gradients": (
+        CauseRule(cause="an outlier batch produced one huge gradient", likelihood="high",
+                  metric="grad_norm", check="grad_spikes_isolated",
+                  interventions=("clip_grad", "skip_batch")),
+        CauseRule(cause="learning rate too high: the weights grow and gradients with them",
+                  likelihood="medium", metric="lr", check="lr_high_at_onset",
+                  interventions=("lower_lr", "clip_grad")),
+        CauseRule(cause="fp16 overflow", likelihood="low", metric="loss_scale",
+                  check="loss_scale_logged", to_check="log loss_scale to check for fp16",
+                  interventions=("bf16",)),
+        CauseRule(cause="unstable architecture/initialization (no normalization, deep "
+                        "residual stack without scaling)", likelihood="low",
+                  interventions=("fix_init_or_arch",)),
+    ),
+    "vanishing_gradients": (
+        CauseRule(cause="the loss has converged (tiny gradients at a tiny loss)",
+                  likelihood="medium", metric="loss", check="loss_fell",
+                  interventions=("stop_early_plateau",)),
+        CauseRule(cause="learning rate decayed to ~0", likelihood="medium", metric="lr",
+                  check="lr_end_near_zero", interventions=("decay_lr",)),
+        CauseRule(cause="saturating activations or poor initialization", likelihood="medium",
+                  to_check="log per-layer activation statistics",
+                  interventions=("fix_init_or_arch",)),
+        CauseRule(cause="parameters frozen or detached from the loss", likelihood="medium",
+                  interventions=("check_optimizer",)),
+    ),
+    "nonfinite_grad": (
+        CauseRule(cause="fp16 overflow (GradScaler should skip the step and lower the scale)",
+                  likelihood="high", metric="loss_scale", check="loss_scale_logged",
+                  to_check="log loss_scale to check for fp16", interventions=("bf16",)),
+        CauseRule(cause="learning rate too high", likelihood="medium", metric="lr",
+                  check="lr_high_at_onset", interventions=("lower_lr", "clip_grad")),
+        CauseRule(cause="a NaN/inf produced in the forward or backward of one module",
+                  likelihood="medium", interventions=("nan_guard", "check_loss_math")),
+    ),
+    "nan_masked_in_logs": (
+        CauseRule(cause="the logger dropped NaN/inf losses from its average (HF Trainer "
+                        "logging_nan_inf_filter=True, the default)", likelihood="high",
+                  check="hf_trainer_run", to_check="look for logging_nan_inf_filter in the "
+                  "training arguments", interventions=("disable_nan_filter", "nan_guard")),
+        CauseRule(cause="fp16 overflow behind the NaN steps", likelihood="medium",
+                  metric="loss_scale", check="loss_scale_logged",
+                  to_check="log loss_scale to check for fp16", interventions=("bf16",)),
+    ),
+    "loss_scale_collapse": (
+        CauseRule(cause="fp16 overflows on nearly every step (values beyond 65504)",
+                  likelihood="high", metric="loss_scale", check="loss_scale_logged",
+                  interventions=("bf16", "clip_grad")),
+        CauseRule(cause="learning rate too high (activations grow until they overflow)",
+                  likelihood="medium", metric="lr", check="lr_high_at_onset",
+                  interventions=("lower_lr",)),
+    ),
+    "input_bound": (
+        CauseRule(cause="too few DataLoader workers / no prefetching", likelihood="high",
+                  to_check="log the DataLoader settings (num_workers, prefetch_factor)",
+                  interventions=("more_workers",)),
+        CauseRule(cause="CPU-heavy decoding, augmentation or tokenization per sample",
+                  likelihood="medium", to_check="profile __getitem__",
+                  interventions=("cache_preprocess",)),
+        CauseRule(cause="slow or remote storage", likelihood="medium",
+                  to_check="measure read throughput (trainmedic bench)",
+                  interventions=("faster_storage",)),
+    ),
+    "step_time_outliers": (
+        CauseRule(cause="periodic work inside the timed step (checkpoint save, evaluation, "
+                        "logging flush)", likelihood="high", metric="step_time_s",
+                  check="outliers_periodic", interventions=("move_periodic_work",)),
+        CauseRule(cause="data-loader stalls on those steps", likelihood="medium",
+                  metric="data_time_s", check="data_time_high_at_outliers",
+                  to_check="log data_time_s to check this", interventions=("more_workers",)),
+        CauseRule(cause="Python garbage-collection pauses or host-device syncs",
+                  likelihood="low", interventions=("gc_control",)),
+    ),
+    "memory_growth": (
+        CauseRule(cause="tensors kept across steps (loss accumulated without .item(), stored "
+                        "outputs holding the graph)", likelihood="high", metric="mem_alloc_mb",
+                  check="finding_metric_is", to_check="log mem_alloc_mb to check this",
+                  interventions=("find_leak",)),
+        CauseRule(cause="host memory growth in DataLoader workers (copy-on-read of Python "
+                        "objects)", likelihood="medium", metric="rss_mb",
+                  check="finding_metric_is", to_check="log rss_mb to check this",
+                  interventions=("worker_copy_on_read",)),
+        CauseRule(cause="allocator cache growth from changing shapes (fragmentation, "
+                        "torch.compile recompiles)", likelihood="medium",
+                  metric="mem_reserved_mb", check="finding_metric_is",
+                  to_check="log mem_reserved_mb to check this", interventions=("find_leak",)),
+    ),
+    "straggler": (
+        CauseRule(cause="the slow rank waits longer for data (disk, CPU contention on that "
+                        "host)", likelihood="high", metric="data_time_s",
+                  check="finding_metric_is", to_check="log data_time_s per rank",
+                  interventions=("more_workers", "check_node")),
+        CauseRule(cause="the slow rank computes slower (thermal throttling, lower clocks, "
+                        "another process, topology)", likelihood="high",
+                  metric="compute_time_s", check="finding_metric_is",
+                  to_check="log compute_time_s (forward+backward before the all-reduce) per "
+                  "rank", interventions=("check_node",)),
+        CauseRule(cause="uneven work per rank (longer sequences or larger images)",
+                  likelihood="medium", interventions=("balance_batches",)),
+    ),
+    "resume_discontinuity": (
+        CauseRule(cause="the run resumed from an earlier checkpoint and replayed the steps "
+                        "since it", likelihood="high", metric="loss", check="replayed_many",
+                  interventions=("verify_resume",)),
+        CauseRule(cause="the logger wrote one record twice", likelihood="medium",
+                  metric="loss", check="replayed_one", interventions=("dedupe_log",)),
+    ),
+    "throughput_regression": (
+        CauseRule(cause="the input pipeline slowed down", likelihood="medium",
+                  metric="data_time_s", check="data_time_rose",
+                  to_check="log data_time_s to check this",
+                  interventions=("more_workers", "faster_storage")),
+        CauseRule(cause="GPU throttling, a co-located job, or allocator fragmentation",
+                  likelihood="medium", to_check="log gpu_util and clocks",
+                  interventions=("check_throttling",)),
+    ),
+}

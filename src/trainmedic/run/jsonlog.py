@@ -1,0 +1,200 @@
+"""JSON logs: JSON Lines (Detectron2's metrics.json, mmengine, W&B-style history, hand-written
+``{"step": 1, "loss": 2.3}`` lines) and a JSON document holding rows (a list of objects, or an
+object of equal-length lists).
+
+Nested objects are flattened with ``/`` (``{"train": {"loss": 1}}`` -> ``train/loss``), the way
+TensorBoard tags and W&B keys are written, so the alias table sees one naming scheme.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
+from trainmedic.run.names import FALLBACK_STEP_COLUMNS, find_step_column
+from trainmedic.run.series import Series
+from trainmedic.run.table import LogTable, NoteCounter
+
+__all__ = ["read_jsonl", "read_json_rows", "read_text", "flatten", "as_number", "rows_to_table"]
+
+_MAX_DEPTH = 8
+
+
+def read_text(path: Path, expected: str) -> str:
+    """The file as text (UTF-8, BOM dropped), or an UnreadableInputError naming ``expected``."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UnreadableInputError(str(path), f"cannot open the file ({exc.strerror}); "
+                                   f"expected a readable {expected}") from exc
+    if b"\x00" in raw[:4096]:
+        raise UnrecognizedInputError(str(path), f"holds binary data; expected a {expected}")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UnreadableInputError(str(path), f"is not UTF-8 text (byte {exc.start}); "
+                                   f"expected a {expected}") from exc
+
+
+def flatten(obj: Mapping[str, Any], prefix: str = "", depth: int = 0) -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a/b": 1}``."""
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and depth < _MAX_DEPTH:
+            out.update(flatten(v, key + "/", depth + 1))
+        else:
+            out[key] = v
+    return out
+
+
+def as_number(v: Any) -> float | None:
+    """A JSON value as a float, or None when it is not a number. Strings such as "NaN" or
+    "inf" count: loggers write non-finite values that way because JSON has no literal."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        s = v.strip()
+        if not s or len(s) > 40:
+            return None
+        try:
+            return float(s)
+        except ValueError:
+            return None
+    return None
+
+
+def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str, Any]]]
+                  ) -> LogTable:
+    """Fill ``table`` from flat rows ``(line number, {key: value})`` in log order."""
+    rows = list(rows)
+    keys: dict[str, None] = {}
+    for _, r in rows:
+        for k in r:
+            keys.setdefault(k, None)
+    step_name = find_step_column(keys)
+    if step_name is not None:
+        # The step must be in most rows to be the step: one odd key is not.
+        with_step = sum(1 for _, r in rows if as_number(r.get(step_name)) is not None)
+        if with_step < max(1, len(rows) // 2):
+            step_name = None
+    no_step = NoteCounter("missing_step", "rows without a step value left out")
+    bad = NoteCounter("non_numeric_cell", "non-numeric values read as missing")
+    numeric_keys: set[str] = set()
+    for _, r in rows:
+        for k, v in r.items():
+            if k not in numeric_keys and as_number(v) is not None:
+                numeric_keys.add(k)
+    steps: list[int | None]
+    if step_name is not None:
+        raw_steps = [as_number(r.get(step_name)) for _, r in rows]
+        if any(x is not None and math.isfinite(x) and x != math.floor(x) for x in raw_steps):
+            # e.g. only a fractional "epoch" to go by: row order is the honest step.
+            table.note("step_from_row_index",
+                       f"'{step_name}' is not whole numbers; steps are row numbers")
+            step_name = None
+        else:
+            steps = [int(x) if x is not None and math.isfinite(x) else None for x in raw_steps]
+    if step_name is None:
+        steps = list(range(len(rows)))
+        if not table.notes:
+            table.note("step_from_row_index", "no step key (looked for step, global_step, "
+                       "iteration, iter, _step, trainer/global_step, epoch); steps are row "
+                       "numbers")
+    elif step_name.lower() in FALLBACK_STEP_COLUMNS:
+        table.note("step_is_epoch", f"no step key; '{step_name}' is used as the step")
+    cols_steps: dict[str, list[int]] = {}
+    cols_vals: dict[str, list[float]] = {}
+    for (line, r), step in zip(rows, steps, strict=True):
+        if step is None:
+            no_step.add(line)
+            continue
+        for k, v in r.items():
+            if k == step_name or k not in numeric_keys:
+                continue
+            x = as_number(v)
+            if x is None:
+                if v is not None and not isinstance(v, (list, dict)):
+                    bad.add(line, f"{k}={str(v)[:20]!r}")
+                continue
+            cols_steps.setdefault(k, []).append(step)
+            cols_vals.setdefault(k, []).append(x)
+    table.step_column = step_name
+    for k in cols_steps:
+        table.columns[k] = Series(np.asarray(cols_steps[k], dtype=np.int64),
+                                  np.asarray(cols_vals[k], dtype=np.float64))
+    no_step.flush(table)
+    bad.flush(table)
+    return table
+
+
+def read_jsonl(path: Path) -> LogTable:
+    """Read a JSON Lines log: one JSON object per line."""
+    text = read_text(path, "JSON Lines log (one JSON object per line)")
+    table = LogTable(path=str(path), format="jsonl")
+    if "\r" in text:
+        table.meta["line_endings"] = "crlf"
+    lines = text.splitlines()
+    last = len(lines)
+    while last and not lines[last - 1].strip():
+        last -= 1
+    rows: list[tuple[int | None, dict[str, Any]]] = []
+    bad_lines = NoteCounter("skipped_line", "lines that are not JSON objects skipped")
+    for i in range(last):
+        line = lines[i].strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            if i == last - 1 and rows:
+                table.note("truncated_last_line", "last line is not complete JSON (the writer "
+                           "was probably interrupted); it was left out", line=i + 1)
+            else:
+                bad_lines.add(i + 1)
+            continue
+        if not isinstance(obj, dict):
+            bad_lines.add(i + 1)
+            continue
+        rows.append((i + 1, flatten(obj)))
+    bad_lines.flush(table)
+    if not rows:
+        what = "is empty" if not text.strip() else "has no line holding a JSON object"
+        raise UnrecognizedInputError(str(path), f"{what}; expected a JSON Lines log "
+                                     "(one object per line, e.g. {\"step\": 1, \"loss\": 2.3})")
+    rows_to_table(table, rows)
+    if not table.columns:
+        raise UnrecognizedInputError(str(path), "has JSON objects but no numeric values; "
+                                     "expected metrics such as {\"step\": 1, \"loss\": 2.3}")
+    return table
+
+
+def read_json_rows(path: Path, doc: Any) -> LogTable:
+    """A parsed JSON document of rows: ``[{...}, ...]`` or ``{"step": [...], "loss": [...]}``."""
+    table = LogTable(path=str(path), format="json_rows")
+    if isinstance(doc, list) and doc and all(isinstance(r, dict) for r in doc):
+        rows_to_table(table, ((None, flatten(r)) for r in doc))
+    elif isinstance(doc, dict) and doc and all(isinstance(v, list) for v in doc.values()):
+        lengths = {len(v) for v in doc.values()}
+        if len(lengths) != 1:
+            raise UnrecognizedInputError(str(path), "is a JSON object of lists of different "
+                                         "lengths; expected equal-length metric columns")
+        n = lengths.pop()
+        keys = list(doc)
+        rows_to_table(table, ((None, {k: doc[k][i] for k in keys}) for i in range(n)))
+    else:
+        raise UnrecognizedInputError(str(path), "is JSON but not a training log; expected a "
+                                     "trainer_state.json (with log_history), a list of metric "
+                                     "objects, or one object per line")
+    if not table.columns:
+        raise UnrecognizedInputError(str(path), "is JSON with no numeric metrics; expected "
+                                     "rows such as {\"step\": 1, \"loss\": 2.3}")
+    return table

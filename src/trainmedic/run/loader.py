@@ -1,0 +1,514 @@
+"""Turn paths (files, folders, run stores) into one ``Run``.
+
+Formats are recognized by content, not only by name: a trainer_state.json saved under any name
+is found by its ``log_history``, an event file by its TFRecord header, a run store by the SQLite
+magic. Folders are walked (bounded depth) and every recognizable log is read; the rank of a file
+comes from a ``rank<N>`` in its name or in a folder name on its way; the files of one run are
+merged into one ``Run`` in path order (so ``version_0`` comes before ``version_1`` and event files
+in the order their names' timestamps give).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainmedic.errors import InputError, UnreadableInputError, UnrecognizedInputError
+from trainmedic.run import names as names_mod
+from trainmedic.run.series import ImportNote, Run, Series
+from trainmedic.run.table import LogTable
+
+__all__ = ["load_paths", "detect_format", "rank_of", "table_to_run", "read_file",
+           "MAX_DEPTH", "MAX_FILES"]
+
+log = logging.getLogger(__name__)
+
+MAX_DEPTH = 6
+"""Folder levels walked below a folder given on the command line."""
+MAX_FILES = 5000
+"""Files looked at in one folder tree before the walk stops (with a note)."""
+
+_SNIFF_BYTES = 65536
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_GZIP_MAGIC = b"\x1f\x8b"
+# Never logs, and often huge: skipped without opening.
+_SKIP_SUFFIXES = frozenset({
+    ".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".pkl", ".pickle", ".npy", ".npz",
+    ".h5", ".hdf5", ".onnx", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".mp4", ".zip", ".tar",
+    ".gz", ".tgz", ".whl", ".so", ".pyc", ".yaml", ".yml", ".md", ".html",
+    ".model", ".msgpack", ".parquet", ".arrow", ".wandb", ".lock",
+})
+_SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints", "node_modules", ".venv"})
+_RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?!\d)", re.IGNORECASE)
+# Keras' TensorBoard callback writes train/ and validation/ sub-folders with the same tags.
+_SPLIT_DIRS = frozenset({"train", "training", "validation", "val", "eval", "evaluation", "test"})
+
+WHAT_WE_READ = ("CSV logs with a header row, JSON Lines, HF trainer_state.json, "
+                "TensorBoard event files, trainmedic run stores (SQLite)")
+
+
+def rank_of(path: Path, root: Path | None = None) -> int | None:
+    """The rank a file belongs to: ``rank<N>`` / ``rank_N`` / ``rank-N`` in its name, else in
+    the nearest folder name between it and ``root`` (``root`` itself included)."""
+    parts = [path.name]
+    if root is not None and root != path:
+        try:
+            rel = path.parent.relative_to(root)
+            parts += list(reversed(rel.parts)) + [root.name]
+        except ValueError:
+            pass
+    for part in parts:
+        m = _RANK_RE.search(part)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+@dataclass(frozen=True)
+class _Found:
+    path: Path
+    fmt: str
+    rank: int | None
+    tag_prefix: str = ""
+
+
+def detect_format(path: Path) -> str | None:
+    """``csv``, ``jsonl``, ``json``, ``tensorboard``, ``store``, or None (not a log we read).
+
+    Reads at most the first 64 KiB. Raises UnreadableInputError when the file cannot be opened.
+    """
+    try:
+        with path.open("rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError as exc:
+        raise UnreadableInputError(str(path), f"cannot open the file ({exc.strerror}); expected "
+                                   f"a readable log ({WHAT_WE_READ})") from exc
+    if head.startswith(_SQLITE_MAGIC):
+        return "store"
+    if "tfevents" in path.name:
+        return "tensorboard"
+    if len(head) >= 12:
+        from trainmedic.run.tbevents import looks_like_tfrecord
+
+        if looks_like_tfrecord(head):
+            return "tensorboard"
+    if head.startswith(_GZIP_MAGIC) or b"\x00" in head:
+        return None
+    text_head = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
+    stripped = text_head.lstrip()
+    if not stripped:
+        return "empty"
+    try:
+        text = stripped.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(stripped) - 4:  # not just a character cut at the 64 KiB boundary
+            return None
+        text = stripped[:exc.start].decode("utf-8")
+    if text[0] in "{[":
+        first = text.split("\n", 1)[0].strip()
+        try:
+            obj = json.loads(first)
+        except ValueError:
+            return "json"
+        if isinstance(obj, dict) and "log_history" not in obj:
+            return "jsonl"
+        return "json"
+    first_line = text.split("\n", 1)[0]
+    if any(d in first_line for d in (",", "\t", ";")) and _printable(text[:4096]):
+        return "csv"
+    return None
+
+
+def _printable(text: str) -> bool:
+    bad = sum(1 for ch in text if ord(ch) < 32 and ch not in "\r\n\t")
+    return bad == 0
+
+
+def _csv_header_is_log(path: Path) -> bool:
+    """Inside a folder, a CSV is read only when its header names a step or a known metric
+    (a predictions.csv or a dataset next to the logs is not a training log)."""
+    from trainmedic.run.csvlog import sniff_delimiter, split_header
+
+    with path.open("rb") as f:
+        line = f.readline(65536).lstrip(b"\xef\xbb\xbf").rstrip(b"\r\n")
+    d = sniff_delimiter(line)
+    if d is None:
+        return False
+    cols = split_header(line, d)
+    return _names_look_like_log(cols)
+
+
+def _names_look_like_log(cols: list[str]) -> bool:
+    if names_mod.find_step_column(cols) is not None:
+        return True
+    res = names_mod.resolve_names(cols)
+    return bool(res.aliases or res.derived)
+
+
+def read_file(path: Path, fmt: str | None = None, tag_prefix: str = "") -> LogTable | Run:
+    """Read one file (format detected unless given). A run store comes back as a ``Run``."""
+    fmt = fmt or detect_format(path)
+    if fmt == "empty":
+        raise UnrecognizedInputError(str(path), f"is empty; expected a training log "
+                                     f"({WHAT_WE_READ})")
+    if fmt == "store":
+        return _read_store(path)
+    if fmt == "tensorboard":
+        from trainmedic.run.tbevents import read_tensorboard
+
+        return read_tensorboard(path, tag_prefix=tag_prefix)
+    if fmt == "csv":
+        from trainmedic.run.csvlog import read_csv
+
+        return read_csv(path)
+    if fmt == "jsonl":
+        from trainmedic.run.jsonlog import read_jsonl
+
+        return read_jsonl(path)
+    if fmt == "json":
+        return _read_json_doc(path)
+    raise UnrecognizedInputError(str(path), f"is not a training log trainmedic reads; expected "
+                                 f"{WHAT_WE_READ}")
+
+
+def _read_json_doc(path: Path) -> LogTable:
+    from trainmedic.run.hf_state import is_hf_state, read_hf_state
+    from trainmedic.run.jsonlog import read_json_rows, read_jsonl, read_text
+
+    text = read_text(path, "JSON log")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # Several objects one per line whose first line is pretty-printed? Try lines.
+        if text.lstrip().startswith("{") and text.count("\n") > 1:
+            try:
+                return read_jsonl(path)
+            except UnrecognizedInputError:
+                pass
+        raise UnrecognizedInputError(str(path), f"is not valid JSON ({exc.msg} at line "
+                                     f"{exc.lineno}); expected a trainer_state.json or JSON "
+                                     "Lines log") from exc
+    if is_hf_state(doc):
+        return read_hf_state(path, doc)
+    return read_json_rows(path, doc)
+
+
+def _read_store(path: Path) -> Run:
+    try:
+        from trainmedic.run import store
+    except ImportError as exc:
+        raise UnrecognizedInputError(str(path), "is an SQLite file, but this build has no run "
+                                     "store reader (trainmedic.run.store)") from exc
+    if not store.is_store_file(path):
+        raise UnrecognizedInputError(str(path), "is an SQLite database but not a trainmedic run "
+                                     "store; expected a store written by trainmedic.watch")
+    run: Run = store.read_store(path)
+    return run
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, int]]:
+    """Files under ``root`` with their depth, in natural path order, bounded in depth."""
+    def natural(name: str) -> list[Any]:
+        return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", name)]
+
+    def rec(d: Path, depth: int) -> Iterator[tuple[Path, int]]:
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: natural(e.name))
+        except OSError as exc:
+            raise UnreadableInputError(str(d), f"cannot list the folder ({exc.strerror})"
+                                       ) from exc
+        for e in entries:
+            if e.name.startswith(".") or e.name in _SKIP_DIRS:
+                continue
+            p = Path(e.path)
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    if depth < MAX_DEPTH:
+                        yield from rec(p, depth + 1)
+                elif e.is_file():
+                    yield p, depth
+            except OSError:
+                continue
+
+    yield from rec(root, 0)
+
+
+def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
+    found: list[_Found] = []
+    skipped: list[str] = []
+    unreadable: list[str] = []
+    looked = 0
+    for p, _depth in _walk(root):
+        if p.suffix.lower() in _SKIP_SUFFIXES and "tfevents" not in p.name:
+            continue
+        looked += 1
+        if looked > MAX_FILES:
+            notes.append(ImportNote("walk_limit", f"stopped after {MAX_FILES} files under "
+                                    f"{root}; pass sub-folders to read more", path=str(root)))
+            break
+        try:
+            fmt = detect_format(p)
+        except UnreadableInputError:
+            unreadable.append(str(p.relative_to(root)))
+            continue
+        if fmt in (None, "empty"):
+            continue
+        if fmt == "csv":
+            try:
+                if not _csv_header_is_log(p):
+                    skipped.append(str(p.relative_to(root)))
+                    continue
+            except OSError:
+                unreadable.append(str(p.relative_to(root)))
+                continue
+        prefix = ""
+        if fmt == "tensorboard" and p.parent != root and p.parent.name.lower() in _SPLIT_DIRS:
+            prefix = p.parent.name
+        found.append(_Found(p, fmt, rank_of(p, root), prefix))
+    if skipped:
+        notes.append(ImportNote("skipped_file", "CSV files without a step or metric column "
+                                f"were not read: {', '.join(skipped[:5])}"
+                                + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""),
+                                path=str(root)))
+    if unreadable:
+        notes.append(ImportNote("unreadable_file", f"could not open: {', '.join(unreadable[:5])}",
+                                path=str(root)))
+    return found
+
+
+def table_to_run(table: LogTable, mapping: dict[str, str] | None = None) -> Run:
+    """Map a table's raw names to canonical ones (aliases, derivations, user mapping)."""
+    run = Run(source=table.path)
+    exclude = [table.step_column] if table.step_column else []
+    res = names_mod.resolve_names(table.columns, mapping, exclude=exclude)
+    rename = res.rename()
+    targets = set(rename.values()) | set(res.derived)
+    for raw, s in table.columns.items():
+        name = rename.get(raw)
+        if name is None:
+            # An unmapped column whose raw name is a canonical name taken by another source
+            # (the user mapped "loss" elsewhere) stays, as "raw/<name>".
+            name = f"raw/{raw}" if raw in targets else raw
+        elif name in res.scales:
+            s = Series(s.steps, s.values * res.scales[name])
+        run.series[(name, table.rank)] = s
+    derived_meta: dict[str, str] = {}
+    for canonical, parts in res.derived.items():
+        total = _sum_components([table.columns[p] for p in parts])
+        if total is None:
+            table.note("not_derived", f"'{canonical}' not derived: its components "
+                       f"({', '.join(parts)}) were not logged at the same steps")
+            continue
+        run.series[(canonical, table.rank)] = total
+        derived_meta[canonical] = "sum of " + " + ".join(parts)
+    run.meta["aliases"] = dict(res.aliases)
+    if derived_meta:
+        run.meta["derived"] = derived_meta
+    run.meta.update({k: v for k, v in table.meta.items() if k not in run.meta})
+    run.meta["sources"] = [{
+        "path": table.path, "format": table.format, "rank": table.rank,
+        "step_column": table.step_column, "aliases": dict(res.aliases),
+        "families": dict(res.families),
+    }]
+    run.notes.extend(table.notes)
+    return run
+
+
+def _sum_components(parts: list[Series]) -> Series | None:
+    first = parts[0]
+    if all(len(p) == len(first) and np.array_equal(p.steps, first.steps) for p in parts):
+        return Series(first.steps, np.sum([p.values for p in parts], axis=0))
+    return None
+
+
+def _same_data(a: Series, b: Series) -> bool:
+    """True when two series of one metric hold the same points (one run logged twice, e.g. by
+    the HF Trainer into trainer_state.json and into TensorBoard)."""
+    common, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
+    if len(common) < max(1, int(0.8 * min(len(a), len(b)))):
+        return False
+    va, vb = a.values[ia], b.values[ib]
+    both_nan = np.isnan(va) & np.isnan(vb)
+    close = np.isclose(va, vb, rtol=1e-4, atol=1e-7) | both_nan
+    return bool(close.mean() >= 0.95)
+
+
+def _merge_into(total: Run, part: Run, part_path: str) -> None:
+    for (metric, rank), s in part.series.items():
+        old = total.series.get((metric, rank))
+        if old is not None and _same_data(old, s):
+            keep_new = len(s) > len(old)
+            if keep_new:
+                total.series[(metric, rank)] = s
+            total.notes.append(ImportNote(
+                "duplicate_source", f"'{metric}' (rank {rank}) is logged in more than one file "
+                f"with the same values; kept the longer copy"
+                + (f" from {part_path}" if keep_new else ""), path=part_path))
+            continue
+        total.add(metric, s.steps, s.values, rank)
+    for k, v in part.meta.items():
+        if k == "sources":
+            total.meta.setdefault("sources", []).extend(v)
+        elif k == "aliases" and isinstance(v, dict):
+            al = total.meta.setdefault("aliases", {})
+            for c, src in v.items():
+                al.setdefault(c, src)
+        elif k == "derived" and isinstance(v, dict):
+            dv = total.meta.setdefault("derived", {})
+            for c, how in v.items():
+                dv.setdefault(c, how)
+        else:
+            total.meta.setdefault(k, v)
+    total.notes.extend(part.notes)
+
+
+def _drop_superseded_hf_states(tables: list[LogTable], notes: list[ImportNote]
+                               ) -> list[LogTable]:
+    """HF saves a trainer_state.json in every checkpoint, each holding the whole history so far.
+    A state whose every series is the start of another state's (same rank) is such a copy and
+    is dropped, or the same points would be read once per checkpoint."""
+    hf = [t for t in tables if t.format == "hf_trainer_state"]
+    if len(hf) < 2:
+        return tables
+    gone: set[int] = set()
+    for i, old in enumerate(hf):
+        for j, new in enumerate(hf):
+            if j == i or j in gone or new.rank != old.rank or not _is_prefix(old, new):
+                continue
+            # Two identical copies: keep the later one in path order.
+            if not _is_prefix(new, old) or j > i:
+                gone.add(i)
+                break
+    dropped = [hf[i] for i in sorted(gone)]
+    if dropped:
+        notes.append(ImportNote(
+            "superseded_state", f"{len(dropped)} trainer_state.json files are earlier copies "
+            "(checkpoints) of another one's history and were not read again: "
+            + ", ".join(t.path for t in dropped[:3]) + (" ..." if len(dropped) > 3 else ""),
+            path=dropped[0].path))
+    return [t for t in tables if all(t is not d for d in dropped)]
+
+
+def _is_prefix(old: LogTable, new: LogTable) -> bool:
+    """True when every series of ``old`` is the beginning of the same series in ``new``."""
+    if not old.columns:
+        return True
+    for name, s in old.columns.items():
+        n = new.columns.get(name)
+        if n is None or len(n) < len(s):
+            return False
+        if not (np.array_equal(n.steps[:len(s)], s.steps)
+                and np.array_equal(n.values[:len(s)], s.values, equal_nan=True)):
+            return False
+    return True
+
+
+def _check_mapping(mapping: dict[str, str], tables: list[LogTable], runs: list[Run]) -> None:
+    """Every source named by the user must exist in at least one file of the run."""
+    available: list[str] = []
+    for t in tables:
+        available.extend(t.columns)
+        if t.step_column:
+            available.append(t.step_column)
+    for r in runs:
+        available.extend(r.metrics())
+    low = {a.strip().lower() for a in available}
+    for canonical, source in mapping.items():
+        if source.strip().lower() in low:
+            continue
+        where = tables[0].path if len(tables) == 1 else (
+            runs[0].source if not tables and runs else
+            f"{len(tables) + len(runs)} files ({', '.join(t.path for t in tables[:3])}...)")
+        close = names_mod.close_names(source, available)
+        hint = (f"close names: {', '.join(close)}" if close
+                else f"columns present: {', '.join(list(dict.fromkeys(available))[:10])}")
+        raise InputError(where, f"--map {canonical}={source}: no column or tag named "
+                         f"'{source}'; {hint}")
+
+
+def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
+    """Read every path (file, folder or run store) into one ``Run``.
+
+    ``mapping`` is the user's ``{canonical: source}``; it overrides the alias table, and a
+    source found in none of the files is an ``InputError`` listing close names.
+    """
+    if not paths:
+        raise UnrecognizedInputError("", "no path given; expected a log file or folder")
+    notes: list[ImportNote] = []
+    found: list[_Found] = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise UnreadableInputError(raw, "does not exist; expected a log file or a folder "
+                                       "of logs")
+        if p.is_dir():
+            if not os.access(p, os.R_OK | os.X_OK):
+                raise UnreadableInputError(raw, "folder cannot be read (permission denied)")
+            here = _scan_folder(p, notes)
+            if not here:
+                raise UnrecognizedInputError(raw, f"holds no log trainmedic reads; looked for "
+                                             f"{WHAT_WE_READ} (up to {MAX_DEPTH} folders deep)")
+            found.extend(here)
+        else:
+            fmt = detect_format(p)
+            if fmt is None:
+                raise UnrecognizedInputError(raw, f"is not a training log trainmedic reads "
+                                             f"(binary or unknown content); expected "
+                                             f"{WHAT_WE_READ}")
+            found.append(_Found(p, fmt, rank_of(p)))
+
+    tables: list[LogTable] = []
+    runs: list[Run] = []
+    explicit = len(found) == 1
+    for f in found:
+        try:
+            got = read_file(f.path, f.fmt, f.tag_prefix)
+        except UnrecognizedInputError as exc:
+            if explicit:
+                raise
+            notes.append(ImportNote("skipped_file", exc.message, path=str(f.path)))
+            continue
+        if isinstance(got, Run):
+            runs.append(got)
+        else:
+            if got.rank is None:
+                got.rank = f.rank
+            tables.append(got)
+    if not tables and not runs:
+        first = notes[0].detail if notes else "nothing readable"
+        raise UnrecognizedInputError(paths[0], f"holds no readable training log ({first}); "
+                                     f"expected {WHAT_WE_READ}")
+    tables = _drop_superseded_hf_states(tables, notes)
+    if mapping:
+        _check_mapping(mapping, tables, runs)
+
+    source = paths[0] if len(paths) == 1 else ", ".join(paths)
+    total = Run(source=source)
+    for t in tables:
+        _merge_into(total, table_to_run(t, mapping), t.path)
+    for r in runs:
+        if mapping:
+            r = _remap_store_run(r, mapping)
+        _merge_into(total, r, r.source)
+    total.notes[:0] = notes
+    if not total.series:
+        raise UnrecognizedInputError(source, "was read but holds no numeric series; expected "
+                                     "metrics such as loss or lr over steps")
+    return total
+
+
+def _remap_store_run(run: Run, mapping: dict[str, str]) -> Run:
+    """Apply a user mapping to a run store's (already canonical) metric names."""
+    out = Run(source=run.source, meta=dict(run.meta), notes=list(run.notes))
+    inverse = {src: canon for canon, src in mapping.items()}
+    for (metric, rank), s in run.series.items():
+        out.series[(inverse.get(metric, metric), rank)] = s
+    return out

@@ -1,0 +1,537 @@
+"""The run store: trainmedic's own record of a training run, in SQLite, one file per rank.
+
+Layout of ``<run_dir>``:
+
+* ``metrics.sqlite`` for a single process, ``metrics.rank<N>.sqlite`` for rank ``N`` of a
+  multi-process job (``RANK``/``WORLD_SIZE`` set by torchrun, or ``rank=`` given). One file per
+  rank means no cross-process locking on the hot path and a rank's record survives another
+  rank's crash.
+* Tables: ``metrics(step, metric_id, value)`` in long format (one row per scalar, in log
+  order, so the order itself stays evidence of a resume), ``metric_names(id, name)``, and
+  ``meta(key, value)`` with JSON values (start time, rank, world size, host, version, and
+  whatever the user adds with :meth:`RunStore.set_meta`). The view ``metrics_long`` joins
+  the names in, for people reading the file with the ``sqlite3`` shell.
+* WAL journal mode: readers (``trainmedic diagnose`` on a live run) never block the writer,
+  and a crash loses at most the rows not yet committed (https://sqlite.org/wal.html).
+
+The training thread only puts ``(step, metrics)`` on a queue; a writer thread converts,
+batches and commits (every ``flush_rows`` rows or ``flush_interval_s`` seconds, and on close),
+so logging never waits for the disk. A store that cannot be opened (unwritable folder) logs a
+warning and turns into a no-op: losing telemetry must never stop training. Two writers on one
+run_dir and rank are refused (an ``flock`` on ``<file>.lock``, released by the OS even if the
+process dies, so a crash leaves no stale lock).
+
+SQLite stores a NaN REAL as NULL; the reader maps NULL back to NaN. inf round-trips as is.
+
+This module must not import torch: ``trainmedic diagnose`` loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import pathlib
+import queue
+import re
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from trainmedic.errors import ConfigError, TrainmedicError, UnreadableInputError
+from trainmedic.errors import UnrecognizedInputError
+from trainmedic.run.series import Run, Series
+
+try:  # POSIX advisory locks; on Windows two writers are not detected (documented below).
+    import fcntl
+except ImportError:  # pragma: no cover - not on the CI platform
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "RunStore",
+    "StoreLockedError",
+    "STORE_FORMAT",
+    "store_file_name",
+    "store_path",
+    "is_store_file",
+    "read_store",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Written to ``meta.store_format``; a reader refuses a newer major version it cannot parse.
+STORE_FORMAT = "trainmedic.store/1"
+
+#: Meta keys the store writes itself; :meth:`RunStore.set_meta` may not overwrite them.
+RESERVED_META = frozenset(
+    {"store_format", "started_at", "started_at_unix", "rank", "world_size", "host", "pid",
+     "trainmedic_version", "sessions"}
+)
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_RANK_RE = re.compile(r"rank(\d+)")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS metric_names (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS metrics (
+    step INTEGER NOT NULL,
+    metric_id INTEGER NOT NULL REFERENCES metric_names(id),
+    value REAL
+);
+CREATE VIEW IF NOT EXISTS metrics_long AS
+    SELECT m.rowid AS seq, m.step AS step, n.name AS metric, m.value AS value
+    FROM metrics AS m JOIN metric_names AS n ON n.id = m.metric_id;
+"""
+
+
+class StoreLockedError(TrainmedicError):
+    """Another writer already holds the store file for this run_dir and rank."""
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int | None, int]:
+    """(rank for the file name, world size). ``None`` rank means a single-process store.
+
+    An explicit ``rank`` always gets a rank file. Otherwise torchrun's ``RANK``/``WORLD_SIZE``
+    decide: a world of more than one process gets rank files, a world of one a plain file.
+    """
+    if rank is not None:
+        if rank < 0:
+            raise ConfigError(f"rank must be >= 0, got {rank}")
+        ws = world_size if world_size is not None else (_env_int("WORLD_SIZE") or rank + 1)
+        return rank, max(ws, rank + 1)
+    env_rank, env_ws = _env_int("RANK"), _env_int("WORLD_SIZE")
+    ws = world_size if world_size is not None else env_ws
+    if env_rank is not None and ws is not None and ws > 1:
+        return env_rank, ws
+    return None, 1
+
+
+def store_file_name(rank: int | None) -> str:
+    """``metrics.sqlite`` for a single process, ``metrics.rank<N>.sqlite`` for rank N."""
+    return "metrics.sqlite" if rank is None else f"metrics.rank{int(rank)}.sqlite"
+
+
+def store_path(run_dir: str | os.PathLike[str], rank: int | None = None) -> pathlib.Path:
+    """Where the store of ``rank`` lives under ``run_dir``."""
+    return pathlib.Path(run_dir) / store_file_name(rank)
+
+
+_STOP = object()
+
+
+class RunStore:
+    """Append-only metric log of one rank of one run, written off the training thread.
+
+    >>> with RunStore("runs/exp1") as store:          # doctest: +SKIP
+    ...     store.set_meta(model="gpt-tiny", batch_size=16)
+    ...     store.log(0, {"loss": 4.2, "lr": 1e-3})
+
+    ``rank``/``world_size`` default to torchrun's environment. Reopening an existing store
+    appends to it (a resumed run continues its record; replayed steps stay visible as such).
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        flush_rows: int = 512,
+        flush_interval_s: float = 1.0,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        if flush_rows < 1:
+            raise ConfigError(f"flush_rows must be >= 1, got {flush_rows}")
+        if not flush_interval_s > 0:
+            raise ConfigError(f"flush_interval_s must be > 0, got {flush_interval_s}")
+        self.rank, self.world_size = _resolve_rank(rank, world_size)
+        self.run_dir = pathlib.Path(run_dir)
+        self.path = store_path(self.run_dir, self.rank)
+        self.flush_rows = int(flush_rows)
+        self.flush_interval_s = float(flush_interval_s)
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._closed = False
+        self._enabled = False
+        self._lock_fd: int | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.rows_written = 0
+        if meta:
+            self._check_meta_keys(meta)
+        try:
+            self._open(dict(meta or {}))
+        except StoreLockedError:
+            raise
+        except (OSError, sqlite3.Error) as exc:
+            self._release_lock()
+            logger.warning(
+                "trainmedic: cannot write the run store at %s (%s); training goes on without "
+                "recording metrics", self.path, exc)
+            return
+        self._enabled = True
+        self._thread = threading.Thread(target=self._writer, name=f"trainmedic-store-{self.path.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- opening ----------------------------------------------------------------------
+    def _open(self, meta: dict[str, Any]) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock()
+        conn = sqlite3.connect(str(self.path), timeout=5.0, check_same_thread=False,
+                               isolation_level=None)
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                logger.warning("trainmedic: %s could not switch to WAL (got %s)", self.path, mode)
+            # NORMAL in WAL mode: a committed batch survives a process crash; only an OS
+            # crash or power loss can drop the last commits (https://sqlite.org/pragma.html).
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            self._names: dict[str, int] = dict(
+                (str(n), int(i)) for i, n in conn.execute("SELECT id, name FROM metric_names"))
+            now = time.time()
+            from trainmedic import __version__
+
+            own = {
+                "store_format": STORE_FORMAT,
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+                "started_at_unix": now,
+                "rank": self.rank,
+                "world_size": self.world_size,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "trainmedic_version": __version__,
+            }
+            conn.execute("BEGIN")
+            # A reopened store keeps its first start time; "sessions" counts the openings.
+            conn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
+                             [(k, json.dumps(v)) for k, v in own.items()])
+            for k in ("pid", "host"):
+                conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                             (k, json.dumps(own[k])))
+            row = conn.execute("SELECT value FROM meta WHERE key='sessions'").fetchone()
+            sessions = (int(json.loads(row[0])) if row else 0) + 1
+            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('sessions', ?)",
+                         (json.dumps(sessions),))
+            for k, v in meta.items():
+                conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                             (k, json.dumps(v, default=str)))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def _acquire_lock(self) -> None:
+        if fcntl is None:  # pragma: no cover
+            return
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(str(lock_path), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreLockedError(
+                f"{self.path}: another writer already holds this run store (lock {lock_path}); "
+                f"give each process its own run_dir, or its own rank (rank=N or torchrun's RANK)"
+            ) from None
+        except OSError:
+            os.close(fd)
+            raise
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            try:
+                os.close(self._lock_fd)  # closing the descriptor drops the flock
+            finally:
+                self._lock_fd = None
+
+    # -- the training thread's side ---------------------------------------------------
+    @property
+    def enabled(self) -> bool:
+        """False when the store could not be opened or has failed: logging is a no-op."""
+        return self._enabled and self._error is None and not self._closed
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Record ``metrics`` (name → number) at ``step``. Returns at once; never raises on I/O.
+
+        Values are converted with ``float()`` on the writer thread; ``None`` values are
+        skipped.
+        """
+        if not self._enabled or self._closed or self._error is not None:
+            return
+        self._queue.put((int(step), dict(metrics)))
+
+    def set_meta(self, values: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        """Add free-form, JSON-serializable facts about the run (model, batch size, ...)."""
+        merged = {**(values or {}), **kwargs}
+        self._check_meta_keys(merged)
+        if not self._enabled or self._closed or self._error is not None:
+            return
+        self._queue.put(("meta", merged))
+
+    @staticmethod
+    def _check_meta_keys(meta: Mapping[str, Any]) -> None:
+        clash = sorted(set(meta) & RESERVED_META)
+        if clash:
+            raise ConfigError(
+                f"set_meta: {clash} are written by the store itself; use other key names")
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Block until everything logged so far is committed (for tests and checkpoints)."""
+        if not self.enabled:
+            return
+        done = threading.Event()
+        self._queue.put(("flush", done))
+        done.wait(timeout_s)
+
+    def close(self) -> None:
+        """Commit what is queued, stop the writer thread and release the lock. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join()
+            self._thread = None
+        self._release_lock()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        try:
+            if not self._closed and self._thread is not None:
+                self.close()
+        except Exception:
+            pass
+
+    # -- the writer thread ------------------------------------------------------------
+    def _writer(self) -> None:
+        conn = self._conn
+        rows: list[tuple[int, int, float | None]] = []
+        last_flush = time.monotonic()
+        stop = False
+        try:
+            while not stop:
+                wait = max(0.0, self.flush_interval_s - (time.monotonic() - last_flush))
+                try:
+                    item = self._queue.get(timeout=wait if rows else None)
+                except queue.Empty:
+                    item = None
+                flush_event: threading.Event | None = None
+                while item is not None:
+                    if item is _STOP:
+                        stop = True
+                    elif item[0] == "meta":
+                        self._commit(conn, rows)
+                        rows = []
+                        conn.execute("BEGIN")
+                        conn.executemany(
+                            "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                            [(k, json.dumps(v, default=str)) for k, v in item[1].items()])
+                        conn.execute("COMMIT")
+                    elif item[0] == "flush":
+                        flush_event = item[1]
+                    else:
+                        step, metrics = item
+                        for name, value in metrics.items():
+                            if value is None:
+                                continue
+                            rows.append((step, self._metric_id(conn, name), _to_float(value)))
+                    if stop or flush_event is not None or len(rows) >= self.flush_rows:
+                        break
+                    try:  # drain what is already queued without waiting
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        item = None
+                due = time.monotonic() - last_flush >= self.flush_interval_s
+                if rows and (stop or flush_event is not None or due
+                             or len(rows) >= self.flush_rows):
+                    self._commit(conn, rows)
+                    rows = []
+                    last_flush = time.monotonic()
+                elif not rows:
+                    last_flush = time.monotonic()
+                if flush_event is not None:
+                    flush_event.set()
+        except BaseException as exc:  # disk full, I/O error: stop recording, keep training
+            self._error = exc
+            logger.warning("trainmedic: the run store %s stopped recording: %s", self.path, exc)
+            _drain_flush_events(self._queue)
+        finally:
+            try:
+                if self._error is None:
+                    # Fold the WAL back and leave WAL mode, so the closed store is one
+                    # self-contained file that a reader can open without writing beside it.
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    conn.execute("PRAGMA journal_mode=DELETE")
+            except sqlite3.Error:
+                pass
+            conn.close()
+
+    def _metric_id(self, conn: sqlite3.Connection, name: str) -> int:
+        mid = self._names.get(name)
+        if mid is None:
+            cur = conn.execute("INSERT OR IGNORE INTO metric_names(name) VALUES (?)", (name,))
+            if cur.lastrowid and cur.rowcount:
+                mid = int(cur.lastrowid)
+            else:
+                mid = int(conn.execute("SELECT id FROM metric_names WHERE name=?",
+                                       (name,)).fetchone()[0])
+            self._names[name] = mid
+        return mid
+
+    def _commit(self, conn: sqlite3.Connection, rows: list[tuple[int, int, float | None]]) -> None:
+        if not rows:
+            return
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO metrics(step, metric_id, value) VALUES (?, ?, ?)", rows)
+        conn.execute("COMMIT")
+        self.rows_written += len(rows)
+
+
+def _to_float(value: Any) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x  # SQLite would turn NaN into NULL anyway
+
+
+def _drain_flush_events(q: queue.SimpleQueue[Any]) -> None:
+    while True:
+        try:
+            item = q.get_nowait()
+        except queue.Empty:
+            return
+        if isinstance(item, tuple) and item and item[0] == "flush":
+            item[1].set()
+
+
+# -- reading ------------------------------------------------------------------------------
+def _connect_ro(path: pathlib.Path) -> sqlite3.Connection:
+    """Open read-only without leaving files behind.
+
+    With no ``-wal`` file next to it the store is closed (or was checkpointed): open it
+    ``immutable`` so SQLite creates no ``-wal``/``-shm`` files in someone else's folder. With a
+    ``-wal`` (a live writer, or a crash) open ``mode=ro`` so the WAL's committed rows are read.
+    """
+    uri = path.resolve().as_uri()
+    wal = path.with_name(path.name + "-wal")
+    if not wal.exists():
+        return sqlite3.connect(uri + "?immutable=1", uri=True)
+    try:
+        conn = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=5.0)
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return conn
+    except sqlite3.Error:
+        # A read-only folder without the -shm file cannot be opened "ro" in WAL mode;
+        # immutable reads the main file alone (rows still only in the WAL are not seen).
+        logger.warning("trainmedic: %s: cannot read its WAL file; rows not yet checkpointed "
+                       "are skipped", path)
+        return sqlite3.connect(uri + "?immutable=1", uri=True)
+
+
+def is_store_file(path: pathlib.Path) -> bool:
+    """True when ``path`` is a trainmedic run store (an SQLite file with our tables)."""
+    path = pathlib.Path(path)
+    try:
+        if not path.is_file():
+            return False
+        with path.open("rb") as fh:
+            if fh.read(16) != _SQLITE_MAGIC:
+                return False
+        conn = _connect_ro(path)
+        try:
+            names = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return False
+    return {"meta", "metrics", "metric_names"} <= names
+
+
+def read_store(path: pathlib.Path) -> Run:
+    """Read a run store into a ``Run``: every series in log order, keyed by this file's rank.
+
+    The rank comes from the file name (``rank<N>``) or else from the stored meta; a
+    single-process store gives rank ``None``. Raises ``UnrecognizedInputError`` for an SQLite
+    file that is not a run store and ``UnreadableInputError`` for a corrupt one.
+    """
+    path = pathlib.Path(path)
+    if not is_store_file(path):
+        if path.is_file():
+            raise UnrecognizedInputError(
+                str(path), "not a trainmedic run store (expected an SQLite file with the "
+                "tables meta, metric_names and metrics, as written by trainmedic.watch)")
+        raise UnreadableInputError(str(path), "no such file")
+    try:
+        conn = _connect_ro(path)
+        try:
+            meta: dict[str, Any] = {}
+            for key, raw in conn.execute("SELECT key, value FROM meta"):
+                try:
+                    meta[str(key)] = json.loads(raw)
+                except (TypeError, ValueError):
+                    meta[str(key)] = raw
+            names = dict(conn.execute("SELECT id, name FROM metric_names").fetchall())
+            # One query in insertion order; NULL (a NaN when written) becomes NaN.
+            rows = conn.execute(
+                "SELECT step, metric_id, value FROM metrics ORDER BY rowid").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise UnreadableInputError(
+            str(path), f"the run store is damaged and SQLite cannot read it ({exc})") from None
+    fmt = str(meta.get("store_format", STORE_FORMAT))
+    if not fmt.startswith("trainmedic.store/1"):
+        raise UnrecognizedInputError(
+            str(path), f"run store format {fmt!r} is newer than this trainmedic reads "
+            f"({STORE_FORMAT}); upgrade trainmedic")
+    m = _RANK_RE.search(path.name)
+    rank: int | None
+    if m:
+        rank = int(m.group(1))
+    elif isinstance(meta.get("rank"), int) and int(meta.get("world_size") or 1) > 1:
+        rank = int(meta["rank"])
+    else:
+        rank = None
+    run = Run(source=str(path), meta={**meta, "format": "trainmedic.store"})
+    if rows:
+        arr = np.array(rows, dtype=np.float64)  # None → nan
+        steps = arr[:, 0].astype(np.int64)
+        ids = arr[:, 1].astype(np.int64)
+        values = arr[:, 2]
+        order = np.argsort(ids, kind="stable")  # stable: log order kept within a metric
+        sorted_ids = ids[order]
+        bounds = np.flatnonzero(np.diff(sorted_ids)) + 1
+        for chunk in np.split(order, bounds):
+            mid = int(ids[chunk[0]])
+            name = str(names.get(mid, f"metric_{mid}"))
+            run.series[(name, rank)] = Series(steps[chunk], values[chunk])
+    return run

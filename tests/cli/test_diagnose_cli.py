@@ -1,0 +1,160 @@
+"""The ``trainmedic diagnose`` command, driven through its entry point as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainmedic.cli.main import main
+
+DEVLOGS = Path(__file__).resolve().parents[2].parent / "shared" / "dev-logs"
+
+
+def write_csv(path: Path, rows: list[tuple[int, float]], header: str = "step,loss") -> Path:
+    path.write_text(header + "\n" + "".join(f"{s},{v}\n" for s, v in rows))
+    return path
+
+
+def healthy_rows(n: int = 400) -> list[tuple[int, float]]:
+    import random
+
+    rnd = random.Random(0)
+    return [(s, 2.0 * math.exp(-s / 150) + 0.5 + rnd.gauss(0, 0.02)) for s in range(n)]
+
+
+def test_healthy_csv_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write_csv(tmp_path / "metrics.csv", healthy_rows())
+    assert main(["diagnose", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "metrics.csv" in out
+
+
+def test_json_is_schema_and_only_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write_csv(tmp_path / "metrics.csv", healthy_rows())
+    assert main(["diagnose", str(f), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "trainmedic.findings/1"
+    assert "loss" in doc["metrics_seen"]
+    assert isinstance(doc["checks_not_run"], list)
+    # With only a loss there is no way to judge input-boundness: it must say so.
+    assert any(c["symptom"] == "input_bound" for c in doc["checks_not_run"])
+
+
+def test_nan_loss_fails_on_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = healthy_rows(300) + [(s, float("nan")) for s in range(300, 340)]
+    f = write_csv(tmp_path / "metrics.csv", rows)
+    code = main(["diagnose", str(f), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    symptoms = {x["symptom"]: x for x in doc["findings"]}
+    assert "nonfinite_loss" in symptoms
+    assert symptoms["nonfinite_loss"]["onset_step"] == 300
+    assert code == 1
+    assert main(["diagnose", str(f), "--json", "--fail-on", "never"]) == 0
+
+
+def test_fail_on_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = healthy_rows(400)
+    rows[200] = (200, rows[200][1] * 20)  # one spike that recovers: a warning, not an error
+    f = write_csv(tmp_path / "metrics.csv", rows)
+    assert main(["diagnose", str(f), "--json", "--fail-on", "warning"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert any(x["symptom"] == "loss_spike" and x["onset_step"] == 200 for x in doc["findings"])
+
+
+def test_html_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write_csv(tmp_path / "metrics.csv", healthy_rows())
+    out = tmp_path / "sub" / "report.html"
+    assert main(["diagnose", str(f), "--html", str(out)]) == 0
+    text = out.read_text()
+    assert text.lstrip().lower().startswith("<!doctype html")
+    assert "<svg" in text
+
+
+def test_map_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write_csv(tmp_path / "metrics.csv", healthy_rows(), header="step,my_objective")
+    assert main(["diagnose", str(f), "--json", "--map", "loss=my_objective"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "loss" in doc["metrics_seen"]
+
+
+@pytest.mark.parametrize("bad", ["loss", "=x", "loss="])
+def test_bad_map_is_usage_error(tmp_path: Path, bad: str) -> None:
+    f = write_csv(tmp_path / "metrics.csv", healthy_rows())
+    assert main(["diagnose", str(f), "--map", bad]) == 2
+
+
+def _one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.csv"
+    assert main(["diagnose", str(missing)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "nope.csv" in line
+
+
+@pytest.mark.parametrize(
+    "name,content",
+    [
+        ("empty.csv", b""),
+        ("junk.bin", bytes(range(256)) * 40),
+        ("header_only.csv", b"step,loss\n"),
+    ],
+)
+def test_bad_input_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                   name: str, content: bytes) -> None:
+    f = tmp_path / name
+    f.write_bytes(content)
+    assert main(["diagnose", str(f)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert name in line
+
+
+def test_folder_with_nothing_recognizable(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "notes.md").write_text("# hello\n")
+    assert main(["diagnose", str(tmp_path)]) == 2
+    _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read a file without read permission")
+def test_unreadable_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write_csv(tmp_path / "metrics.csv", healthy_rows())
+    f.chmod(0)
+    assert main(["diagnose", str(f)]) == 2
+    _one_error_line(capsys.readouterr().err)
+
+
+def test_help_has_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose", "--help"]) == 0
+    assert "Examples:" in capsys.readouterr().out
+
+
+def test_console_script_does_not_import_torch(tmp_path: Path) -> None:
+    f = write_csv(tmp_path / "metrics.csv", healthy_rows())
+    code = (
+        "import sys; from trainmedic.cli.main import main; rc = main(['diagnose', sys.argv[1],"
+        " '--json']); assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(f)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)
+
+
+@pytest.mark.skipif(not DEVLOGS.is_dir(), reason="shared dev-logs not present")
+def test_devlog_folder_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["diagnose", str(DEVLOGS / "pl-pinn-nan"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert any(x["symptom"] == "nonfinite_loss" for x in doc["findings"])

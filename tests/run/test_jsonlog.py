@@ -1,0 +1,130 @@
+"""JSON Lines and JSON-rows importer, and HF trainer_state.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainmedic.errors import UnrecognizedInputError
+from trainmedic.run.hf_state import read_hf_state
+from trainmedic.run.jsonlog import flatten, read_json_rows, read_jsonl
+
+LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
+
+
+def write(tmp_path: Path, text: str, name: str = "metrics.jsonl") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_detectron2_metrics_json():
+    t = read_jsonl(LOGS / "detectron2_metrics.json")
+    assert t.step_column == "iteration"
+    assert t.columns["total_loss"].steps.tolist() == [19, 39, 59, 79]
+    assert t.columns["fast_rcnn/cls_accuracy"].values.tolist() == [0.8] * 4
+    assert t.columns["bbox/AP"].steps.tolist() == [79]
+
+
+def test_nested_objects_flattened_and_strings_ignored():
+    t = read_jsonl(LOGS / "nested.jsonl")
+    assert set(t.columns) == {"train/loss", "train/lr", "eval/loss"}
+    assert t.columns["eval/loss"].steps.tolist() == [1, 2, 3]
+    assert not [n for n in t.notes if n.kind == "non_numeric_cell"]  # 'note' is a text key
+
+
+def test_flatten():
+    assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a/b": 1, "a/c/d": 2, "e": 3}
+
+
+def test_nonfinite_literals_and_strings(tmp_path):
+    p = write(tmp_path, '{"step": 1, "loss": NaN}\n{"step": 2, "loss": Infinity}\n'
+              '{"step": 3, "loss": "nan"}\n{"step": 4, "loss": "-inf"}\n{"step": 5, "loss": 1}\n')
+    v = read_jsonl(p).columns["loss"].values
+    assert np.isnan(v[0]) and v[1] == np.inf and np.isnan(v[2]) and v[3] == -np.inf
+    assert v[4] == 1.0
+
+
+def test_truncated_last_line_kept_good_lines(tmp_path):
+    p = write(tmp_path, '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n{"step": 3, "lo')
+    t = read_jsonl(p)
+    assert t.columns["loss"].steps.tolist() == [1, 2]
+    note = next(n for n in t.notes if n.kind == "truncated_last_line")
+    assert note.line == 3
+
+
+def test_bad_middle_line_skipped_with_line_number(tmp_path):
+    p = write(tmp_path, '{"step": 1, "loss": 2.0}\nnot json\n[1, 2]\n{"step": 3, "loss": 1.8}\n')
+    t = read_jsonl(p)
+    assert t.columns["loss"].steps.tolist() == [1, 3]
+    note = next(n for n in t.notes if n.kind == "skipped_line")
+    assert note.line == 2 and "2 lines" in note.detail
+
+
+def test_non_numeric_value_of_numeric_key_is_noted(tmp_path):
+    p = write(tmp_path, '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": "oops"}\n'
+              '{"step": 3, "loss": 1.8}\n')
+    t = read_jsonl(p)
+    assert t.columns["loss"].steps.tolist() == [1, 3]
+    note = next(n for n in t.notes if n.kind == "non_numeric_cell")
+    assert note.line == 2
+
+
+def test_decreasing_steps_kept_in_log_order(tmp_path):
+    p = write(tmp_path, "".join(json.dumps({"iteration": s, "total_loss": 1.0})
+                                + "\n" for s in (19, 19, 39, 20, 40)))
+    assert read_jsonl(p).columns["total_loss"].steps.tolist() == [19, 19, 39, 20, 40]
+
+
+def test_empty_jsonl(tmp_path):
+    with pytest.raises(UnrecognizedInputError, match="is empty"):
+        read_jsonl(write(tmp_path, "\n\n"))
+
+
+def test_jsonl_without_numbers(tmp_path):
+    with pytest.raises(UnrecognizedInputError, match="no numeric"):
+        read_jsonl(write(tmp_path, '{"a": "x"}\n{"a": "y"}\n'))
+
+
+def test_rows_without_step_dropped(tmp_path):
+    p = write(tmp_path, '{"env_info": "cuda", "seed": 0}\n{"iter": 10, "loss": 2.0}\n'
+              '{"iter": 20, "loss": 1.5}\n{"iter": 30, "loss": 1.2}\n')
+    t = read_jsonl(p)
+    assert t.step_column == "iter"
+    assert t.columns["loss"].steps.tolist() == [10, 20, 30]
+    assert "seed" not in t.columns
+    assert any(n.kind == "missing_step" for n in t.notes)
+
+
+def test_json_rows_list_and_columns(tmp_path):
+    t = read_json_rows(tmp_path / "x.json", [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0}])
+    assert t.columns["loss"].steps.tolist() == [1, 2]
+    t = read_json_rows(tmp_path / "x.json", {"step": [5, 6], "loss": [2.0, 1.0]})
+    assert t.columns["loss"].steps.tolist() == [5, 6]
+    with pytest.raises(UnrecognizedInputError, match="not a training log"):
+        read_json_rows(tmp_path / "config.json", {"hidden_size": 768, "vocab": "x"})
+
+
+def test_hf_trainer_state_rows_and_meta():
+    doc = json.loads((LOGS / "hf_trainer_state.json").read_text())
+    t = read_hf_state(LOGS / "hf_trainer_state.json", doc)
+    assert t.columns["loss"].steps.tolist() == [5, 10, 15, 20]
+    assert t.columns["eval_loss"].steps.tolist() == [10, 20]
+    assert t.columns["eval_accuracy"].values.tolist() == [0.4, 0.5]
+    assert t.columns["learning_rate"].values[0] == 5e-05
+    # predict rows (no step) are not series; the summary row is meta, not a series
+    assert "predict_loss" not in t.columns
+    assert "train_loss" not in t.columns and "train_runtime" not in t.columns
+    assert t.meta["hf_train_summary"]["train_loss"] == 2.0
+    assert any(n.kind == "rows_without_step" for n in t.notes)
+    for k, v in {"max_steps": 20, "global_step": 20, "logging_steps": 5, "eval_steps": 10,
+                 "num_train_epochs": 2}.items():
+        assert t.meta[k] == v
+
+
+def test_hf_state_with_no_step_rows(tmp_path):
+    with pytest.raises(UnrecognizedInputError, match="log_history"):
+        read_hf_state(tmp_path / "s.json", {"log_history": [{"predict_loss": 1.0}]})

@@ -1,0 +1,268 @@
+"""Detection by content, folders, ranks, merging, user mappings, bad inputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainmedic.errors import (
+    InputError,
+    TrainmedicError,
+    UnreadableInputError,
+    UnrecognizedInputError,
+)
+from trainmedic.run import Run, load_run
+from trainmedic.run.loader import detect_format, rank_of
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+LOGS = DATA / "logs"
+DEVLOGS = DATA / "devlogs"
+
+
+def write(p: Path, text: str | bytes) -> Path:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(text.encode() if isinstance(text, str) else text)
+    return p
+
+
+@pytest.mark.parametrize(("name", "fmt"), [
+    ("lightning_sparse.csv", "csv"),
+    ("bom_tab.tsv", "csv"),
+    ("detectron2_metrics.json", "jsonl"),
+    ("nested.jsonl", "jsonl"),
+    ("hf_trainer_state.json", "json"),
+    ("junk.bin", None),
+])
+def test_detect_format(name, fmt):
+    assert detect_format(LOGS / name) == fmt
+
+
+def test_trainer_state_found_under_any_name(tmp_path):
+    p = tmp_path / "__init__.py"
+    shutil.copy(DEVLOGS / "hf-qa-chance" / "state.dat", p)
+    run = load_run(str(p))
+    assert len(run.get("loss")) == 62 and len(run.get("val_loss")) == 62
+    assert run.meta["sources"][0]["format"] == "hf_trainer_state"
+
+
+def test_aliases_meta_and_derived():
+    run = load_run(str(LOGS / "yolo_padded.csv"))
+    assert run.meta["aliases"] == {"lr": "lr/pg0"}
+    assert run.meta["derived"]["loss"] == "sum of train/box_loss + train/cls_loss + train/dfl_loss"
+    np.testing.assert_allclose(run.get("loss").values[0], 1.6878 + 3.3859 + 2.143)
+    assert run.get("loss").steps.tolist() == [0, 1, 2]
+    assert run.has("train/box_loss")  # components stay under their raw names
+
+
+def test_hf_state_maps_and_keeps_meta():
+    run = load_run(str(LOGS / "hf_trainer_state.json"))
+    assert run.get("loss").steps.tolist() == [5, 10, 15, 20]
+    assert run.get("val_loss").values.tolist() == [2.2, 2.0]
+    assert run.get("lr") is not None and run.get("grad_norm") is not None
+    assert run.has("eval_accuracy")
+    assert run.meta["max_steps"] == 20 and run.meta["eval_steps"] == 10
+
+
+@pytest.mark.parametrize(("rel", "rank"), [
+    ("metrics.rank1.csv", 1),
+    ("rank_2/metrics.csv", 2),
+    ("rank-3/sub/metrics.csv", 3),
+    ("logs_rank12.csv", 12),
+    ("metrics.csv", None),
+    ("ranking/metrics.csv", None),
+])
+def test_rank_of(tmp_path, rel, rank):
+    assert rank_of(tmp_path / rel, tmp_path) == rank
+
+
+def test_folder_of_ranks_merges(tmp_path):
+    for r in range(2):
+        write(tmp_path / f"metrics.rank{r}.csv",
+              "step,loss,step_time_s\n" + "".join(f"{s},{2 - s * 0.1},{0.1 + r}\n"
+                                                  for s in range(5)))
+    run = load_run(str(tmp_path))
+    assert run.ranks() == [0, 1]
+    assert run.get("step_time_s", 1).values[0] == pytest.approx(1.1)
+    assert len(run.meta["sources"]) == 2
+
+
+def test_rank_folder_given_directly(tmp_path):
+    write(tmp_path / "rank_1" / "m.csv", "step,loss\n1,2\n")
+    run = load_run(str(tmp_path / "rank_1"))
+    assert run.ranks() == [1]
+
+
+def test_folder_merges_formats_and_skips_non_logs(tmp_path):
+    write(tmp_path / "train" / "metrics.csv", "step,loss\n1,2.0\n2,1.8\n")
+    write(tmp_path / "eval.jsonl", '{"step": 2, "eval_loss": 2.1}\n')
+    write(tmp_path / "predictions.csv", "id,label\n1,cat\n")
+    write(tmp_path / "config.json", '{"hidden_size": 8}')
+    write(tmp_path / "model.safetensors", b"\x00" * 100)
+    write(tmp_path / "notes.md", "# hi")
+    run = load_run(str(tmp_path))
+    assert run.get("loss").steps.tolist() == [1, 2]
+    assert run.get("val_loss").values.tolist() == [2.1]
+    assert not run.has("label")
+    assert any(n.kind == "skipped_file" and "predictions.csv" in n.detail for n in run.notes)
+
+
+def test_files_of_one_run_append_in_order(tmp_path):
+    write(tmp_path / "version_0" / "metrics.csv", "step,loss\n1,3\n2,2.5\n3,2.2\n")
+    write(tmp_path / "version_1" / "metrics.csv", "step,loss\n2,2.6\n3,2.1\n4,2.0\n")
+    run = load_run(str(tmp_path))
+    assert run.get("loss").steps.tolist() == [1, 2, 3, 2, 3, 4]  # the resume stays visible
+
+
+def test_same_data_in_two_sources_is_read_once(tmp_path):
+    write(tmp_path / "a" / "metrics.csv", "step,loss\n1,3\n2,2.5\n3,2.2\n")
+    write(tmp_path / "b" / "log.jsonl", "".join(json.dumps({"step": s, "train/loss": v}) + "\n"
+                                                for s, v in ((1, 3), (2, 2.5), (3, 2.2))))
+    run = load_run(str(tmp_path))
+    assert run.get("loss").steps.tolist() == [1, 2, 3]
+    assert any(n.kind == "duplicate_source" for n in run.notes)
+
+
+def test_hf_checkpoint_copies_are_superseded(tmp_path):
+    doc = json.loads((LOGS / "hf_trainer_state.json").read_text())
+    early = dict(doc, global_step=10, log_history=doc["log_history"][:3])
+    write(tmp_path / "checkpoint-10" / "trainer_state.json", json.dumps(early))
+    write(tmp_path / "checkpoint-20" / "trainer_state.json", json.dumps(doc))
+    run = load_run(str(tmp_path))
+    assert run.get("loss").steps.tolist() == [5, 10, 15, 20]
+    assert any(n.kind == "superseded_state" for n in run.notes)
+
+
+def test_several_paths(tmp_path):
+    a = write(tmp_path / "a.csv", "step,loss\n1,2\n")
+    b = write(tmp_path / "b.csv", "step,val_loss\n1,2.5\n")
+    run = load_run(str(a), str(b))
+    assert run.has("loss") and run.has("val_loss")
+
+
+def test_user_mapping(tmp_path):
+    p = write(tmp_path / "m.csv", "step,loss,my/loss/tag\n1,9,2\n2,9,1\n")
+    run = load_run(str(p), mapping={"loss": "my/loss/tag"})
+    assert run.get("loss").values.tolist() == [2, 1]
+    assert run.meta["aliases"]["loss"] == "my/loss/tag"
+
+
+def test_user_mapping_unknown_source(tmp_path):
+    p = write(tmp_path / "m.csv", "step,train/box_loss,val/box_loss\n1,2,3\n")
+    with pytest.raises(InputError) as e:
+        load_run(str(p), mapping={"loss": "train/box_los"})
+    msg = str(e.value)
+    assert str(p) in msg and "train/box_los" in msg and "train/box_loss" in msg
+    assert "\n" not in msg
+
+
+def test_user_mapping_found_in_another_file(tmp_path):
+    write(tmp_path / "a.csv", "step,x\n1,2\n")
+    write(tmp_path / "b.csv", "step,loss,special\n1,2,3\n")
+    run = load_run(str(tmp_path), mapping={"val_loss": "special"})
+    assert run.get("val_loss").values.tolist() == [3]
+
+
+def test_folder_with_nothing_recognizable(tmp_path):
+    write(tmp_path / "readme.md", "hello")
+    write(tmp_path / "weights.pt", b"\x00\x01")
+    write(tmp_path / "data.bin", b"\x00\x01\x02")
+    with pytest.raises(UnrecognizedInputError) as e:
+        load_run(str(tmp_path))
+    assert "TensorBoard" in str(e.value) and "CSV" in str(e.value)
+
+
+def test_binary_junk_file():
+    with pytest.raises(UnrecognizedInputError, match="binary or unknown"):
+        load_run(str(LOGS / "junk.bin"))
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(UnreadableInputError, match="does not exist"):
+        load_run(str(tmp_path / "nope.csv"))
+
+
+def test_empty_file_through_loader(tmp_path):
+    p = write(tmp_path / "empty.csv", "")
+    with pytest.raises(UnrecognizedInputError, match="empty"):
+        load_run(str(p))
+
+
+def test_unreadable_file(tmp_path, monkeypatch):
+    p = write(tmp_path / "m.csv", "step,loss\n1,2\n")
+    real_open = Path.open
+
+    def deny(self, *a, **k):
+        if self == p:
+            raise PermissionError(13, "Permission denied")
+        return real_open(self, *a, **k)
+
+    monkeypatch.setattr(Path, "open", deny)
+    with pytest.raises(UnreadableInputError, match="Permission denied"):
+        load_run(str(p))
+
+
+def test_every_error_is_one_line_naming_the_file(tmp_path):
+    cases = [write(tmp_path / "e.csv", ""), LOGS / "junk.bin",
+             write(tmp_path / "h.csv", "step,loss\n"), write(tmp_path / "j.jsonl", "{]\n")]
+    for p in cases:
+        with pytest.raises(TrainmedicError) as e:
+            load_run(str(p))
+        assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_store_file_delegates_to_store_module(tmp_path, monkeypatch):
+    p = write(tmp_path / "run.rank3.db", b"SQLite format 3\x00" + b"\x00" * 100)
+    fake = types.ModuleType("trainmedic.run.store")
+
+    def read_store(path):
+        run = Run(source=str(path))
+        run.add("loss", [1, 2], [2.0, 1.0], rank=3)
+        return run
+
+    fake.is_store_file = lambda path: True  # type: ignore[attr-defined]
+    fake.read_store = read_store  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "trainmedic.run.store", fake)
+    import trainmedic.run as run_pkg
+    monkeypatch.setattr(run_pkg, "store", fake, raising=False)
+    run = load_run(str(p))
+    assert run.ranks() == [3] and run.get("loss", 3).values.tolist() == [2.0, 1.0]
+    assert detect_format(p) == "store"
+
+
+def test_tensorboard_folder_with_keras_split_dirs(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    for sub, base in (("train", 2.0), ("validation", 2.5)):
+        p = tmp_path / sub / "events.out.tfevents.1.host"
+        p.parent.mkdir()
+        with p.open("wb") as f:
+            w = RecordWriter(f)
+            for s in range(3):
+                w.write(event_pb2.Event(step=s, summary=summary_pb2.Summary(value=[
+                    summary_pb2.Summary.Value(tag="epoch_loss", simple_value=base - s)]))
+                    .SerializeToString())
+    run = load_run(str(tmp_path))
+    assert run.get("loss").values.tolist() == [2.0, 1.0, 0.0]
+    assert run.get("val_loss").values.tolist() == [2.5, 1.5, 0.5]
+
+
+def test_import_does_not_pull_heavy_modules():
+    code = ("import sys, trainmedic.run, trainmedic.run.loader, trainmedic.run.csvlog, "
+            "trainmedic.run.jsonlog, trainmedic.run.hf_state, trainmedic.run.tbevents, "
+            "trainmedic.run.names\n"
+            "from trainmedic.run import load_run\n"
+            f"load_run({str(LOGS / 'lightning_sparse.csv')!r})\n"
+            "bad = [m for m in ('torch', 'pandas', 'tensorboard') if m in sys.modules]\n"
+            "print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == ""

@@ -1,0 +1,120 @@
+"""Alias table: one test per framework family, user mappings, step column detection."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainmedic.run.names import (
+    ALIASES,
+    CANONICAL,
+    close_names,
+    find_step_column,
+    resolve_names,
+)
+
+
+def test_every_rule_targets_a_canonical_name():
+    assert {a.canonical for a in ALIASES} <= set(CANONICAL)
+
+
+@pytest.mark.parametrize(("columns", "expected"), [
+    # Hugging Face trainer_state.json
+    (["loss", "eval_loss", "learning_rate", "grad_norm", "epoch"],
+     {"loss": "loss", "val_loss": "eval_loss", "lr": "learning_rate", "grad_norm": "grad_norm"}),
+    # Hugging Face under TensorBoard / W&B
+    (["train/loss", "eval/loss", "train/learning_rate", "train/grad_norm"],
+     {"loss": "train/loss", "val_loss": "eval/loss", "lr": "train/learning_rate",
+      "grad_norm": "train/grad_norm"}),
+    # Lightning: the _step series is the loss; _epoch stays raw
+    (["train_loss_epoch", "train_loss_step", "val_loss", "lr-AdamW"],
+     {"loss": "train_loss_step", "val_loss": "val_loss", "lr": "lr-AdamW"}),
+    (["train_loss", "val_loss_epoch", "lr-SGD/pg1", "lr-SGD/pg2"],
+     {"loss": "train_loss", "val_loss": "val_loss_epoch", "lr": "lr-SGD/pg1"}),
+    # TensorBoard-style hand-written tags
+    (["train/loss", "val/loss"], {"loss": "train/loss", "val_loss": "val/loss"}),
+    # Detectron2
+    (["iteration", "total_loss", "lr", "time", "data_time", "loss_cls"],
+     {"loss": "total_loss", "lr": "lr", "step_time_s": "time", "data_time_s": "data_time"}),
+    # Megatron-LM
+    (["lm loss", "lm loss validation", "learning-rate", "grad-norm", "loss-scale",
+      "iteration-time"],
+     {"loss": "lm loss", "val_loss": "lm loss validation", "lr": "learning-rate",
+      "grad_norm": "grad-norm", "loss_scale": "loss-scale", "step_time_s": "iteration-time"}),
+    # Keras TensorBoard sub-folders (prefixed by the reader)
+    (["train/epoch_loss", "validation/epoch_loss"],
+     {"loss": "train/epoch_loss", "val_loss": "validation/epoch_loss"}),
+    # PINN: mean_loss is the objective
+    (["Conductor_Copper_loss", "mean_loss", "epoch"], {"loss": "mean_loss"}),
+    # fairseq
+    (["loss", "gnorm", "wps"], {"loss": "loss", "grad_norm": "gnorm", "tokens_per_s": "wps"}),
+])
+def test_alias_families(columns, expected):
+    res = resolve_names(columns)
+    assert res.aliases == expected
+
+
+def test_yolo_time_is_not_step_time_and_loss_is_derived():
+    cols = ["epoch", "time", "train/box_loss", "train/cls_loss", "train/dfl_loss",
+            "val/box_loss", "val/cls_loss", "val/dfl_loss", "lr/pg0", "lr/pg1"]
+    res = resolve_names(cols)
+    assert res.aliases == {"lr": "lr/pg0"}  # cumulative 'time' is not seconds per step
+    assert res.derived["loss"] == ["train/box_loss", "train/cls_loss", "train/dfl_loss"]
+    assert res.derived["val_loss"] == ["val/box_loss", "val/cls_loss", "val/dfl_loss"]
+
+
+def test_canonical_name_present_wins_over_alias():
+    res = resolve_names(["loss", "train_loss", "total_loss"])
+    assert res.aliases["loss"] == "loss"
+    assert res.families["loss"] == "canonical"
+
+
+def test_user_mapping_overrides_rules():
+    res = resolve_names(["loss", "my/loss/tag"], mapping={"loss": "my/loss/tag"})
+    assert res.aliases["loss"] == "my/loss/tag"
+    assert res.families["loss"] == "user"
+    # the displaced column keeps its raw name: nothing maps it
+    assert "loss" not in res.rename()
+
+
+def test_matching_is_case_and_space_insensitive():
+    res = resolve_names(["  Train/Loss ", "EVAL_LOSS"])
+    assert res.aliases == {"loss": "  Train/Loss ", "val_loss": "EVAL_LOSS"}
+
+
+def test_one_source_maps_once():
+    res = resolve_names(["lr", "learning_rate"])
+    assert res.aliases["lr"] == "lr"
+    assert "learning_rate" not in res.aliases.values()
+
+
+def test_scale_rule_for_gib():
+    res = resolve_names(["memory/max_reserved(GiB)"])
+    assert res.aliases["mem_reserved_mb"] == "memory/max_reserved(GiB)"
+    assert res.scales["mem_reserved_mb"] == 1024.0
+
+
+def test_step_excluded_from_mapping():
+    res = resolve_names(["step", "loss"], exclude=["step"])
+    assert "step" not in res.aliases.values()
+
+
+@pytest.mark.parametrize(("columns", "step"), [
+    (["epoch", "step", "loss"], "step"),
+    (["global_step", "epoch"], "global_step"),
+    (["iteration", "total_loss"], "iteration"),
+    (["iter", "loss"], "iter"),
+    (["_step", "trainer/global_step", "loss"], "trainer/global_step"),
+    (["_step", "loss"], "_step"),
+    (["epoch", "train/box_loss"], "epoch"),
+    (["Step", "loss"], "Step"),
+    (["loss", "lr"], None),
+])
+def test_step_column(columns, step):
+    assert find_step_column(columns) == step
+
+
+def test_close_names_finds_substrings_and_typos():
+    cols = ["train/box_loss", "val/box_loss", "lr/pg0", "metrics/mAP50(B)"]
+    assert "train/box_loss" in close_names("train/box_los", cols)
+    assert close_names("loss", cols)[:2] == ["train/box_loss", "val/box_loss"] or \
+        set(close_names("loss", cols)) >= {"train/box_loss", "val/box_loss"}
