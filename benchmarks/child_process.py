@@ -42,6 +42,9 @@ class Measurement:
     """The child's own peak resident set size (``ru_maxrss``), in MiB."""
     rss_method: str
     """``gnu-time`` (the tool's own peak) or ``wait4`` (may include this process's floor)."""
+    cpu_s: float | None
+    """User + system CPU seconds of the child itself (less sensitive to machine load than
+    wall time); None where it could not be read."""
     exit_code: int
     """Exit status; negative for a signal (``-9`` when it was killed for the timeout)."""
     timed_out: bool
@@ -68,17 +71,23 @@ RSS_METHOD = "gnu-time" if _USE_GNU_TIME else "wait4"
 """How peak RSS is read on this machine (see the module docstring)."""
 
 
-def _read_gnu_time(path: str) -> tuple[float | None, int | None]:
-    """(peak RSS MiB, signal number) from a ``time -f %M -o path`` report."""
-    rss_mb = None
+def _read_gnu_time(path: str) -> tuple[float | None, float | None, int | None]:
+    """(peak RSS MiB, CPU s, signal number) from a ``time -f "%M %U %S" -o path`` report."""
+    rss_mb = cpu_s = None
     sig = None
     for line in Path(path).read_text(errors="replace").splitlines():
         line = line.strip()
         if line.startswith("Command terminated by signal"):
             sig = int(line.rsplit(" ", 1)[1])
-        elif line.isdigit():
-            rss_mb = int(line) / 1024.0
-    return rss_mb, sig
+            continue
+        parts = line.split()
+        if len(parts) == 3 and parts[0].isdigit():
+            try:
+                rss_mb = int(parts[0]) / 1024.0
+                cpu_s = float(parts[1]) + float(parts[2])
+            except ValueError:
+                continue
+    return rss_mb, cpu_s, sig
 
 
 def run_measured(
@@ -99,7 +108,7 @@ def run_measured(
 
 def _run(argv: list[str], *, timeout_s: float, env: dict[str, str] | None, cwd: str | None,
          report: str) -> Measurement:
-    full = ([str(GNU_TIME), "-f", "%M", "-o", report, *argv] if _USE_GNU_TIME else argv)
+    full = ([str(GNU_TIME), "-f", "%M %U %S", "-o", report, *argv] if _USE_GNU_TIME else argv)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         # A new session, so a timeout kills the tool and the time wrapper together.
@@ -124,9 +133,11 @@ def _run(argv: list[str], *, timeout_s: float, env: dict[str, str] | None, cwd: 
         exit_code = os.waitstatus_to_exitcode(status)
         proc.returncode = exit_code  # reaped here, so Popen must not wait again
         rss_mb = usage.ru_maxrss / 1024.0
+        cpu_s: float | None = usage.ru_utime + usage.ru_stime
         method = "wait4"
         if _USE_GNU_TIME:
-            t_rss, sig = _read_gnu_time(report)
+            t_rss, t_cpu, sig = _read_gnu_time(report)
+            cpu_s = t_cpu
             if t_rss is not None:
                 rss_mb, method = t_rss, "gnu-time"
             if sig is not None:
@@ -140,6 +151,7 @@ def _run(argv: list[str], *, timeout_s: float, env: dict[str, str] | None, cwd: 
             wall_s=wall_s,
             peak_rss_mb=rss_mb,
             rss_method=method,
+            cpu_s=cpu_s,
             exit_code=exit_code,
             timed_out=timed_out.is_set(),
             stdout=out.read().decode("utf-8", errors="replace"),

@@ -191,15 +191,26 @@ def lr_series(path: Path) -> list[tuple[float, float]]:
     return sorted(out)
 
 
+def _tier(text: str, match: re.Match[str]) -> str:
+    """``asserted`` (stated about this run) or ``listed`` (one of several, after an "or")."""
+    before = text[max(0, match.start() - 12): match.start()]
+    return "listed as a possible cause" if re.search(r"\bor\s*$", before) else "asserted"
+
+
 def contradicted_causes(f: ToolFinding, lr: list[tuple[float, float]]) -> list[str]:
-    """Claims about the LR in ``f`` that the LR series refutes (empty when lr is unknown)."""
+    """Claims about the LR in ``f`` that the LR series refutes (empty when lr is unknown).
+
+    Each is tagged ``asserted`` (said of this run) or ``listed as a possible cause`` (a
+    generic cause in a list, after an "or", that the tool could have checked and did not).
+    """
     if not lr:
         return []
     text = f.detail.lower()
     at = f.step if f.step is not None else lr[-1][0]
     peak = max(v for _, v in lr)
     out = []
-    if re.search(r"still rising|never stops increasing|warmup that never ends", text):
+    m = re.search(r"still rising|never stops increasing|warmup that never ends", text)
+    if m:
         # How long had the LR been flat (within 1%) when the tool says it was rising?
         pts = [(s, v) for s, v in lr if s <= at]
         if len(pts) >= 3:
@@ -209,17 +220,19 @@ def contradicted_causes(f: ToolFinding, lr: list[tuple[float, float]]) -> list[s
                 i -= 1
             flat = len(pts) - i
             if flat >= 3 and flat >= 0.1 * len(pts):
-                out.append(f"says the LR was still rising at step {at:.0f}; lr had been flat at "
-                           f"{ref:.3g} since step {pts[i][0]:.0f} ({flat} logged points)")
-    if re.search(r"constant lr|decays too late", text) and f.symptom != "plateau":
+                out.append(f"[{_tier(text, m)}] the LR was still rising at step {at:.0f}; lr "
+                           f"had been flat at {ref:.3g} since step {pts[i][0]:.0f} "
+                           f"({flat} logged points)")
+    m = re.search(r"constant lr|decays too late", text)
+    if m and f.symptom != "plateau":
         end = lr[-1][1]
         if end < 0.5 * peak:
-            out.append(f"blames a constant LR / late decay; lr decayed from {peak:.3g} "
-                       f"to {end:.3g}")
-    if re.search(r"no warmup|missing warmup|starts at its peak", text):
-        if lr[0][1] < 0.5 * peak:
-            out.append(f"says there is no warm-up; lr starts at {lr[0][1]:.3g}, "
-                       f"peak {peak:.3g}")
+            out.append(f"[{_tier(text, m)}] a constant LR / late decay; lr decayed from "
+                       f"{peak:.3g} to {end:.3g}")
+    m = re.search(r"no warmup|missing warmup|starts at its peak", text)
+    if m and lr[0][1] < 0.5 * peak:
+        out.append(f"[{_tier(text, m)}] no warm-up; lr starts at {lr[0][1]:.3g}, "
+                   f"peak {peak:.3g}")
     return out
 
 
@@ -377,12 +390,15 @@ def main(argv: list[str] | None = None) -> int:
         fa_prob = [f"{case.name}: {', '.join(c.false_alarms)}" for case, c in per_file
                    if case.expect and c.false_alarms]
         crashes = [f"{case.name} ({(c.crash or '')[:70]})" for case, c in per_file if c.crash]
+        infos = [f"{case.name}: {', '.join(c.info_noise)}" for case, c in per_file
+                 if c.info_noise]
         contra = [f"{case.name}: {x}" for case, c in per_file for x in c.contradictions]
         print(f"\n{t.name}: labelled problems found at the right step: {hits}/{n_prob}")
         print(f"  wrong step: {wrong or '-'}")
         print(f"  missed (incl. crashes): {missed or '-'}")
         print(f"  false alarms on the {n_clean} clean files: {fa_clean or '-'}")
         print(f"  extra warning+ findings on problem files: {fa_prob or '-'}")
+        print(f"  info-level findings on other symptoms: {infos or '-'}")
         print(f"  no report (crash or refused input): {crashes or '-'}")
         print(f"  causes contradicted by the file's LR: {contra or '-'}")
     return 0

@@ -91,6 +91,8 @@ def _summarize(tool: Tool, ms: list[Measurement], truth: dict) -> dict:
         "argv": last.argv,
         "wall_s_median": statistics.median(walls),
         "wall_s_all": walls,
+        "cpu_s_median": (statistics.median([m.cpu_s for m in ms if m.cpu_s is not None])
+                         if any(m.cpu_s is not None for m in ms) else None),
         "peak_rss_mb_max": max(m.peak_rss_mb for m in ms),
         "peak_rss_mb_all": [m.peak_rss_mb for m in ms],
         "exit_codes": sorted({m.exit_code for m in ms}),
@@ -122,7 +124,7 @@ def _print_report(result: dict) -> None:
     print()
     tm = next((r for r in result["tools"] if r["tool"] == "trainmedic" and r.get("ran")), None)
     ok_tm = tm is not None and tm["exit_codes"] and all(c in (0, 1) for c in tm["exit_codes"])
-    head = (f"{'tool':<14} {'version':<8} {'wall s (median)':>15} {'min-max':>13} "
+    head = (f"{'tool':<14} {'version':<8} {'wall s (median)':>15} {'min-max':>13} {'CPU s':>6} "
             f"{'peak RSS MB':>11} {'wall vs tm':>10} {'RSS vs tm':>9} {'exit':>5}  spike named?")
     print(head)
     print("-" * len(head))
@@ -140,7 +142,8 @@ def _print_report(result: dict) -> None:
         else:
             spike = "NO"
         codes = ",".join(str(c) for c in r["exit_codes"])
-        print(f"{r['tool']:<14} {r['version']:<8} {r['wall_s_median']:>15.2f} {rng:>13} "
+        cpu = "n/a" if r["cpu_s_median"] is None else f"{r['cpu_s_median']:.2f}"
+        print(f"{r['tool']:<14} {r['version']:<8} {r['wall_s_median']:>15.2f} {rng:>13} {cpu:>6} "
               f"{r['peak_rss_mb_max']:>11.0f} {wr:>10} {mr:>9} {codes:>5}  {spike}")
     print()
     print("findings per tool (symptom @ onset step, severity; tool's own check name):")
@@ -155,6 +158,8 @@ def _print_report(result: dict) -> None:
           "names the spike")
     for name, verdict in result["verdicts"].items():
         print(f"  {name:<12} {verdict}")
+    print(f"  load average at the end: {result['load_average_end']} "
+          "(other work on the machine inflates wall times; CPU s is the child's own)")
     if result["machine"]["cores_usable"] != 2:
         print(f"  note: the targets are for a 2-core machine; this one has "
               f"{result['machine']['cores_usable']} usable cores")
@@ -201,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         verdicts["spike"] = (f"PASS (step {tm['spike_step_named']:.0f})" if tm["spike_named"]
                              else "FAIL (no loss_spike finding near the onset)")
     result["verdicts"] = verdicts
+    result["load_average_end"] = describe()["load_average"]
 
     if args.json:
         print(json.dumps(result, indent=2))

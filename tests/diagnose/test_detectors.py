@@ -145,7 +145,7 @@ def test_flat_loss_not_at_chance_is_warning_and_lr_zero_error() -> None:
     run = Run("flat")
     rng = np.random.default_rng(1)
     steps = np.arange(1, 400)
-    run.add("loss", steps, 2.55 + 0.03 * rng.standard_normal(steps.size))
+    run.add("loss", steps, 2.52 + 0.03 * rng.standard_normal(steps.size))
     assert worst(run_detector("flat_loss", run)).severity == "warning"
     run.add("lr", steps, np.zeros(steps.size))
     assert worst(run_detector("flat_loss", run)).severity == "error"
@@ -168,6 +168,9 @@ def test_oscillation_warning_on_big_swings() -> None:
     v = 2.0 * np.exp(0.9 * np.sin(2 * np.pi * steps / 300) + 0.05 * rng.standard_normal(3000))
     run.add("loss", steps, v)
     assert worst(run_detector("oscillation", run)).severity == "warning"
+    # Under a cyclic (warm-restart) lr schedule the same swings are by design: info.
+    run.add("lr", steps, 1e-3 * (0.02 + (steps % 300) / 300))
+    assert worst(run_detector("oscillation", run)).severity == "info"
 
 
 # --------------------------------------------------------------------------- overfitting
@@ -403,3 +406,26 @@ def test_nan_then_divergence_folds_into_one_root() -> None:
     assert [f.symptom for f in roots] == ["nonfinite_loss"]
     assert roots[0].onset_step == int(steps[1800])
     assert any("divergence" in e.note for e in roots[0].evidence)
+
+
+def test_step_up_that_stays_is_a_spike_without_recovery() -> None:
+    run = base(seed=17, schedule="constant", noise=0.02)
+    steps, v = loss_values(run)
+    v[1500:] *= 1.4  # jumps 6x, then settles 1.4x higher: not enough for divergence
+    v[1500] *= 6 / 1.4
+    replace(run, "loss", v)
+    f = worst(run_detector("loss_spike", run))
+    assert f.end_step is None and "did not come back" in f.summary
+    assert f.onset_step == int(steps[1500])
+    assert not run_detector("divergence", run)
+    routed = diagnose(run).findings
+    spike = next(x for x in routed if x.symptom == "loss_spike")
+    assert not any(c.cause.startswith("a bad batch") for c in spike.causes)
+
+
+def test_per_epoch_step_counter_is_info() -> None:
+    run = Run("epochs")
+    steps = np.tile(np.arange(0, 100), 5)
+    run.add("loss", steps, np.linspace(3, 1, steps.size))
+    f = worst(run_detector("resume_discontinuity", run))
+    assert f.severity == "info" and "per-epoch" in f.summary

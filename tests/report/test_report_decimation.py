@@ -56,6 +56,8 @@ def test_envelope_preserved(n: int, max_points: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     values = rng.standard_normal(n)
     values[rng.random(n) < 0.05] = np.nan
+    values[rng.random(n) < 0.01] = np.inf
+    values[rng.random(n) < 0.01] = -np.inf
     steps = np.cumsum(rng.integers(1, 4, n))
     s, v = decimate_minmax(steps, values, max_points)
     assert len(s) == n if n <= max_points else len(s) <= max_points
@@ -65,6 +67,8 @@ def test_envelope_preserved(n: int, max_points: int, seed: int) -> None:
     if fin.size:
         assert out.max() == fin.max() and out.min() == fin.min()
     assert set(s.tolist()) <= set(steps.tolist())
+    if n > max_points:  # inf is not kept as a value: it gets a marker instead
+        assert not np.isinf(v).any()
 
 
 def test_nonfinite_points_kinds_and_thinning() -> None:

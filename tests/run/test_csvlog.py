@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -190,3 +191,88 @@ def test_unreadable_file(tmp_path, monkeypatch):
         read_csv(p)
     assert isinstance(e.value, TrainmedicError)
     assert str(p) in str(e.value)
+
+
+def _big_log(n: int, crlf: bool = False) -> tuple[str, dict[int, str]]:
+    bad = {150: "oops", 1700: "bad!"}  # one in each half
+    nl = "\r\n" if crlf else "\n"
+    lines = ["step,loss,val_loss"]
+    for i in range(n):
+        loss = bad.get(i, f"{1.0 / (i + 1):.6f}")
+        lines.append(f"{i},{loss},{'' if i % 7 else i * 0.5}")
+    return nl.join(lines) + nl + "2000,0.", bad
+
+
+@pytest.mark.parametrize("crlf", [False, True])
+def test_two_process_read_matches_serial(tmp_path, monkeypatch, crlf):
+    text, bad = _big_log(2000, crlf)
+    p = write(tmp_path, text)
+    monkeypatch.setattr(csvlog, "BLOCK_BYTES", 512)
+    serial = read_csv(p)
+    monkeypatch.setattr(csvlog, "PARALLEL_MIN_BYTES", 1024)
+    forked = []
+    real = csvlog._read_halves
+    monkeypatch.setattr(csvlog, "_read_halves", lambda *a, **k: forked.append(1) or real(*a, **k))
+    par = read_csv(p)
+    assert forked, "the two-process path was not taken"
+    for name in ("loss", "val_loss"):
+        assert par.columns[name].steps.tolist() == serial.columns[name].steps.tolist()
+        assert par.columns[name].values.tolist() == serial.columns[name].values.tolist()
+    assert len(par.columns["loss"]) == 1998
+    assert [(n.kind, n.line, n.detail) for n in par.notes] == \
+        [(n.kind, n.line, n.detail) for n in serial.notes]
+    cell = next(n for n in par.notes if n.kind == "non_numeric_cell")
+    assert cell.line == 152 and "line 1702" in cell.detail
+    assert next(n for n in par.notes if n.kind == "truncated_last_line").line == 2002
+    assert par.meta.get("line_endings") == ("crlf" if crlf else None)
+
+
+def test_two_process_read_recovers_when_child_fails(tmp_path, monkeypatch):
+    text, _ = _big_log(2000)
+    p = write(tmp_path, text)
+    monkeypatch.setattr(csvlog, "BLOCK_BYTES", 512)
+    monkeypatch.setattr(csvlog, "PARALLEL_MIN_BYTES", 1024)
+    parent = os.getpid()
+    real_stream = csvlog._Body.stream
+
+    def failing_in_child(self, f, pending, stop):
+        if os.getpid() != parent:
+            raise RuntimeError("child failed")
+        return real_stream(self, f, pending, stop)
+
+    monkeypatch.setattr(csvlog._Body, "stream", failing_in_child)
+    t = read_csv(p)
+    assert t.columns["loss"].steps.tolist()[-1] == 1999
+    assert len(t.columns["loss"]) == 1998
+    assert next(n for n in t.notes if n.kind == "non_numeric_cell").line == 152
+
+
+def test_empty_cell_kinds_that_appear_late(tmp_path, monkeypatch):
+    # The first blocks need no rewrite; later ones have empty first, middle and last cells.
+    monkeypatch.setattr(csvlog, "BLOCK_BYTES", 64)
+    rows = [f"{i * 1.5},{i},{i * 2}" for i in range(200)]
+    rows += [f",{i},{i * 2}" for i in range(200, 300)]
+    rows += [f"{i * 1.5},{i}," for i in range(300, 400)]
+    rows += [f",{i}," for i in range(400, 410)]
+    t = read_csv(write(tmp_path, "a,step,b\n" + "\n".join(rows) + "\n"))
+    assert t.columns["a"].steps.tolist() == list(range(200)) + list(range(300, 400))
+    assert t.columns["b"].steps.tolist() == list(range(300))
+    assert t.columns["a"].values[-1] == 399 * 1.5
+    assert not [n for n in t.notes if n.kind != "non_numeric_cell"]
+
+
+def test_text_columns_are_left_out_and_noted(tmp_path, monkeypatch):
+    monkeypatch.setattr(csvlog, "BLOCK_BYTES", 128)
+    body = "".join(f"2024-01-01T00:00:{i % 60:02d},{i},{1.0 / (i + 1)},run-a\n"
+                   for i in range(300))
+    t = read_csv(write(tmp_path, "wall_time,step,loss,name\n" + body))
+    assert set(t.columns) == {"loss"}
+    assert len(t.columns["loss"]) == 300
+    kinds_ = kinds(t)
+    assert kinds_ == ["text_column"]
+    assert "wall_time" in t.notes[0].detail and "name" in t.notes[0].detail
+
+
+def test_only_text(tmp_path):
+    with pytest.raises(UnrecognizedInputError, match="no column of numbers"):
+        read_csv(write(tmp_path, "a,b\nx,y\nz,w\n"))

@@ -266,3 +266,33 @@ def test_import_does_not_pull_heavy_modules():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == ""
+
+
+def test_duplicate_sources_keep_steps_only_one_has(tmp_path):
+    write(tmp_path / "a" / "metrics.csv", "step,loss\n" + "".join(f"{s},{s * 0.5}\n"
+                                                                  for s in range(10)))
+    write(tmp_path / "b" / "metrics.csv", "step,loss\n" + "".join(f"{s},{s * 0.5}\n"
+                                                                  for s in range(2, 12)))
+    run = load_run(str(tmp_path))
+    assert run.get("loss").steps.tolist() == list(range(12))
+
+
+def test_explicit_files_take_rank_from_their_folder(tmp_path):
+    a = write(tmp_path / "rank_0" / "metrics.csv", "step,loss\n1,2\n")
+    b = write(tmp_path / "rank_1" / "metrics.csv", "step,loss\n1,3\n")
+    run = load_run(str(a), str(b))
+    assert run.ranks() == [0, 1]
+    assert run.get("loss", 1).values.tolist() == [3.0]
+
+
+def test_real_run_store_folder(tmp_path):
+    store = pytest.importorskip("trainmedic.run.store")
+    for rank in (0, 1):
+        with store.RunStore(tmp_path, rank=rank, world_size=2) as st:
+            for s in range(4):
+                st.log(s, {"loss": 2.0 - 0.1 * s + rank, "lr": 0.1})
+    write(tmp_path / "extra.csv", "step,val_loss\n3,2.5\n")
+    run = load_run(str(tmp_path))
+    assert run.ranks() == [None, 0, 1]
+    assert run.get("loss", 1).values.tolist() == pytest.approx([3.0, 2.9, 2.8, 2.7])
+    assert run.get("val_loss").values.tolist() == [2.5]

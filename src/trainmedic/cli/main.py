@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the CLI and turn errors into one line and an exit code."""
     debug = os.environ.get("TRAINMEDIC_DEBUG", "") not in ("", "0")
     try:
-        cli.main(args=argv, prog_name="trainmedic", standalone_mode=False)
+        # With standalone_mode=False click returns a command's Exit code instead of exiting.
+        rc = cli.main(args=argv, prog_name="trainmedic", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("trainmedic: aborted", err=True)
         return 130
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             err=True,
         )
         return EXIT_INTERNAL
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 def _one_line(text: str) -> str:

@@ -7,17 +7,20 @@ watcher records what happened into the run store exactly as it would for a user'
 fault      mechanism
 =========  ================================================================================
 none       AdamW, linear warm-up then cosine decay to 10 %, peak lr 3e-3: the boring default
-diverge    the same schedule with a peak lr of 0.6 (200x): the loss falls during warm-up and
-           blows up once the lr passes the stability limit
-spike      three poisoned batches (uniformly random tokens and labels) late in the run
+diverge    AdamW at lr 2.0 (~700x the healthy peak), warmed up and then held: the loss falls
+           for the first warm-up steps, then blows up to hundreds once the lr passes the
+           stability limit, and stays there
+spike      three poisoned batches late in the run (corrupt labels: ordinary text in, one
+           rare character as every label, a different one each time); the loss jumps and recovers next step
 flat       the optimizer holds a stale deep copy of the model's parameters (built before the
            model was re-created), so every step updates the copy and the model never learns
 overfit    the training set is 1 % of the corpus (~1 K characters): the model memorizes it
            and the validation loss turns up while the training loss keeps falling
-stall      the data loader sleeps 25 ms per batch (a slow disk / decode stand-in), so the
+stall      the data loader sleeps 30 ms per batch (a slow disk / decode stand-in), so the
            loop waits for data most of each step
-leak       the loop keeps every step's logits, with their autograd graph, in a list "for an
-           end-of-epoch metric" that is never cleared: resident memory grows every step
+leak       the loop keeps every step's logits and probabilities, still attached to their
+           autograd graph, in a list "for an end-of-epoch metric" that is never cleared:
+           resident memory grows by ~0.5 MB a step
 =========  ================================================================================
 """
 
@@ -27,7 +30,6 @@ import copy
 import dataclasses
 import logging
 import math
-import os
 import pathlib
 import time
 from collections.abc import Callable, Iterator
@@ -44,11 +46,11 @@ logger = logging.getLogger(__name__)
 FAULTS: tuple[str, ...] = ("none", "diverge", "spike", "flat", "overfit", "stall", "leak")
 
 #: Steps per demo when not given: long enough for every detector to see its fault clearly.
-DEFAULT_STEPS = 300
+DEFAULT_STEPS = 200
 
 _PEAK_LR = 3e-3
-_DIVERGE_LR = 0.6
-_STALL_SLEEP_S = 0.025
+_DIVERGE_LR = 2.0
+_STALL_SLEEP_S = 0.030
 _OVERFIT_TRAIN_FRACTION = 0.01
 _SPIKE_AT = (0.55, 0.7, 0.85)
 
@@ -80,7 +82,9 @@ class DemoConfig:
     """Evaluate ``val_loss`` on the held-out split every this many steps (>= 1)."""
 
     num_threads: int | None = None
-    """torch CPU threads while the demo runs; ``None``: min(2, CPU count). Restored after."""
+    """torch CPU threads while the demo runs (restored after); ``None``: 1. The model is too
+    small to gain from more, and on a 2-vCPU machine two OpenMP threads next to the store's
+    writer thread made some steps take seconds (measured), which is noise in step times."""
 
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
@@ -111,11 +115,14 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
         raise ConfigError(f"{name} must be between {lo} and {hi}, got {value}")
 
 
-def _lr_at(step: int, steps: int, peak: float) -> float:
-    """Linear warm-up over 10 % of the run (at least 5 steps), then cosine down to 10 %."""
+def _lr_at(step: int, steps: int, peak: float, *, decay: bool = True) -> float:
+    """Linear warm-up over 10 % of the run (at least 5 steps), then cosine down to 10 %
+    (or held at ``peak`` when ``decay`` is off)."""
     warm = max(5, steps // 10)
     if step < warm:
         return peak * (step + 1) / warm
+    if not decay:
+        return peak
     progress = (step - warm) / max(1, steps - warm)
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
 
@@ -148,7 +155,7 @@ def run_demo(config: DemoConfig, *,
     run_dir = cfg.run_dir
     _clear_store(run_dir)
     threads_before = torch.get_num_threads()
-    torch.set_num_threads(cfg.num_threads or max(1, min(2, os.cpu_count() or 1)))
+    torch.set_num_threads(cfg.num_threads or 1)
     try:
         text = load_corpus()
         vocab = sorted(set(text))
@@ -181,21 +188,20 @@ def run_demo(config: DemoConfig, *,
         val_starts = torch.randint(0, len(val) - T - 1, (64,), generator=val_gen)
         val_x = torch.stack([val[s:s + T] for s in val_starts])
         val_y = torch.stack([val[s + 1:s + T + 1] for s in val_starts])
+        rare_chars = torch.bincount(train, minlength=len(vocab)).argsort().tolist()
         spike_steps = {int(f * cfg.steps) for f in _SPIKE_AT} if cfg.fault == "spike" else set()
 
         def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             for step in range(cfg.steps):
                 if cfg.fault == "stall":
                     time.sleep(_STALL_SLEEP_S)  # the slow loader: real wall time, measured
-                if step in spike_steps:
-                    # A corrupt shard: random tokens in, random labels out.
-                    x = torch.randint(0, len(vocab), (B, T), generator=gen)
-                    y = torch.randint(0, len(vocab), (B, T), generator=gen)
-                    yield x, y
-                    continue
                 starts = torch.randint(0, len(train) - T - 1, (B,), generator=gen)
                 x = torch.stack([train[s:s + T] for s in starts])
                 y = torch.stack([train[s + 1:s + T + 1] for s in starts])
+                if step in spike_steps:
+                    # A corrupt batch: the labels are one junk (rare) character throughout.
+                    junk = rare_chars[len(spike_steps & set(range(step)))]
+                    y = torch.full_like(y, junk)
                 yield x, y
 
         def evaluate() -> float:
@@ -214,14 +220,15 @@ def run_demo(config: DemoConfig, *,
         with watch(model, optimizer, run_dir=run_dir, meta=meta) as w:
             for step, (x, y) in enumerate(w.wrap_loader(batches())):
                 for group in optimizer.param_groups:
-                    group["lr"] = _lr_at(step, cfg.steps, peak)
+                    group["lr"] = _lr_at(step, cfg.steps, peak, decay=cfg.fault != "diverge")
                 model.zero_grad(set_to_none=True)
                 logits = model(x)
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
                 loss.backward()
                 optimizer.step()
                 if cfg.fault == "leak":
-                    kept_for_metric.append(logits)  # graph and all, never cleared
+                    # "for an end-of-epoch calibration metric": graph and all, never cleared
+                    kept_for_metric.extend((logits, logits.softmax(-1)))
                 w.step(loss, batch_size=B)
                 if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
                     w.log({"val_loss": evaluate()})

@@ -20,7 +20,7 @@ import numpy as np
 
 from trainmedic.diagnose.detectors.loss_events import HF_FRAMEWORKS
 from trainmedic.diagnose.finding import Cause, Finding, Intervention, Likelihood
-from trainmedic.diagnose.rules import CAUSES, INTERVENTIONS, CauseRule
+from trainmedic.diagnose.rules import CAUSES, INFO_INTERVENTIONS, INTERVENTIONS, CauseRule
 from trainmedic.diagnose.stats import median
 from trainmedic.diagnose.trace import Trace, fmt
 from trainmedic.run.series import Run
@@ -383,13 +383,17 @@ def route(finding: Finding, run: Run) -> Finding:
     ctx = _context(finding, run)
     inter: list[Intervention] = []
     seen: set[str] = set()
+    keys: list[str] = []
+    if finding.severity == "info":
+        keys += INFO_INTERVENTIONS.get(finding.symptom, ())
     for _, rule, _ in kept:
-        for key in rule.interventions:
-            if key in seen or len(inter) >= _MAX_INTERVENTIONS:
-                continue
-            seen.add(key)
-            ir = INTERVENTIONS[key]
-            inter.append(Intervention(
-                action=ir.action.format(**ctx), displaced_cost=ir.displaced_cost.format(**ctx),
-                verify=ir.verify.format(**ctx), changes_semantics=ir.changes_semantics))
+        keys += rule.interventions
+    for key in keys:
+        if key in seen or len(inter) >= _MAX_INTERVENTIONS:
+            continue
+        seen.add(key)
+        ir = INTERVENTIONS[key]
+        inter.append(Intervention(
+            action=ir.action.format(**ctx), displaced_cost=ir.displaced_cost.format(**ctx),
+            verify=ir.verify.format(**ctx), changes_semantics=ir.changes_semantics))
     return finding.with_routing(tuple(c for c, _, _ in kept), tuple(inter))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from trainmedic.diagnose.finding import Likelihood
 
-__all__ = ["CauseRule", "InterventionRule", "CAUSES", "INTERVENTIONS"]
+__all__ = ["CauseRule", "InterventionRule", "CAUSES", "INTERVENTIONS", "INFO_INTERVENTIONS"]
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -217,6 +217,16 @@ INTERVENTIONS: dict[str, InterventionRule] = {
                "allocator fragmentation (torch.cuda.memory_stats num_alloc_retries)",
         displaced_cost="none",
         verify="samples_per_s returns to its level before step {onset}"),
+    "watch_only": InterventionRule(
+        action="no change needed now: the loss did not react; keep gradient clipping on and "
+               "watch whether such events grow more frequent or larger",
+        displaced_cost="none",
+        verify="the next events stay isolated and the loss stays within noise of its median"),
+    "plateau_expected": InterventionRule(
+        action="none if the plateau level meets the target: the run has converged for this "
+               "schedule",
+        displaced_cost="none",
+        verify="validation metrics have also stopped improving"),
     "fix_init_or_arch": InterventionRule(
         action="check initialization and normalization (pre-LayerNorm, residual scaling), "
                "and non-saturating activations",
@@ -413,6 +423,10 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                         "torch.compile recompiles)", likelihood="medium",
                   metric="mem_reserved_mb", check="finding_metric_is",
                   to_check="log mem_reserved_mb to check this", interventions=("find_leak",)),
+        CauseRule(cause="peak memory per step keeps rising (growing activations: longer "
+                        "sequences, or tensors kept across steps)", likelihood="medium",
+                  metric="mem_peak_mb", check="finding_metric_is",
+                  to_check="log mem_peak_mb to check this", interventions=("find_leak",)),
     ),
     "straggler": (
         CauseRule(cause="the slow rank waits longer for data (disk, CPU contention on that "
@@ -443,4 +457,13 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                   likelihood="medium", to_check="log gpu_util and clocks",
                   interventions=("check_throttling",)),
     ),
+}
+
+#: Interventions put first when a finding is only info: the honest advice for an event that
+#: did no harm is usually to change nothing.
+INFO_INTERVENTIONS: dict[str, tuple[str, ...]] = {
+    "exploding_gradients": ("watch_only",),
+    "loss_spike": ("watch_only",),
+    "nonfinite_grad": ("watch_only",),
+    "plateau": ("plateau_expected",),
 }

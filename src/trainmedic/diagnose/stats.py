@@ -24,6 +24,7 @@ import numpy as np
 __all__ = [
     "median",
     "row_median",
+    "thin",
     "MAD_TO_SIGMA",
     "MAX_BLOCKS",
     "Blocks",
@@ -66,6 +67,16 @@ def row_median(grid: np.ndarray) -> np.ndarray:
         return np.full(grid.shape[0], np.nan)
     gs = np.sort(grid, axis=1)
     return 0.5 * (gs[:, (b - 1) // 2] + gs[:, b // 2])
+
+
+def thin(x: np.ndarray, k: int = 100_000) -> np.ndarray:
+    """At most ``k`` evenly strided values of ``x``: enough to estimate a median or a MAD of a
+    long series to well under 1% (the standard error of a median of k points is ~1.25/sqrt(k)
+    sigmas), at a tenth of the cost on 1M points."""
+    n = int(x.shape[0])
+    if n <= k:
+        return x
+    return x[:: math.ceil(n / k)]
 
 
 def mad(x: np.ndarray) -> float:

@@ -132,9 +132,15 @@ def y_is_log(lines: list[Line]) -> bool:
 def _y_domain(lines: list[Line]) -> tuple[float, float, bool]:
     lo, hi = math.inf, -math.inf
     for ln in lines:
-        fin = ln.values[np.isfinite(ln.values)]
-        if fin.size:
-            lo, hi = min(lo, float(fin.min())), max(hi, float(fin.max()))
+        if not len(ln.values):
+            continue
+        a, b = float(ln.values.min()), float(ln.values.max())
+        if not (math.isfinite(a) and math.isfinite(b)):  # NaN/inf present: mask them out
+            fin = ln.values[np.isfinite(ln.values)]
+            if not fin.size:
+                continue
+            a, b = float(fin.min()), float(fin.max())
+        lo, hi = min(lo, a), max(hi, b)
     if not math.isfinite(lo):
         return 0.0, 1.0, False
     if lo > 0 and math.log10(hi) - math.log10(lo) > LOG_DECADES:

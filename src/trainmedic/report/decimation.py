@@ -39,19 +39,18 @@ def decimate_minmax(steps: np.ndarray, values: np.ndarray,
         raise ValueError(f"max_points must be at least 2, got {max_points}")
     if n <= max_points:
         return steps, values
-    n_buckets = max_points // 2
-    size = -(-n // n_buckets)  # ceil: every bucket but the last is full
-    n_buckets = -(-n // size)
-    padded = np.full(n_buckets * size, np.nan)
-    padded[:n] = values
-    grid = padded.reshape(n_buckets, size)
-    finite = np.isfinite(grid)
-    lo = np.where(finite, grid, np.inf).argmin(axis=1)
-    hi = np.where(finite, grid, -np.inf).argmax(axis=1)
-    has_finite = finite.any(axis=1)
+    size = -(-n // (max_points // 2))  # ceil: points per bucket
+    n_full = n // size
+    # Full buckets are a reshaped view (no copy); the short last bucket is done on its own.
+    lo, hi, has_finite = _bucket_extremes(values[:n_full * size].reshape(n_full, size))
+    base = np.arange(n_full, dtype=np.int64) * size
+    if n_full * size < n:
+        t_lo, t_hi, t_has = _bucket_extremes(values[n_full * size:].reshape(1, -1))
+        lo, hi = np.concatenate([lo, t_lo]), np.concatenate([hi, t_hi])
+        has_finite = np.concatenate([has_finite, t_has])
+        base = np.concatenate([base, [n_full * size]])
     first = np.minimum(lo, hi)
     second = np.maximum(lo, hi)
-    base = np.arange(n_buckets) * size
     idx = np.stack([base + first, base + second], axis=1).ravel()
     keep = np.ones(idx.shape[0], dtype=bool)
     keep[1::2] = second != first  # one point when min and max are the same point
@@ -60,6 +59,21 @@ def decimate_minmax(steps: np.ndarray, values: np.ndarray,
     empty = np.repeat(~has_finite, 2)[keep]
     out_values[empty] = np.nan
     return steps[idx], out_values
+
+
+def _bucket_extremes(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: index of the smallest and of the largest finite value, and whether the row
+    has any finite value (indices are 0 for a row without one)."""
+    rows = np.arange(grid.shape[0])
+    lo = grid.argmin(axis=1)
+    hi = grid.argmax(axis=1)
+    # Fast path: argmin/argmax land on a NaN or inf only when the row holds one.
+    if np.isfinite(grid[rows, lo]).all() and np.isfinite(grid[rows, hi]).all():
+        return lo, hi, np.ones(grid.shape[0], dtype=bool)
+    finite = np.isfinite(grid)
+    lo = np.where(finite, grid, np.inf).argmin(axis=1)
+    hi = np.where(finite, grid, -np.inf).argmax(axis=1)
+    return lo, hi, finite.any(axis=1)
 
 
 def nonfinite_points(steps: np.ndarray, values: np.ndarray,

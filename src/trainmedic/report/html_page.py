@@ -305,7 +305,8 @@ class _Page:
             # Info findings are context, not problems: folded to their summary line.
             return (f'<details class="finding info" id="{fid}"><summary>{head}{summary}'
                     f"</summary>{body}</details>")
-        return f'<article class="finding {e(f.severity)}" id="{fid}">{head}{summary}{body}</article>'
+        return (f'<article class="finding {e(f.severity)}" id="{fid}">{head}{summary}{body}'
+                "</article>")
 
     # -- page ----------------------------------------------------------------------------
     def render(self) -> str:

@@ -9,14 +9,25 @@ number before parsing and turned into a "missing" mask after, which keeps a lite
 the log (a fact about the run) apart from a cell that was never written. A block that the fast
 path cannot take (a word in a number column, a short row, quotes) is re-read line by line with
 Python's ``csv`` module, so one bad line costs one block's speed, never the file.
+
+numpy's parser holds the GIL, so on a machine with two or more cores a large body is split at a
+line boundary and a forked child parses the second half into shared memory while this process
+parses the first (only when this process runs no other thread; any failure of the child means
+this process reads that half itself).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
+import mmap
+import os
+import sys
+import threading
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -29,12 +40,22 @@ __all__ = ["read_csv", "sniff_delimiter", "split_header"]
 
 log = logging.getLogger(__name__)
 
+PARALLEL_MIN_BYTES = 8 << 20
+"""Bodies at least this big are parsed by two processes when the machine has two cores and the
+calling process has no other thread (fork is only safe then)."""
+
+_CHILD_ROOM = 1.3
+"""The child's shared buffer holds this times the rows its half is estimated to have."""
+
 BLOCK_BYTES = 1 << 20
 """Bytes parsed per numpy call: big enough to amortize the call, small enough to stay cheap in
 memory (the file is never held whole)."""
 
 _DELIMITERS = (b",", b"\t", b";")
-_SENTINEL_TEXT = b"-1.2345678e300"
+_SENTINEL_TEXT = b"-8e88"
+"""Stands for an empty cell while numpy parses: short (it is parsed a million times in a sparse
+log) and a value no training log holds; if one does, the count check sends the block to the
+careful path."""
 _SENTINEL = float(_SENTINEL_TEXT)
 _BOM = b"\xef\xbb\xbf"
 
@@ -80,12 +101,24 @@ def _is_number(text: str) -> bool:
     return True
 
 
-class _Columns:
-    """Growable column-major float64 storage (column j is row j, contiguous)."""
+class _CapacityError(Exception):
+    """A fixed (shared-memory) column store is full."""
 
-    def __init__(self, ncols: int, capacity: int) -> None:
+
+class _Columns:
+    """Column-major float64 storage (column j is row j, contiguous), growable unless it lives
+    in a fixed shared-memory buffer (the forked reader's)."""
+
+    def __init__(self, ncols: int, capacity: int,
+                 shared: tuple[mmap.mmap, mmap.mmap] | None = None) -> None:
         self.ncols = ncols
-        self.data = np.empty((ncols, max(capacity, 16)), dtype=np.float64)
+        self.shared = shared
+        capacity = max(capacity, 16)
+        if shared is None:
+            self.data = np.empty((ncols, capacity), dtype=np.float64)
+        else:
+            self.data = np.frombuffer(shared[0], dtype=np.float64,
+                                      count=ncols * capacity).reshape(ncols, capacity)
         self.missing: np.ndarray | None = None
         self.n = 0
 
@@ -94,6 +127,8 @@ class _Columns:
         cap = self.data.shape[1]
         if need <= cap:
             return
+        if self.shared is not None:
+            raise _CapacityError(f"{need} rows > {cap}")
         new_cap = max(need, int(cap * 1.5))
         grown = np.empty((self.ncols, new_cap), dtype=np.float64)
         grown[:, : self.n] = self.data[:, : self.n]
@@ -111,57 +146,93 @@ class _Columns:
         self.data[:, self.n : self.n + m] = block.T
         if missing is not None and bool(missing.any()):
             if self.missing is None:
-                self.missing = np.zeros(self.data.shape, dtype=bool)
+                if self.shared is None:
+                    self.missing = np.zeros(self.data.shape, dtype=bool)
+                else:  # anonymous mmap pages start zeroed
+                    self.missing = np.frombuffer(self.shared[1], dtype=bool,
+                                                 count=self.data.size).reshape(self.data.shape)
             self.missing[:, self.n : self.n + m] = missing.T
         self.n += m
 
 
-def _fast_block(block: bytes, delim: bytes, ncols: int
-                ) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """Parse a block of complete lines with numpy, or None when it needs the careful path."""
-    if b'"' in block:
-        return None
-    inserted = 0
-    if (delim + delim in block or block.startswith(delim) or b"\n" + delim in block
-            or delim + b"\n" in block):
-        if _SENTINEL_TEXT in block:
-            return None
+class _FastPath:
+    """numpy parsing of whole blocks, remembering which empty-cell rewrites the file needs.
+
+    Every pass over a block costs time at a million rows. Empty cells are rewritten to a
+    sentinel number; which of the four rewrites a file needs (",," inside a row, ",,," runs,
+    an empty first or last cell) is learned on the first block, and later blocks get only
+    those. A block with another kind of empty cell makes numpy fail, and is then retried with
+    every rewrite, so guessing wrong costs time, never data. The number of sentinels inserted
+    comes from the length change, not from another scan.
+    """
+
+    def __init__(self, delim: bytes, ncols: int, keep: list[int]) -> None:
         d, s = delim, _SENTINEL_TEXT
-        # Each pattern is looked for before it is replaced: a replace copies the block.
-        for pat, rep in ((d + d, d + s + d), (d + d, d + s + d), (b"\n" + d, b"\n" + s + d),
-                         (d + b"\n", d + s + b"\n")):
-            if pat in block:
-                block = block.replace(pat, rep)
-        if block.startswith(d):
+        self.delim = delim
+        self.ncols = ncols
+        # Text columns (a timestamp string, a run name) are left out of numpy's work.
+        self.usecols = None if len(keep) == ncols else keep
+        self.width = len(keep)
+        self.rewrites = ((d + d, d + s + d), (d + d, d + s + d), (b"\n" + d, b"\n" + s + d),
+                         (d + b"\n", d + s + b"\n"))
+        self.needed: set[int] | None = None  # unknown until the first block
+
+    def parse(self, block: bytes) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """The block as an (n, ncols) array and its missing mask, or None (careful path)."""
+        if self.needed is not None:
+            got = self._try(block, self.needed)
+            if got is not None:
+                return got[0], got[1]
+        got = self._try(block, None)
+        if got is None:
+            return None
+        self.needed = got[2]
+        return got[0], got[1]
+
+    def _try(self, block: bytes, which: set[int] | None
+             ) -> tuple[np.ndarray, np.ndarray | None, set[int]] | None:
+        s = _SENTINEL_TEXT
+        start_len = len(block)
+        used: set[int] = set()
+        for i, (pat, rep) in enumerate(self.rewrites):
+            if which is None or i in which:
+                n0 = len(block)
+                block = block.replace(pat, rep)  # returns the block itself when pat is absent
+                if len(block) != n0:
+                    used.add(i)
+        if block.startswith(self.delim):
             block = s + block
-        inserted = block.count(s)
-    try:
-        arr = np.loadtxt(io.BytesIO(block), delimiter=delim.decode(), comments=None,
-                         dtype=np.float64, ndmin=2, encoding="latin-1")
-    except ValueError:
-        return None
-    if arr.shape[0] and arr.shape[1] != ncols:
-        return None
-    if not inserted:
-        return arr, None
-    missing = arr == _SENTINEL
-    if int(missing.sum()) != inserted:
-        return None
-    arr[missing] = np.nan
-    return arr, missing
+        inserted = (len(block) - start_len) // len(s)
+        try:
+            arr = np.loadtxt(io.BytesIO(block), delimiter=self.delim.decode(), comments=None,
+                             quotechar=None, dtype=np.float64, ndmin=2, encoding="latin-1",
+                             usecols=self.usecols)
+        except ValueError:
+            return None
+        if arr.shape[0] and arr.shape[1] != self.width:
+            return None
+        if not inserted:
+            return arr, None, used
+        missing = arr == _SENTINEL
+        if int(np.count_nonzero(missing)) != inserted:
+            return None  # the sentinel value is in the data itself: read this block carefully
+        arr[missing] = np.nan
+        return arr, missing, used
 
 
-def _careful_block(block: bytes, delim: bytes, names: list[str], first_line: int,
-                   bad_cells: NoteCounter, bad_rows: NoteCounter, headers: NoteCounter
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Parse a block line by line; bad cells become missing, with a note naming the line."""
+def _careful_block(block: bytes, delim: bytes, names: list[str], keep_cols: list[int],
+                   first_line: int, bad_cells: NoteCounter, bad_rows: NoteCounter,
+                   headers: NoteCounter) -> tuple[np.ndarray, np.ndarray]:
+    """Parse a block line by line into the ``keep_cols`` columns; bad cells become missing,
+    with a note naming the line."""
     ncols = len(names)
+    width = len(keep_cols)
     text = _decode(block)
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    vals = np.full((len(lines), ncols), np.nan)
-    miss = np.ones((len(lines), ncols), dtype=bool)
+    vals = np.full((len(lines), width), np.nan)
+    miss = np.ones((len(lines), width), dtype=bool)
     keep = np.zeros(len(lines), dtype=bool)
     header_set = [n.lower() for n in names]
     d = delim.decode()
@@ -179,15 +250,96 @@ def _careful_block(block: bytes, delim: bytes, names: list[str], first_line: int
             bad_rows.add(line_no, f"{len(cells)} fields, header has {ncols}")
             cells = (cells + [""] * ncols)[:ncols]
         keep[i] = True
-        for j, c in enumerate(cells):
+        for k, j in enumerate(keep_cols):
+            c = cells[j]
             if c == "":
                 continue
             try:
-                vals[i, j] = float(c)
-                miss[i, j] = False
+                vals[i, k] = float(c)
+                miss[i, k] = False
             except ValueError:
                 bad_cells.add(line_no, f"{names[j]}={c[:20]!r}")
     return vals[keep], miss[keep]
+
+
+class _Body:
+    """Parses data lines (after the header) into ``cols``, keeping notes and line numbers."""
+
+    def __init__(self, delim: bytes, names: list[str], keep: list[int], cols: _Columns,
+                 first_line: int) -> None:
+        self.delim = delim
+        self.names = names
+        self.keep = keep
+        self.cols = cols
+        self.line_no = first_line
+        self.crlf = False
+        self.fast = _FastPath(delim, len(names), keep)
+        self.counters = {
+            "bad_cells": NoteCounter("non_numeric_cell", "non-numeric cells read as missing"),
+            "bad_rows": NoteCounter("ragged_row",
+                                    "rows whose field count differs from the header"),
+            "headers": NoteCounter("repeated_header", "repeated header lines skipped"),
+        }
+        self.truncated_at: int | None = None
+
+    def block(self, block: bytes) -> None:
+        """Parse complete lines (``block`` ends with a newline)."""
+        nlines = block.count(b"\n")
+        if b"\r" in block:
+            self.crlf = True
+            block = block.replace(b"\r\n", b"\n")
+        parsed = None if b"\r" in block else self.fast.parse(block)
+        if parsed is None:
+            c = self.counters
+            parsed = _careful_block(block, self.delim, self.names, self.keep, self.line_no,
+                                    c["bad_cells"], c["bad_rows"], c["headers"])
+        self.cols.append(*parsed)
+        self.line_no += nlines
+
+    def stream(self, f: BinaryIO, pending: bytes, stop: int | None) -> None:
+        """Read ``f`` block by block from its current position (``pending`` already read) to
+        the absolute offset ``stop`` (just after a newline) or to the end of the file."""
+        pos = f.tell()
+        at_end = False
+        while True:
+            if not at_end:
+                want = BLOCK_BYTES if stop is None else min(BLOCK_BYTES, stop - pos)
+                more = f.read(want) if want > 0 else b""
+                pos += len(more)
+                if more:
+                    pending += more
+                else:
+                    at_end = True
+            cut = pending.rfind(b"\n") + 1
+            if cut == 0 and not at_end:
+                continue  # one line longer than a block: read on
+            blk, pending = pending[:cut], pending[cut:]
+            if blk:
+                self.block(blk)
+            if at_end:
+                break
+        if pending.strip():
+            self.last_line(pending)
+
+    def last_line(self, text: bytes) -> None:
+        """A last line without a newline: kept when it has every field, else a truncated
+        write (a writer killed mid-line)."""
+        line = text.rstrip(b"\r")
+        nfields = len(next(csv.reader([_decode(line)], delimiter=self.delim.decode()), []))
+        if nfields < len(self.names):
+            self.truncated_at = self.line_no
+            return
+        self.block(line + b"\n")
+
+    def flush(self, table: LogTable) -> None:
+        for counter in self.counters.values():
+            counter.flush(table)
+        if self.truncated_at is not None:
+            table.note("truncated_last_line", "last line has fewer fields than the header and no "
+                       "newline (the writer was probably interrupted); it was left out",
+                       line=self.truncated_at)
+        if self.crlf:
+            table.meta["line_endings"] = "crlf"
 
 
 def read_csv(path: Path) -> LogTable:
@@ -231,70 +383,160 @@ def read_csv(path: Path) -> LogTable:
         if all(_is_number(n) for n in names):
             raise UnrecognizedInputError(str(path), "first row is all numbers; expected a header "
                                          "row naming the columns (e.g. 'step,loss,lr')")
-        ncols = len(names)
-        line_no += 1  # first data line
+        keep = _numeric_columns(body, delim, names)
+        if not keep:
+            raise UnrecognizedInputError(str(path), "has no column of numbers (columns: "
+                                         f"{', '.join(names[:6])}); expected a metrics log")
+        if len(keep) < len(names):
+            text_cols = [n for j, n in enumerate(names) if j not in keep]
+            table.note("text_column", f"columns holding text, not numbers, were not read: "
+                       f"{', '.join(text_cols[:6])}")
+        ncols = len(keep)
+        body_start = f.tell() - len(body)
         sample = body[:65536]
         avg_line = len(sample) / sample.count(b"\n") if sample.count(b"\n") else 64.0
-        cols = _Columns(ncols, int(size / max(avg_line, 1.0) * 1.05) + 16)
-        bad_cells = NoteCounter("non_numeric_cell", "non-numeric cells read as missing")
-        bad_rows = NoteCounter("ragged_row", "rows whose field count differs from the header")
-        headers = NoteCounter("repeated_header", "repeated header lines skipped")
-        crlf = False
-        pending = body
-        at_eof = False
-        while True:
-            if not at_eof:
-                more = f.read(BLOCK_BYTES)
-                if more:
-                    pending += more
-                else:
-                    at_eof = True
-            cut = pending.rfind(b"\n") + 1
-            if cut == 0 and not at_eof:
-                continue  # one line longer than a block: read on
-            block, pending = pending[:cut], pending[cut:]
-            if block:
-                nlines = block.count(b"\n")
-                if b"\r" in block:
-                    crlf = True
-                    block = block.replace(b"\r\n", b"\n")
-                parsed = None if b"\r" in block else _fast_block(block, delim, ncols)
-                if parsed is None:
-                    parsed = _careful_block(block, delim, names, line_no, bad_cells,
-                                            bad_rows, headers)
-                cols.append(*parsed)
-                line_no += nlines
-            if at_eof:
-                break
-        if pending.strip():
-            _last_line(pending, delim, names, line_no, cols, table, bad_cells)
-        for counter in (bad_cells, bad_rows, headers):
-            counter.flush(table)
-    if crlf:
-        table.meta["line_endings"] = "crlf"
+        est_rows = int((size - body_start) / max(avg_line, 1.0) * 1.05) + 16
+        split = _split_point(f, body_start, size) if _can_fork(size - body_start) else None
+        if split is None:
+            parser = _Body(delim, names, keep, _Columns(ncols, est_rows), line_no + 1)
+            parser.stream(f, body, None)
+            parser.flush(table)
+        else:
+            parser = _read_halves(path, f, body, split, delim, names, keep, line_no + 1,
+                                  est_rows, table)
+    cols = parser.cols
     if cols.n == 0:
         raise UnrecognizedInputError(str(path), f"has a header ({', '.join(names[:6])}) but no "
                                      "data rows; expected at least one row of numbers")
-    _to_series(table, names, cols)
+    _to_series(table, [names[j] for j in keep], cols)
     return table
 
 
-def _last_line(text: bytes, delim: bytes, names: list[str], line_no: int, cols: _Columns,
-               table: LogTable, bad_cells: NoteCounter) -> None:
-    """A last line without a newline: kept when it has every field, else a truncated write."""
-    line = text.rstrip(b"\r")
-    nfields = len(next(csv.reader([_decode(line)], delimiter=delim.decode()), []))
-    if nfields < len(names):
-        table.note("truncated_last_line",
-                   f"last line has {nfields} of {len(names)} fields and no newline (the writer "
-                   "was probably interrupted); it was left out", line=line_no)
-        return
-    dummy_rows = NoteCounter("ragged_row", "rows whose field count differs from the header")
-    dummy_headers = NoteCounter("repeated_header", "repeated header lines skipped")
-    vals, miss = _careful_block(line + b"\n", delim, names, line_no, bad_cells, dummy_rows,
-                                dummy_headers)
-    cols.append(vals, miss)
-    dummy_rows.flush(table)
+def _numeric_columns(body: bytes, delim: bytes, names: list[str], sample_lines: int = 50
+                     ) -> list[int]:
+    """Indexes of the columns to read: all but those whose cells in the first lines are all
+    text (a timestamp string, a run name). A column that turns to text later is still read,
+    its text cells noted as non-numeric."""
+    lines = _decode(body[:65536]).split("\n")[:-1][:sample_lines]
+    text_only = [True] * len(names)
+    seen = [False] * len(names)
+    for row in csv.reader([ln.rstrip("\r") for ln in lines if ln.strip()],
+                          delimiter=delim.decode()):
+        for j, cell in enumerate(row[:len(names)]):
+            c = cell.strip()
+            if c:
+                seen[j] = True
+                if _is_number(c):
+                    text_only[j] = False
+    return [j for j in range(len(names)) if not (seen[j] and text_only[j])]
+
+
+def _can_fork(body_bytes: int) -> bool:
+    """Whether a second process may parse half of a body this big."""
+    # Linux only: macOS forks badly once system frameworks are loaded; Windows cannot fork.
+    if body_bytes < PARALLEL_MIN_BYTES or not sys.platform.startswith("linux"):
+        return False
+    # Forking a process that runs other threads can deadlock the child on a lock one of them
+    # held (and Python 3.12+ warns about it); the diagnose CLI has one thread.
+    if threading.active_count() != 1:
+        return False
+    return len(os.sched_getaffinity(0)) >= 2
+
+
+def _split_point(f: BinaryIO, body_start: int, size: int) -> int | None:
+    """The offset just after the first newline past the middle of the body, or None."""
+    here = f.tell()
+    mid = body_start + (size - body_start) // 2
+    f.seek(mid)
+    chunk = f.read(1 << 16)
+    f.seek(here)
+    i = chunk.find(b"\n")
+    if i < 0:
+        return None
+    split = mid + i + 1
+    return split if here < split < size else None
+
+
+def _read_halves(path: Path, f: BinaryIO, body: bytes, split: int, delim: bytes,
+                 names: list[str], keep: list[int], first_line: int, est_rows: int,
+                 table: LogTable) -> _Body:
+    """Parse the body's first half here and its second half in a forked child that writes
+    into shared memory; returns the parser holding all rows. Any failure of the child (an
+    exception, a crash, more rows than its buffer holds) only means the parent reads that half
+    itself."""
+    ncols = len(keep)
+    size = path.stat().st_size
+    body_start = f.tell() - len(body)
+    share = (size - split) / max(1, size - body_start)
+    cap = int(est_rows * share * _CHILD_ROOM) + 4096
+    data_mm = mmap.mmap(-1, ncols * cap * 8)
+    mask_mm = mmap.mmap(-1, ncols * cap)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: parse [split, end), report through the pipe, never return
+        status = 1
+        msg: dict = {"ok": False}
+        try:
+            os.close(r)
+            child = _Body(delim, names, keep, _Columns(ncols, cap, (data_mm, mask_mm)), 0)
+            with path.open("rb") as g:
+                g.seek(split)
+                child.stream(g, b"", None)
+            msg = {"ok": True, "n": child.cols.n, "missing": child.cols.missing is not None,
+                   "crlf": child.crlf, "lines": child.line_no, "truncated": child.truncated_at,
+                   "counters": {k: [c.count, c.first] for k, c in child.counters.items()}}
+            status = 0
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which recovers
+            msg = {"ok": False, "error": repr(exc)[:300]}
+        finally:
+            try:
+                payload = json.dumps(msg).encode()
+                while payload:
+                    payload = payload[os.write(w, payload):]
+                os.close(w)
+            finally:
+                os._exit(status)
+    os.close(w)
+    try:
+        parser = _Body(delim, names, keep, _Columns(ncols, est_rows), first_line)
+        parser.stream(f, body, split)
+    finally:
+        chunks = []
+        while True:
+            got = os.read(r, 1 << 16)
+            if not got:
+                break
+            chunks.append(got)
+        os.close(r)
+        os.waitpid(pid, 0)
+    try:
+        msg = json.loads(b"".join(chunks) or b"{}")
+    except ValueError:
+        msg = {}
+    if msg.get("ok"):
+        n = int(msg["n"])
+        data = np.frombuffer(data_mm, dtype=np.float64, count=ncols * cap).reshape(ncols, cap)
+        miss = (np.frombuffer(mask_mm, dtype=bool, count=ncols * cap).reshape(ncols, cap)[:, :n]
+                if msg["missing"] else None)
+        parser.cols.append(data[:, :n].T, None if miss is None else miss.T)
+        offset = parser.line_no
+        for k, (count, first) in msg["counters"].items():
+            parser.counters[k].merge(count, first, offset)
+        parser.crlf = parser.crlf or bool(msg["crlf"])
+        if msg["truncated"] is not None:
+            parser.truncated_at = offset + int(msg["truncated"])
+        parser.line_no = offset + int(msg["lines"])
+        del data, miss
+    else:
+        log.debug("second CSV reader failed (%s); reading %s serially", msg.get("error"), path)
+        parser.stream(f, b"", None)
+    parser.flush(table)
+    for mm in (data_mm, mask_mm):
+        try:
+            mm.close()
+        except BufferError:  # a view is still alive somewhere: the GC will unmap it
+            pass
+    return parser
 
 
 def _integral(x: np.ndarray) -> bool:

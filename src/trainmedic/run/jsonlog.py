@@ -93,8 +93,11 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
         for k, v in r.items():
             if k not in numeric_keys and as_number(v) is not None:
                 numeric_keys.add(k)
-    steps: list[int | None]
-    if step_name is not None:
+    steps: list[int | None] = list(range(len(rows)))
+    if step_name is None:
+        table.note("step_from_row_index", "no step key (looked for step, global_step, "
+                   "iteration, iter, _step, trainer/global_step, epoch); steps are row numbers")
+    else:
         raw_steps = [as_number(r.get(step_name)) for _, r in rows]
         if any(x is not None and math.isfinite(x) and x != math.floor(x) for x in raw_steps):
             # e.g. only a fractional "epoch" to go by: row order is the honest step.
@@ -103,13 +106,7 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
             step_name = None
         else:
             steps = [int(x) if x is not None and math.isfinite(x) else None for x in raw_steps]
-    if step_name is None:
-        steps = list(range(len(rows)))
-        if not table.notes:
-            table.note("step_from_row_index", "no step key (looked for step, global_step, "
-                       "iteration, iter, _step, trainer/global_step, epoch); steps are row "
-                       "numbers")
-    elif step_name.lower() in FALLBACK_STEP_COLUMNS:
+    if step_name is not None and step_name.lower() in FALLBACK_STEP_COLUMNS:
         table.note("step_is_epoch", f"no step key; '{step_name}' is used as the step")
     cols_steps: dict[str, list[int]] = {}
     cols_vals: dict[str, list[float]] = {}

@@ -109,9 +109,14 @@ def detect_format(path: Path) -> str | None:
     try:
         text = stripped.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if exc.start < len(stripped) - 4:  # not just a character cut at the 64 KiB boundary
+        if exc.start >= len(stripped) - 4:  # a character cut at the 64 KiB boundary
+            text = stripped[:exc.start].decode("utf-8")
+        else:  # a Latin-1 CSV can still be a log; random bytes fail the printable test below
+            text = stripped.decode("latin-1")
+            first_line = text.split("\n", 1)[0]
+            if any(d in first_line for d in (",", "\t", ";")) and _printable(text[:4096]):
+                return "csv"
             return None
-        text = stripped[:exc.start].decode("utf-8")
     if text[0] in "{[":
         first = text.split("\n", 1)[0].strip()
         try:
@@ -345,13 +350,15 @@ def _merge_into(total: Run, part: Run, part_path: str) -> None:
     for (metric, rank), s in part.series.items():
         old = total.series.get((metric, rank))
         if old is not None and _same_data(old, s):
-            keep_new = len(s) > len(old)
-            if keep_new:
-                total.series[(metric, rank)] = s
+            # One copy, plus whatever steps only the other copy has.
+            base, other = (s, old) if len(s) > len(old) else (old, s)
+            extra = ~np.isin(other.steps, base.steps)
+            total.series[(metric, rank)] = Series(
+                np.concatenate([base.steps, other.steps[extra]]),
+                np.concatenate([base.values, other.values[extra]]))
             total.notes.append(ImportNote(
                 "duplicate_source", f"'{metric}' (rank {rank}) is logged in more than one file "
-                f"with the same values; kept the longer copy"
-                + (f" from {part_path}" if keep_new else ""), path=part_path))
+                f"with the same values; read once", path=part_path))
             continue
         total.add(metric, s.steps, s.values, rank)
     for k, v in part.meta.items():
@@ -463,7 +470,9 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
                 raise UnrecognizedInputError(raw, f"is not a training log trainmedic reads "
                                              f"(binary or unknown content); expected "
                                              f"{WHAT_WE_READ}")
-            found.append(_Found(p, fmt, rank_of(p)))
+            # A file named on the command line takes its rank from its name or its folder's
+            # (logs/rank_1/metrics.csv).
+            found.append(_Found(p, fmt, rank_of(p, p.parent)))
 
     tables: list[LogTable] = []
     runs: list[Run] = []

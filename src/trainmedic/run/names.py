@@ -279,11 +279,11 @@ def resolve_names(names: Iterable[str], mapping: Mapping[str, str] | None = None
     res = NameResolution()
 
     for canonical, source in (mapping or {}).items():
-        key = source.strip().lower()
-        if key in present and key not in used:
-            res.aliases[canonical] = present[key]
+        wanted = source.strip().lower()
+        if wanted in present and wanted not in used:
+            res.aliases[canonical] = present[wanted]
             res.families[canonical] = "user"
-            used.add(key)
+            used.add(wanted)
 
     # A canonical name logged as is wins over any alias of it.
     for canonical in CANONICAL:

@@ -53,6 +53,13 @@ class NoteCounter:
         if len(self.first) < self.keep:
             self.first.append((line, sample))
 
+    def merge(self, count: int, first: list, line_offset: int) -> None:
+        """Fold in another counter's ``count`` and ``first`` (line numbers shifted)."""
+        self.count += count
+        for line, sample in first:
+            if len(self.first) < self.keep:
+                self.first.append((None if line is None else line + line_offset, sample))
+
     def flush(self, table: LogTable) -> None:
         if not self.count:
             return

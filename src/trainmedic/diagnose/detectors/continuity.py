@@ -46,7 +46,8 @@ def detect_resume(run: Run) -> list[Finding] | NotRun:
     """Info when only one logged point is replayed and it is within the first 3 lines (a
     duplicated first record) or the only replay in the run; warning when a jump back replays
     >= 2 logged points (the run resumed from an earlier checkpoint and re-ran those steps),
-    noting whether the replayed values matched the originals."""
+    noting whether the replayed values matched the originals. A step column that restarts at
+    its first value >= 3 times is a per-epoch counter (info), not a resume."""
     picked = _pick_series(run)
     if not picked:
         return NotRun("no series with points")
@@ -65,6 +66,20 @@ def detect_resume(run: Run) -> list[Finding] | NotRun:
         early = i0 <= 2
         single = max(replays) <= 1
         sev: Severity = "info" if single and (early or len(regs) == 1) else "warning"
+        # A counter that restarts at its first value again and again (>= 3 times) is a
+        # per-epoch step column, not a resume: say so, at info.
+        first = int(s.steps[0])
+        epoch_counter = len(regs) >= 3 and all(to <= first for _, _, to in regs)
+        if epoch_counter:
+            out.append(Finding(
+                symptom="resume_discontinuity", severity="info", confidence=0.5,
+                onset_step=to0, end_step=frm0, rank=rank, metric=name,
+                summary=(f"the step column restarts at {first} {len(regs)} times: it looks "
+                         f"like a per-epoch counter, not a global step (map a global step "
+                         f"column, e.g. --map, for the other checks to see the right order)"),
+                evidence=(Evidence(name, to0, float(s.values[i0]), None,
+                                   note=f"{len(regs)} restarts to step <= {first}"),)))
+            continue
         # Did the replayed steps reproduce the original values?
         i, frm, to = regs[worst]
         orig = {int(st): float(v) for st, v in zip(s.steps[:i], s.values[:i], strict=True)
@@ -76,9 +91,14 @@ def detect_resume(run: Run) -> list[Finding] | NotRun:
         match_txt = ""
         if diffs:
             same = max(diffs) <= 1e-6
-            match_txt = ("; replayed values match the originals" if same else
-                         f"; replayed values differ from the originals by up to "
-                         f"{100 * max(diffs):.2g}% (not a bit-exact resume)")
+            if sev == "info":
+                match_txt = ("; the two records are identical" if same else
+                             f"; the two records differ by {100 * max(diffs):.2g}% (a "
+                             f"duplicated log record, not a resume)")
+            else:
+                match_txt = ("; replayed values match the originals" if same else
+                             f"; replayed values differ from the originals by up to "
+                             f"{100 * max(diffs):.2g}% (not a bit-exact resume)")
         where = "at the start of the log" if early and single else f"after step {frm0}"
         out.append(Finding(
             symptom="resume_discontinuity", severity=sev,

@@ -44,7 +44,8 @@ def detect_overfitting(run: Run) -> list[Finding] | NotRun:
     second differences near and after the minimum), the last min(3, n_after) evaluations are
     still >= max(1 sigma, 0.5%) above the minimum, and the training loss did not rise by more
     than 2% over the same steps.
-    Warning when rise >= 5% and >= 4 sigmas; info otherwise (a mild upturn is worth knowing,
+    Warning when rise >= 5% and >= 4 sigmas (>= 15% with only 2 evaluations after the
+    minimum); info otherwise (a mild upturn is worth knowing,
     not alarming).
     """
     out: list[Finding] = []
@@ -67,7 +68,7 @@ def detect_overfitting(run: Run) -> list[Finding] | NotRun:
         # Noise measured near and after the minimum (the early descent's curvature would
         # inflate a whole-run estimate).
         local = t[max(0, m - 3):]
-        sig = _second_diff_sigma(local if local.size >= 5 else t)
+        sig = _second_diff_sigma(local if local.size >= 8 else t)
         if rel < OVERFIT_MIN_RISE or rise < OVERFIT_MIN_SIGMAS * sig:
             continue
         if median(after) <= float(t[m]):
@@ -96,7 +97,10 @@ def detect_overfitting(run: Run) -> list[Finding] | NotRun:
             continue
         rs = rise / sig if sig > 0 else math.inf
         strong = rel >= OVERFIT_WARN_RISE and rs >= OVERFIT_WARN_SIGMAS
-        sev: Severity = "warning" if strong and after.size >= 2 else "info"
+        # Two evaluations after the best are thin evidence: they must rise >= 15%.
+        if after.size < 3 and rel < 3 * OVERFIT_WARN_RISE:
+            strong = False
+        sev: Severity = "warning" if strong else "info"
         conf = float(min(1.0, 0.45 + 0.05 * after.size + min(0.3, rel)))
         if not train_ev:
             conf = min(conf, 0.6)

@@ -75,8 +75,15 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
             slope = theil_sen(bl.first_step[-max(3, nb // 3):].astype(np.float64),
                               bl.median[-max(3, nb // 3):])
             if late - early >= math.log(GRAD_GROWTH_RATIO) and slope >= 0:
-                above = np.flatnonzero(bl.median >= early + math.log(GRAD_GROWTH_RATIO) / 2)
-                onset = int(bl.first_step[above[0]]) if above.size else int(steps[0])
+                # Onset: the start of the final stretch of blocks above the early level
+                # (by half the growth threshold, in log), walked back along its rising flank.
+                high = bl.median >= early + math.log(GRAD_GROWTH_RATIO) / 2
+                j = nb - 1
+                while j > 0 and high[j - 1]:
+                    j -= 1
+                while j > 0 and bl.median[j - 1] > early + math.log(2.0):
+                    j -= 1
+                onset = int(bl.first_step[j])
                 reacted, why = _loss_reacted(run, g.rank, onset, int(steps[-1] - onset))
                 sev: Severity = "error" if reacted else "warning"
                 ratio = math.exp(late - early)
@@ -150,8 +157,8 @@ def detect_vanishing(run: Run) -> list[Finding] | NotRun:
         if zero_runs:
             onset_i = zero_runs[0][0]
         else:
-            mid = math.sqrt(early * max(late, 1e-300))
-            below = np.flatnonzero(np.abs(v) <= mid)
+            # Onset: the first point an order of magnitude below the early level.
+            below = np.flatnonzero(np.abs(v) <= early / 10.0)
             onset_i = int(below[0]) if below.size else n - q
         onset = int(g.steps[onset_i])
         lt = Trace.of(run, "loss", g.rank) or Trace.of(run, "loss", None)

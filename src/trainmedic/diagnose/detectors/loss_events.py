@@ -124,7 +124,7 @@ def _spike_candidates(t: np.ndarray, is_log: bool, window: int
     ref, sig = trailing_reference(t, window)
     floor = 0.02 if is_log else 0.0
     global_sig = diff_sigma(t)
-    scale = np.fmax(np.nan_to_num(sig, nan=0.0), max(floor, 0.5 * global_sig))
+    scale = np.fmax(np.nan_to_num(sig, nan=0.0), max(floor, 0.8 * global_sig))
     if not is_log:
         scale = np.fmax(scale, 0.02 * np.abs(np.nan_to_num(ref)) + 1e-12)
     jump = t - ref
@@ -141,8 +141,9 @@ def _spike_candidates(t: np.ndarray, is_log: bool, window: int
 
 @register_detector("loss_spike", requires=("loss",))
 def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
-    """Loss points far above the trailing median of the previous ~50 logged points that come
-    back to that level later. Spikes that never come back are left to ``divergence``."""
+    """Loss points far above the trailing median of the previous ~50 logged points; the
+    finding says whether (and when) the loss came back to that level. A jump that stays up is
+    folded into ``divergence`` by the engine when that fires too."""
     out: list[Finding] = []
     ran = False
     for tr in traces(run, "loss"):
@@ -161,8 +162,8 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
             back = r0 + max(4.0 * s0, math.log(1.25) if is_log else 0.25 * abs(r0))
             after = np.flatnonzero(t[b:] <= back)
             rec = b + int(after[0]) if after.size else None
-            if rec is None and b < len(t):
-                continue  # never came back: divergence territory, not a spike
+            # A jump that never comes back is still reported here (recovery not seen); when
+            # the level stays up enough to be a divergence, the engine folds it into that.
             events.append((a, b, peak, rec, r0))
         if not events:
             continue
@@ -172,14 +173,17 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
         # noise distribution (a heavy-tailed loss), and only the top events separated from
         # the rest by a gap (log-jump >= 2x the next one's) can be warnings.
         outstanding = _outstanding([float(jump[e[2]]) for e in events])
-        for rank_i, (a, _b, peak, rec, r0) in enumerate(events[:3]):
+        for rank_i, (a, b_end, peak, rec, r0) in enumerate(events[:3]):
+            # Linear-space losses (some values <= 0): the jump relative to |reference|.
             ratio = math.exp(float(jump[peak])) if is_log else (
-                float(tr.values[peak]) / r0 if r0 else math.inf)
+                1.0 + float(jump[peak]) / abs(r0) if r0 else math.inf)
             zpk = float(jump[peak] / scale[peak])
             ref_val = math.exp(r0) if is_log else r0
             strong = ratio >= SPIKE_WARN_RATIO and zpk >= SPIKE_Z_STRONG
             if rank_i >= outstanding:
                 strong = False
+            if rec is None and b_end >= len(t) and ratio < 10.0:
+                strong = False  # one point at the very end, recovery unseen: too little
             sev: Severity = "warning" if strong else "info"
             conf = float(min(1.0, 0.5 + 0.1 * math.log2(max(ratio, 1.0)) + 0.01 * zpk))
             onset = int(tr.steps[a])
@@ -191,8 +195,16 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
                 ev.append(Evidence("loss", end, float(tr.values[rec]), ref_val,
                                    note="first logged point back within noise of that median"))
             more = f"; {n_events} such spikes in the run" if n_events > 1 else ""
-            back_txt = (f" and recovered by step {end}" if end is not None
-                        else " at the last logged point (recovery not seen)")
+            if end is not None:
+                back_txt = f" and recovered by step {end}"
+            elif b_end >= len(t):
+                back_txt = " at the last logged point (recovery not seen)"
+            else:
+                after_lv = median(t[b_end:])
+                settled = math.exp(after_lv - r0) if is_log else (
+                    1.0 + (after_lv - r0) / abs(r0) if r0 else math.inf)
+                back_txt = (f" and did not come back (it settled at {settled:.3g}x the level "
+                            f"before)")
             out.append(Finding(
                 symptom="loss_spike", severity=sev, confidence=conf, onset_step=onset,
                 end_step=end, rank=tr.rank, metric="loss",
@@ -330,8 +342,8 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
         if len(tr.all_values) < 2:
             continue
         g = Trace.of(run, "grad_norm", tr.rank)
-        finite_loss_steps = tr.all_steps[np.isfinite(tr.all_values)]
-        if g is not None:
+        if g is not None and not bool(np.isfinite(g.all_values).all()):
+            finite_loss_steps = tr.all_steps[np.isfinite(tr.all_values)]
             bad_g = ~np.isfinite(g.all_values)
             masked = bad_g & np.isin(g.all_steps, finite_loss_steps)
             if masked.any():

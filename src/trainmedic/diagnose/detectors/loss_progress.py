@@ -31,15 +31,16 @@ def chance_classes(level: float) -> int | None:
     """``k`` when ``level`` is within tolerance of ``ln k`` for an integer 2 <= k <= 1000.
 
     Cross-entropy of a classifier that predicts the uniform distribution over k classes is
-    exactly ln k. The tolerance is min(0.005, 0.1 x the gap to ln(k+1)): for k = 4 that is
-    0.005 (ln 4 = 1.3863), for k = 100 it is 0.001, so a match is specific.
+    exactly ln k. The tolerance is min(0.003, 0.05 x the gap to ln(k+1)): 0.003 for k <= 16
+    (ln 4 = 1.3863), 0.0005 for k = 100, so a chance match by coincidence stays under ~10%.
+    ``level`` should be the median of the whole flat stretch (a precise estimate).
     """
     if not math.isfinite(level) or level < math.log(2) - 0.01:
         return None
     k = max(2, round(math.exp(level)))
     if k > MAX_CHANCE_CLASSES:
         return None
-    tol = min(0.005, 0.1 * (math.log(k + 1) - math.log(k)))
+    tol = min(0.003, 0.05 * (math.log(k + 1) - math.log(k)))
     return k if abs(level - math.log(k)) <= tol else None
 
 
@@ -60,7 +61,9 @@ def _rel(a: float, b: float, is_log: bool) -> float:
 @register_detector("flat_loss", requires=("loss",))
 def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
     """The loss never fell more than 3% below its starting level (block medians, first 10%
-    of points) and ends within 3% of it, over >= 8 logged points. At chance (level = ln k,
+    of points) and ends within 3% of it, over >= 8 logged points, and the noise is small
+    enough that a 3% fall would have shown (standard error of the start-end difference
+    <= 1.5%). At chance (level = ln k,
     on train or validation loss) or with lr = 0 it is an error; from a run that starts late
     (a resume) it is info; otherwise a warning."""
     out: list[Finding] = []
@@ -69,9 +72,16 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         if len(tr) < 8:
             continue
         ran = True
-        lv, _, is_log, _ = _levels(tr, max_blocks=min(100, max(4, len(tr) // 2)))
+        lv, _, is_log, bsize = _levels(tr, max_blocks=min(100, max(4, len(tr) // 2)))
         nb = len(lv)
         head = max(1, math.ceil(0.1 * nb))
+        # Only claim "flat" when the data could have shown a fall of FLAT_REL: the standard
+        # error of (start level - end level) must be under half of it. With few, noisy points
+        # a real improvement can hide in the noise.
+        t_all, _ = log_if_positive(tr.values)
+        sig = diff_sigma(t_all) if is_log else diff_sigma(t_all) / max(abs(median(t_all)), 1e-12)
+        if 1.2533 * sig * math.sqrt(2.0 / (head * bsize)) > FLAT_REL / 2:
+            continue
         first = median(lv[:head])
         last = median(lv[-head:])
         best_drop = _rel(first, float(lv.min()), is_log)
@@ -81,12 +91,14 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         inv = math.exp if is_log else float
         lvl = float(inv(last))
         val = Trace.of(run, "val_loss", tr.rank)
-        val_level = median(val.values[-max(1, len(val) // 4):]) if (
+        # The chance check uses whole-run medians: over a flat stretch they are the most
+        # precise level estimates (validation first: it is averaged over a whole set).
+        val_level = median(val.values[len(val) // 2:]) if (
             val is not None and len(val)) else None
         k = chance_classes(val_level) if val_level is not None else None
         k_src = "val_loss"
         if k is None:
-            k, k_src = chance_classes(lvl), "loss"
+            k, k_src = chance_classes(median(tr.values)), "loss"
         lr = Trace.of(run, "lr", tr.rank) or Trace.of(run, "lr", None)
         lr_zero = lr is not None and len(lr) > 0 and bool(np.all(np.abs(lr.values) <= 1e-12))
         late_start = tr.steps[0] > max(10 * tr.interval, 0.2 * max(1, int(tr.steps[-1])))
@@ -99,7 +111,7 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
                             f"was only {100 * best_drop:.1f}% below the start")]
         chance = ""
         if k is not None:
-            ref = val_level if k_src == "val_loss" else lvl
+            ref = val_level if k_src == "val_loss" else median(tr.values)
             ev.append(Evidence(k_src, int(tr.steps[-1]), ref, math.log(k),
                                note=f"ln({k}) = {math.log(k):.5f}: the loss of predicting "
                                     f"uniformly over {k} classes"))
@@ -187,12 +199,23 @@ def _zigzag(x: np.ndarray, amp: float) -> list[int]:
     return piv
 
 
+def _cyclic_lr(run: Run, rank: int | None) -> bool:
+    """True when the logged lr itself swings up and down by >= 2x at least twice (warm
+    restarts, cyclical lr), so a loss that follows it is not a fault."""
+    lr = Trace.of(run, "lr", rank) or Trace.of(run, "lr", None)
+    if lr is None or len(lr) < 10 or bool(np.any(lr.values <= 0)):
+        return False
+    lv = blocks(lr.steps, np.log(lr.values), max_blocks=200).median
+    return len(_zigzag(lv, math.log(2.0))) - 2 >= 2
+
+
 @register_detector("oscillation", requires=("loss",))
 def detect_oscillation(run: Run) -> list[Finding] | NotRun:
     """Block medians (>= 3 points each, >= 10 blocks) swing up and down: >= 4 reversals each
     of at least max(30%, 6 block sigmas), with a net move across them of at most half the
     distance travelled (a falling trend with bounces is not an oscillation). Swings of >= 2x
-    (>= 4 reversals) are a warning; smaller ones need >= 6 reversals and are info."""
+    (>= 4 reversals) are a warning; smaller ones need >= 6 reversals and are info; and any of
+    them is info when the logged lr itself cycles (>= 2 reversals of >= 2x)."""
     out: list[Finding] = []
     ran = False
     for tr in traces(run, "loss"):
@@ -227,6 +250,9 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
         sev: Severity = "warning" if big and reversals >= 4 else "info"
         if not big and reversals < 6:
             continue
+        cyclic = _cyclic_lr(run, tr.rank)
+        if cyclic:
+            sev = "info"  # the schedule itself cycles (SGDR, CLR): swings are by design
         onset = int(bl.first_step[piv[1]])
         swing_txt = f"{math.exp(med_swing):.2f}x" if is_log else fmt(med_swing)
         out.append(Finding(
@@ -238,7 +264,8 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
                                note=f"{reversals} reversals of block medians, each move "
                                     f">= {math.exp(amp) if is_log else amp:.3g}"
                                     f"{'x' if is_log else ''}; threshold = max(30%, 6 block "
-                                    f"sigmas)"),)))
+                                    f"sigmas)" + ("; lr follows a cyclic schedule, so "
+                                                  "swings are expected" if cyclic else "")),)))
     if not ran:
         return NotRun("needs at least 30 finite loss points")
     return out

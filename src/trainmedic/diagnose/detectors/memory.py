@@ -19,7 +19,9 @@ from trainmedic.run.series import Run
 
 __all__ = ["MEMORY_METRICS", "GROWTH_WARN_REL", "GROWTH_INFO_REL"]
 
-MEMORY_METRICS = ("mem_alloc_mb", "mem_reserved_mb", "rss_mb")
+#: mem_peak_mb counts too: a peak that is reset every step (Detectron2's ``max_mem``) or never
+#: reset both stay flat after warm-up in a healthy run and climb with a leak.
+MEMORY_METRICS = ("mem_alloc_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb")
 #: Relative growth after warm-up: warning at >= 20% (and >= 100 MB), info at >= 5% (>= 20 MB).
 GROWTH_WARN_REL = 0.20
 GROWTH_WARN_MB = 100.0

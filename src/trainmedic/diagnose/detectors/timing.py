@@ -20,6 +20,7 @@ from trainmedic.diagnose.stats import (
     median,
     robust_sigma,
     row_median,
+    thin,
 )
 from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
@@ -122,10 +123,10 @@ def detect_step_time_outliers(run: Run) -> list[Finding] | NotRun:
         ran = True
         skip = warmup_skip(len(st))
         v, s = st.values[skip:], st.steps[skip:]
-        med = median(v)
+        med = median(thin(v))
         if med <= 0:
             continue
-        sig = robust_sigma(v)
+        sig = robust_sigma(thin(v))
         out_mask = (v >= OUTLIER_RATIO * med) & (v >= med + 10.0 * sig)
         k = int(out_mask.sum())
         if k == 0:

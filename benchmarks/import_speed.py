@@ -1,0 +1,117 @@
+"""Import speed of a 1,000,000-row CSV log (a step column + 8 metrics) into a ``Run``.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/import_speed.py                # 1M rows, 5 rounds
+    .venv/bin/python benchmarks/import_speed.py --rows 100000 --repeats 3
+
+Two files, both cached under ``.bench/data/``:
+
+- ``short``: the log of synthetic_log.py (the same file diagnose_1m.py times): 4-5 significant
+  digits per value, as loggers that format their floats write, and a sparse ``val_loss``
+  column (empty cells between evals, like Lightning's CSVLogger).
+- ``repr``: the same numbers written with Python's ``repr`` (up to 17 significant digits), as
+  Lightning's CSVLogger and ``csv.writer`` write floats. Parsing these is slower: a 17-digit
+  decimal needs the slow path of any correctly rounding float parser.
+
+Each round runs ``trainmedic.run.load_run(path)`` in a fresh child process and reports its
+wall time (process start to exit, imports included), the time of ``load_run`` alone measured
+inside it, and the child's own peak RSS (see child_process.py). The issue's budget for the
+whole ``trainmedic diagnose`` is 1.0 s and 300 MB on a 2-core machine, of which the import
+should take about 0.4 s. Prints the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from child_process import run_measured  # noqa: E402
+from machine import one_line  # noqa: E402
+
+_CHILD = """
+import sys, time
+t = time.perf_counter()
+from trainmedic.run import load_run
+t1 = time.perf_counter()
+run = load_run(sys.argv[1])
+t2 = time.perf_counter()
+print(run.num_points, t1 - t, t2 - t1)
+"""
+
+
+def _short_file(rows: int) -> Path:
+    out = subprocess.run([sys.executable, str(HERE / "synthetic_log.py"), str(rows)],
+                         capture_output=True, text=True, check=True)
+    return Path(json.loads(out.stdout.strip().splitlines()[-1])["path"])
+
+
+def _repr_file(short: Path) -> Path:
+    """The same table with every float written by repr (full precision)."""
+    dst = short.with_name(short.stem + "_repr.csv")
+    if dst.is_file() and dst.stat().st_mtime >= short.stat().st_mtime:
+        return dst
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    tmp = dst.with_suffix(".tmp")
+    with short.open() as src, tmp.open("w") as f:
+        f.write(src.readline())
+        for line in src:
+            cells = line.rstrip("\n").split(",")
+            out = [cells[0]]
+            for c in cells[1:]:
+                # Add float32-like noise below the printed digits so repr needs ~17 digits,
+                # as a float32 loss converted to a Python float does.
+                out.append(repr(float(np.float32(float(c) * (1 + 1e-6 * rng.random()))))
+                           if c else "")
+            f.write(",".join(out) + "\n")
+    tmp.replace(dst)
+    return dst
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--only", choices=("short", "repr"), help="time one file only")
+    args = ap.parse_args()
+
+    short = _short_file(args.rows)
+    files = {"short": short}
+    if args.only != "short":
+        files["repr"] = _repr_file(short)
+    if args.only == "repr":
+        files.pop("short")
+    print(one_line())
+    results: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in files}
+    for p in files.values():  # warm the page cache
+        run_measured([sys.executable, "-c", _CHILD, str(p)])
+    for _ in range(args.repeats):
+        for name, p in files.items():
+            m = run_measured([sys.executable, "-c", _CHILD, str(p)])
+            if m.exit_code != 0:
+                sys.exit(f"load_run failed on {p}: {m.stderr.strip()[-400:]}")
+            points, t_import, t_load = m.stdout.split()
+            results[name].append((m.wall_s, float(t_load), float(t_import), m.peak_rss_mb))
+    print(f"{'file':<7}{'MB':>7}{'rows':>10}{'process wall s':>16}{'load_run s':>12}"
+          f"{'imports s':>11}{'peak RSS MB':>13}   (median of {args.repeats}; RSS max)")
+    for name, rows in results.items():
+        p = files[name]
+        print(f"{name:<7}{p.stat().st_size / 1e6:>7.1f}{args.rows:>10}"
+              f"{statistics.median(r[0] for r in rows):>16.3f}"
+              f"{statistics.median(r[1] for r in rows):>12.3f}"
+              f"{statistics.median(r[2] for r in rows):>11.3f}"
+              f"{max(r[3] for r in rows):>13.0f}")
+    print("budget: the whole `trainmedic diagnose` <= 1.0 s and <= 300 MB; the import ~0.4 s")
+
+
+if __name__ == "__main__":
+    main()

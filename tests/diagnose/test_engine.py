@@ -1,0 +1,171 @@
+"""The engine runs every detector, never raises on a degenerate run, reports missing metrics
+and crashed detectors as checks not run, and sorts by severity then onset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainmedic.diagnose import SYMPTOMS, diagnose, register_detector, unregister_detector
+from trainmedic.diagnose.finding import Finding
+from trainmedic.diagnose.registry import NotRun, detectors
+from trainmedic.errors import RegistryError
+from trainmedic.run.series import Run
+
+CORE = ["nonfinite_loss", "loss_spike", "divergence", "flat_loss", "plateau", "oscillation",
+        "overfitting", "exploding_gradients", "vanishing_gradients", "input_bound",
+        "step_time_outliers", "memory_growth", "straggler", "nonfinite_grad",
+        "nan_masked_in_logs", "loss_scale_collapse", "resume_discontinuity",
+        "throughput_regression"]
+ALL_METRICS = ["loss", "val_loss", "grad_norm", "lr", "loss_scale", "param_norm",
+               "update_ratio", "step_time_s", "data_time_s", "compute_time_s", "comm_time_s",
+               "samples_per_s", "tokens_per_s", "mem_alloc_mb", "mem_reserved_mb",
+               "mem_peak_mb", "rss_mb", "gpu_util"]
+
+
+def test_every_required_symptom_has_a_detector() -> None:
+    have = {d.symptom for d in detectors()}
+    assert set(CORE) <= have
+    assert have <= set(SYMPTOMS)
+
+
+def test_duplicate_registration_raises() -> None:
+    with pytest.raises(RegistryError):
+        register_detector("loss_spike")(lambda run: [])
+    with pytest.raises(RegistryError):
+        register_detector("not_a_symptom")(lambda run: [])
+
+
+def _degenerate(kind: str) -> Run:
+    run = Run(kind)
+    rng = np.random.default_rng(0)
+    for i, m in enumerate(ALL_METRICS):
+        if kind == "empty":
+            run.add(m, np.array([], dtype=np.int64), np.array([]))
+        elif kind == "one":
+            run.add(m, [5], [1.0])
+        elif kind == "allnan":
+            run.add(m, np.arange(50), np.full(50, np.nan))
+        elif kind == "constant":
+            run.add(m, np.arange(300), np.full(300, 2.0))
+        elif kind == "zeros":
+            run.add(m, np.arange(300), np.zeros(300))
+        elif kind == "huge":
+            run.add(m, np.arange(300), 1e300 * rng.random(300))
+        elif kind == "negative":
+            run.add(m, np.arange(300), -rng.random(300) * 10 ** i)
+        elif kind == "mixed":
+            v = rng.standard_normal(300)
+            v[::7] = np.nan
+            v[::11] = np.inf
+            v[::13] = -np.inf
+            run.add(m, rng.integers(0, 100, 300), v)
+        elif kind == "two":
+            run.add(m, [1, 2], [1.0, np.nan])
+        elif kind == "ranks":
+            for r in range(3):
+                run.add(m, np.arange(40), rng.random(40) + r, rank=r)
+    return run
+
+
+@pytest.mark.parametrize("kind", ["empty", "one", "allnan", "constant", "zeros", "huge",
+                                  "negative", "mixed", "two", "ranks"])
+def test_never_raises_on_degenerate_runs(kind: str) -> None:
+    d = diagnose(_degenerate(kind))
+    assert not [c for c in d.checks_not_run if c.reason.startswith("internal error")]
+    d.to_dict()  # serializable
+
+
+def test_empty_run_lists_what_to_log() -> None:
+    d = diagnose(Run("nothing"))
+    assert d.findings == []
+    by = {c.symptom: c for c in d.checks_not_run}
+    assert by["loss_spike"].missing == ("loss",)
+    assert "log loss" in by["loss_spike"].reason
+    assert "mem_alloc_mb" in by["memory_growth"].missing
+
+
+def test_crashing_detector_becomes_check_not_run() -> None:
+    def boom(run: Run) -> list[Finding] | NotRun:
+        raise ZeroDivisionError("kaboom")
+
+    register_detector("dead_units")(boom)
+    try:
+        d = diagnose(Run("x"))
+        c = next(c for c in d.checks_not_run if c.symptom == "dead_units")
+        assert c.reason.startswith("internal error") and "kaboom" in c.reason
+    finally:
+        unregister_detector("dead_units")
+
+
+def test_only_and_sorting_and_notes() -> None:
+    from trainmedic.run.series import ImportNote
+
+    run = Run("x")
+    steps = np.arange(1, 1001)
+    v = 3.0 * np.exp(-steps / 200) + 1.0
+    v[300] *= 20
+    v[800:] = np.nan
+    run.add("loss", steps, v)
+    run.notes.append(ImportNote("skipped_line", "skipped 1 line"))
+    d = diagnose(run)
+    levels = [f.level for f in d.findings]
+    assert levels == sorted(levels, reverse=True)
+    assert d.findings[0].symptom == "nonfinite_loss"
+    assert d.notes == ["skipped 1 line"]
+    only = diagnose(run, only={"loss_spike"})
+    assert {f.symptom for f in only.findings} == {"loss_spike"}
+    assert all(f.causes and f.interventions for f in d.findings)
+
+
+def test_findings_json_shape() -> None:
+    run = Run("x")
+    run.add("loss", np.arange(100), np.r_[np.linspace(3, 1, 50), np.full(50, np.nan)])
+    out = diagnose(run).to_dict()
+    assert out["schema"] == "trainmedic.findings/1"
+    f = out["findings"][0]
+    assert f["evidence"][0]["basis"] == "measured"
+    assert {"cause", "likelihood", "checked_against_data"} <= set(f["causes"][0])
+    assert {"action", "displaced_cost", "verify", "changes_semantics"} <= set(
+        f["interventions"][0])
+
+
+def test_same_incident_on_several_ranks_is_one_finding() -> None:
+    run = Run("ddp")
+    steps = np.arange(1, 501)
+    for r in range(4):
+        v = 2.0 * np.exp(-steps / 100) + 1.0
+        v[400:] = np.nan
+        run.add("loss", steps, v, rank=r)
+    d = diagnose(run)
+    nf = [f for f in d.findings if f.symptom == "nonfinite_loss"]
+    assert len(nf) == 1 and "ranks 0, 1, 2, 3" in nf[0].summary
+
+
+def test_every_symptom_is_documented() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "symptoms.md").read_text()
+    for d in detectors():
+        assert f"### `{d.symptom}`" in doc, d.symptom
+    for code in SYMPTOMS:
+        assert f"`{code}`" in doc, code
+
+
+def test_hf_nan_filter_is_the_root_over_nonfinite_grad() -> None:
+    run = Run("hf")
+    run.meta["framework"] = "hf_trainer"
+    steps = np.arange(1, 201) * 50
+    loss = 2.0 * np.exp(-steps / 3000) + 0.5
+    g = np.full(200, 1.5)
+    g[150:] = np.nan
+    loss[150:] = loss[149]  # the filtered average stays put
+    run.add("loss", steps, loss)
+    run.add("grad_norm", steps, g)
+    d = diagnose(run)
+    roots = [f for f in d.findings if f.symptom in ("nan_masked_in_logs", "nonfinite_grad")]
+    assert [f.symptom for f in roots] == ["nan_masked_in_logs"]
+    f = roots[0]
+    assert f.severity == "error" and f.onset_step == int(steps[150])
+    assert any("nonfinite_grad" in e.note for e in f.evidence)
+    assert "logging_nan_inf_filter=False" in f.interventions[0].action
