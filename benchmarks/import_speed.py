@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -37,13 +38,17 @@ from child_process import run_measured  # noqa: E402
 from machine import one_line  # noqa: E402
 
 _CHILD = """
-import sys, time
+import resource, sys, time
 t = time.perf_counter()
 from trainmedic.run import load_run
 t1 = time.perf_counter()
+c1 = time.process_time()
 run = load_run(sys.argv[1])
 t2 = time.perf_counter()
-print(run.num_points, t1 - t, t2 - t1)
+c2 = time.process_time()
+kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(run.num_points, t1 - t, t2 - t1, c2 - c1, kids.ru_utime + kids.ru_stime,
+      kids.ru_maxrss / 1024)
 """
 
 
@@ -82,6 +87,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", choices=("short", "repr"), help="time one file only")
+    ap.add_argument("--one-process", action="store_true",
+                    help="set TRAINMEDIC_CSV_ONE_PROCESS=1: no forked second reader")
     args = ap.parse_args()
 
     short = _short_file(args.rows)
@@ -90,26 +97,43 @@ def main() -> None:
         files["repr"] = _repr_file(short)
     if args.only == "repr":
         files.pop("short")
+    env = dict(os.environ)
+    if args.one_process:
+        env["TRAINMEDIC_CSV_ONE_PROCESS"] = "1"
     print(one_line())
-    results: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in files}
+    print("readers: " + ("one process (TRAINMEDIC_CSV_ONE_PROCESS=1)" if args.one_process
+                         else "two processes where the machine allows"))
+    results: dict[str, list[tuple[float, ...]]] = {k: [] for k in files}
     for p in files.values():  # warm the page cache
-        run_measured([sys.executable, "-c", _CHILD, str(p)])
+        run_measured([sys.executable, "-c", _CHILD, str(p)], env=env)
     for _ in range(args.repeats):
         for name, p in files.items():
-            m = run_measured([sys.executable, "-c", _CHILD, str(p)])
+            m = run_measured([sys.executable, "-c", _CHILD, str(p)], env=env)
             if m.exit_code != 0:
                 sys.exit(f"load_run failed on {p}: {m.stderr.strip()[-400:]}")
-            points, t_import, t_load = m.stdout.split()
-            results[name].append((m.wall_s, float(t_load), float(t_import), m.peak_rss_mb))
+            _points, t_import, t_load, cpu, cpu_kid, rss_kid = m.stdout.split()
+            results[name].append((m.wall_s, float(t_load), float(t_import), m.peak_rss_mb,
+                                  float(cpu), float(cpu_kid), float(rss_kid)))
     print(f"{'file':<7}{'MB':>7}{'rows':>10}{'process wall s':>16}{'load_run s':>12}"
-          f"{'imports s':>11}{'peak RSS MB':>13}   (median of {args.repeats}; RSS max)")
+          f"{'imports s':>11}{'peak RSS MB':>13}{'cpu s':>8}{'reader cpu s':>14}"
+          f"{'reader RSS MB':>15}"
+          f"   (median of {args.repeats}; RSS max)")
     for name, rows in results.items():
         p = files[name]
         print(f"{name:<7}{p.stat().st_size / 1e6:>7.1f}{args.rows:>10}"
               f"{statistics.median(r[0] for r in rows):>16.3f}"
               f"{statistics.median(r[1] for r in rows):>12.3f}"
               f"{statistics.median(r[2] for r in rows):>11.3f}"
-              f"{max(r[3] for r in rows):>13.0f}")
+              f"{max(r[3] for r in rows):>13.0f}"
+              f"{statistics.median(r[4] for r in rows):>8.3f}"
+              f"{statistics.median(r[5] for r in rows):>14.3f}"
+              f"{max(r[6] for r in rows):>15.0f}")
+    print("cpu s: CPU time of load_run in the measured process; reader cpu s: CPU time of the")
+    print("forked second reader (0 when the file was read by one process). Peak RSS is the")
+    print("measured process's own; reader RSS is the forked reader's peak, which counts the")
+    print("pages it shares with its parent (copy-on-write, and the shared result buffer), so")
+    print("the two RSS figures add up to more than the memory both use together.")
+    print("On a busy machine wall time exceeds the CPU times: check the load average above.")
     print("budget: the whole `trainmedic diagnose` <= 1.0 s and <= 300 MB; the import ~0.4 s")
 
 

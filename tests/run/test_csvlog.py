@@ -276,3 +276,24 @@ def test_text_columns_are_left_out_and_noted(tmp_path, monkeypatch):
 def test_only_text(tmp_path):
     with pytest.raises(UnrecognizedInputError, match="no column of numbers"):
         read_csv(write(tmp_path, "a,b\nx,y\nz,w\n"))
+
+
+def test_csv_per_epoch_step_counter(tmp_path):
+    body = "".join(f"{ep},{it},{1.0 / (ep + 1)}\n" for ep in (0, 1, 2) for it in (0, 1, 2, 3))
+    t = read_csv(write(tmp_path, "epoch,iter,loss\n" + body))
+    assert t.columns["loss"].steps.tolist() == list(range(12))
+
+
+def test_msvc_nonfinite_spellings(tmp_path):
+    t = read_csv(write(tmp_path, "step,loss\n1,1.#INF\n2,-1.#IND\n3,-nan(ind)\n4,0.5\n"))
+    v = t.columns["loss"].values
+    assert v[0] == np.inf and np.isnan(v[1]) and np.isnan(v[2]) and v[3] == 0.5
+    assert not [n for n in t.notes if n.kind == "non_numeric_cell"]
+
+
+def test_none_cells_are_missing_not_text(tmp_path):
+    rows = "".join(f"{i},{2.0 / (i + 1)},None\n" for i in range(60))
+    rows += "60,0.03,1.25\n61,0.02,NA\n"
+    t = read_csv(write(tmp_path, "step,loss,val_loss\n" + rows))
+    assert t.columns["val_loss"].steps.tolist() == [60]
+    assert t.notes == []

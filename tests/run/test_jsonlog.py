@@ -128,3 +128,24 @@ def test_hf_trainer_state_rows_and_meta():
 def test_hf_state_with_no_step_rows(tmp_path):
     with pytest.raises(UnrecognizedInputError, match="log_history"):
         read_hf_state(tmp_path / "s.json", {"log_history": [{"predict_loss": 1.0}]})
+
+
+def test_mmdet_per_epoch_iter_becomes_global(tmp_path):
+    lines = ['{"env_info": "x"}']
+    for ep in (1, 2, 3):
+        for it in (50, 100, 150):
+            lines.append(json.dumps({"mode": "train", "epoch": ep, "iter": it, "loss": 1.0 / ep,
+                                     "time": 0.5, "data_time": 0.1}))
+        lines.append(json.dumps({"mode": "val", "epoch": ep, "iter": 150, "bbox_mAP": 0.1 * ep}))
+    t = read_jsonl(write(tmp_path, "\n".join(lines) + "\n"))
+    assert t.columns["loss"].steps.tolist() == [50, 100, 150, 200, 250, 300, 350, 400, 450]
+    assert t.columns["bbox_mAP"].steps.tolist() == [150, 300, 450]
+    assert any(n.kind == "step_per_epoch" for n in t.notes)
+
+
+def test_real_resume_is_not_globalized(tmp_path):
+    # steps go back without a new epoch: a resume, kept as logged
+    rows = [(1, 10), (1, 20), (1, 30), (1, 20), (1, 30), (2, 10), (2, 20)]
+    p = write(tmp_path, "".join(json.dumps({"epoch": e, "iter": i, "loss": 1.0}) + "\n"
+                                for e, i in rows))
+    assert read_jsonl(p).columns["loss"].steps.tolist() == [10, 20, 30, 20, 30, 10, 20]

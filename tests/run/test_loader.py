@@ -296,3 +296,51 @@ def test_real_run_store_folder(tmp_path):
     assert run.ranks() == [None, 0, 1]
     assert run.get("loss", 1).values.tolist() == pytest.approx([3.0, 2.9, 2.8, 2.7])
     assert run.get("val_loss").values.tolist() == [2.5]
+
+
+def test_folder_whose_only_log_is_unreadable(tmp_path, monkeypatch):
+    p = write(tmp_path / "metrics.csv", "step,loss\n1,2\n")
+    real_open = Path.open
+
+    def deny(self, *a, **k):
+        if self == p:
+            raise PermissionError(13, "Permission denied")
+        return real_open(self, *a, **k)
+
+    monkeypatch.setattr(Path, "open", deny)
+    with pytest.raises(UnreadableInputError, match="metrics.csv"):
+        load_run(str(tmp_path))
+
+
+def test_store_file_without_store_module(tmp_path, monkeypatch):
+    p = write(tmp_path / "metrics.sqlite", b"SQLite format 3\x00" + b"\x00" * 100)
+    import trainmedic.run as run_pkg
+    monkeypatch.setitem(sys.modules, "trainmedic.run.store", None)  # import raises ImportError
+    monkeypatch.delattr(run_pkg, "store", raising=False)
+    with pytest.raises(UnrecognizedInputError, match="SQLite"):
+        load_run(str(p))
+
+
+def test_a_bad_file_named_with_others_is_an_error(tmp_path):
+    good = write(tmp_path / "a.csv", "step,loss\n1,2\n")
+    bad = write(tmp_path / "b.csv", "")
+    with pytest.raises(UnrecognizedInputError, match="b.csv"):
+        load_run(str(good), str(bad))
+
+
+def test_folder_skips_dataset_jsonl_but_reads_mmdet_log(tmp_path):
+    write(tmp_path / "data" / "train.jsonl", '{"text": "hi", "label": 1}\n{"text": "x", '
+          '"label": 0}\n')
+    write(tmp_path / "work" / "log.json", '{"env_info": "cuda", "seed": 1}\n'
+          '{"mode": "train", "epoch": 1, "iter": 50, "loss": 1.5, "lr": 0.01}\n')
+    run = load_run(str(tmp_path))
+    assert not run.has("label")
+    assert run.get("loss").values.tolist() == [1.5]
+    assert any(n.kind == "skipped_file" and "train.jsonl" in n.detail for n in run.notes)
+
+
+def test_folder_skips_json_tables_that_are_not_logs(tmp_path):
+    write(tmp_path / "m.csv", "step,loss\n1,2\n")
+    write(tmp_path / "sizes.json", '{"width": [1, 2], "height": [3, 4]}')
+    run = load_run(str(tmp_path))
+    assert not run.has("width")

@@ -118,3 +118,28 @@ def test_close_names_finds_substrings_and_typos():
     assert "train/box_loss" in close_names("train/box_los", cols)
     assert close_names("loss", cols)[:2] == ["train/box_loss", "val/box_loss"] or \
         set(close_names("loss", cols)) >= {"train/box_loss", "val/box_loss"}
+
+
+def test_yolov5_and_mmdet_and_fastai():
+    v5 = ["epoch", "train/box_loss", "train/obj_loss", "train/cls_loss", "val/box_loss",
+          "val/obj_loss", "val/cls_loss", "x/lr0", "x/lr1"]
+    res = resolve_names(v5)
+    assert res.aliases == {"lr": "x/lr0"}
+    assert res.derived["loss"] == ["train/box_loss", "train/cls_loss", "train/obj_loss"]
+    res = resolve_names(["iter", "epoch", "loss", "lr", "time", "data_time", "memory"])
+    assert res.aliases["mem_peak_mb"] == "memory" and res.aliases["step_time_s"] == "time"
+    assert "mem_peak_mb" not in resolve_names(["step", "memory"]).aliases
+    res = resolve_names(["epoch", "train_loss", "valid_loss", "accuracy"])
+    assert res.aliases == {"loss": "train_loss", "val_loss": "valid_loss"}
+
+
+def test_wandb_export_columns():
+    cols = ["Step", "run-1 - train/loss", "run-1 - train/loss__MIN", "run-1 - train/loss__MAX",
+            "run-1 - eval/loss"]
+    res = resolve_names(cols, exclude=["Step"])
+    assert res.aliases == {"loss": "run-1 - train/loss", "val_loss": "run-1 - eval/loss"}
+
+
+def test_gan_terms_are_not_summed():
+    res = resolve_names(["step", "train/g_loss", "train/d_loss"])
+    assert "loss" not in res.derived and "loss" not in res.aliases

@@ -11,16 +11,18 @@ diverge    AdamW at lr 2.0 (~700x the healthy peak), warmed up and then held: th
            for the first warm-up steps, then blows up to hundreds once the lr passes the
            stability limit, and stays there
 spike      three poisoned batches late in the run (corrupt labels: ordinary text in, one
-           rare character as every label, a different one each time); the loss jumps and recovers next step
+           rare character as every label, a different one each time); the loss jumps ~3.5x
+           and is back to normal the next step
 flat       the optimizer holds a stale deep copy of the model's parameters (built before the
            model was re-created), so every step updates the copy and the model never learns
-overfit    the training set is 1 % of the corpus (~1 K characters): the model memorizes it
+overfit    the training set is 0.4 % of the corpus (~430 characters): the model memorizes it
            and the validation loss turns up while the training loss keeps falling
-stall      the data loader sleeps 30 ms per batch (a slow disk / decode stand-in), so the
+stall      the data loader sleeps 20 ms per batch (a slow disk / decode stand-in), so the
            loop waits for data most of each step
-leak       the loop keeps every step's logits and probabilities, still attached to their
-           autograd graph, in a list "for an end-of-epoch metric" that is never cleared:
-           resident memory grows by ~0.5 MB a step
+leak       the loop keeps every step's logits and probabilities (still attached to their
+           autograd graph) "for an end-of-epoch metric", and a copy of the weights every step
+           "to pick the best one at the end", in lists never cleared: resident memory grows by
+           ~0.9 MB a step
 =========  ================================================================================
 """
 
@@ -50,8 +52,8 @@ DEFAULT_STEPS = 200
 
 _PEAK_LR = 3e-3
 _DIVERGE_LR = 2.0
-_STALL_SLEEP_S = 0.030
-_OVERFIT_TRAIN_FRACTION = 0.01
+_STALL_SLEEP_S = 0.020
+_OVERFIT_TRAIN_FRACTION = 0.004
 _SPIKE_AT = (0.55, 0.7, 0.85)
 
 
@@ -105,7 +107,9 @@ class DemoConfig:
     @property
     def run_dir(self) -> pathlib.Path:
         """Where the run store goes."""
-        return self.out_dir if self.out_dir is not None else pathlib.Path("trainmedic-demo") / self.fault
+        if self.out_dir is not None:
+            return self.out_dir
+        return pathlib.Path("trainmedic-demo") / self.fault
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
@@ -137,6 +141,21 @@ def _clear_store(run_dir: pathlib.Path) -> None:
         p.unlink()
 
 
+def _return_freed_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc ``malloc_trim``), so ``rss_mb`` starts from
+    the memory really in use. Without it, a demo run in a long-lived process (a test session,
+    a notebook) first refills pages an earlier run freed, and a leak hides for a while."""
+    try:
+        import ctypes
+        import ctypes.util
+
+        name = ctypes.util.find_library("c")
+        if name and "libc" in name:
+            ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
+
+
 def run_demo(config: DemoConfig, *,
              progress: Callable[[int, int], None] | None = None) -> pathlib.Path:
     """Train the demo with ``config.fault`` injected; return the run_dir holding its store.
@@ -154,6 +173,7 @@ def run_demo(config: DemoConfig, *,
     cfg = config
     run_dir = cfg.run_dir
     _clear_store(run_dir)
+    _return_freed_memory()
     threads_before = torch.get_num_threads()
     torch.set_num_threads(cfg.num_threads or 1)
     try:
@@ -229,6 +249,8 @@ def run_demo(config: DemoConfig, *,
                 if cfg.fault == "leak":
                     # "for an end-of-epoch calibration metric": graph and all, never cleared
                     kept_for_metric.extend((logits, logits.softmax(-1)))
+                    # "to pick the best weights at the end": a full copy every step
+                    kept_for_metric.extend(p.detach().clone() for p in model.parameters())
                 w.step(loss, batch_size=B)
                 if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
                     w.log({"val_loss": evaluate()})

@@ -34,7 +34,13 @@ import numpy as np
 from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
 from trainmedic.run.names import FALLBACK_STEP_COLUMNS, find_step_column
 from trainmedic.run.series import Series
-from trainmedic.run.table import LogTable, NoteCounter
+from trainmedic.run.table import (
+    MISSING_TOKENS,
+    LogTable,
+    NoteCounter,
+    cell_float,
+    steps_across_epochs,
+)
 
 __all__ = ["read_csv", "sniff_delimiter", "split_header"]
 
@@ -42,7 +48,8 @@ log = logging.getLogger(__name__)
 
 PARALLEL_MIN_BYTES = 8 << 20
 """Bodies at least this big are parsed by two processes when the machine has two cores and the
-calling process has no other thread (fork is only safe then)."""
+calling process has no other thread (fork is only safe then). Setting the environment variable
+``TRAINMEDIC_CSV_ONE_PROCESS=1`` turns this off."""
 
 _CHILD_ROOM = 1.3
 """The child's shared buffer holds this times the rows its half is estimated to have."""
@@ -94,11 +101,7 @@ def _decode(b: bytes) -> str:
 
 
 def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    return cell_float(text) is not None
 
 
 class _CapacityError(Exception):
@@ -252,13 +255,14 @@ def _careful_block(block: bytes, delim: bytes, names: list[str], keep_cols: list
         keep[i] = True
         for k, j in enumerate(keep_cols):
             c = cells[j]
-            if c == "":
+            if c == "" or c.lower() in MISSING_TOKENS:
                 continue
-            try:
-                vals[i, k] = float(c)
-                miss[i, k] = False
-            except ValueError:
+            x = cell_float(c)
+            if x is None:
                 bad_cells.add(line_no, f"{names[j]}={c[:20]!r}")
+            else:
+                vals[i, k] = x
+                miss[i, k] = False
     return vals[keep], miss[keep]
 
 
@@ -415,8 +419,8 @@ def read_csv(path: Path) -> LogTable:
 def _numeric_columns(body: bytes, delim: bytes, names: list[str], sample_lines: int = 50
                      ) -> list[int]:
     """Indexes of the columns to read: all but those whose cells in the first lines are all
-    text (a timestamp string, a run name). A column that turns to text later is still read,
-    its text cells noted as non-numeric."""
+    text (a timestamp string, a run name; "None"/"NA" count as empty, not text). A column
+    that turns to text later is still read, its text cells noted as non-numeric."""
     lines = _decode(body[:65536]).split("\n")[:-1][:sample_lines]
     text_only = [True] * len(names)
     seen = [False] * len(names)
@@ -424,7 +428,7 @@ def _numeric_columns(body: bytes, delim: bytes, names: list[str], sample_lines: 
                           delimiter=delim.decode()):
         for j, cell in enumerate(row[:len(names)]):
             c = cell.strip()
-            if c:
+            if c and c.lower() not in MISSING_TOKENS:
                 seen[j] = True
                 if _is_number(c):
                     text_only[j] = False
@@ -435,6 +439,8 @@ def _can_fork(body_bytes: int) -> bool:
     """Whether a second process may parse half of a body this big."""
     # Linux only: macOS forks badly once system frameworks are loaded; Windows cannot fork.
     if body_bytes < PARALLEL_MIN_BYTES or not sys.platform.startswith("linux"):
+        return False
+    if os.environ.get("TRAINMEDIC_CSV_ONE_PROCESS"):  # opt-out, and for benchmarks
         return False
     # Forking a process that runs other threads can deadlock the child on a lock one of them
     # held (and Python 3.12+ warns about it); the diagnose CLI has one thread.
@@ -569,6 +575,14 @@ def _to_series(table: LogTable, names: list[str], cols: _Columns) -> None:
             table.note("step_from_row_index",
                        f"column '{step_name}' is not whole numbers; steps are row numbers")
             steps = np.arange(raw.shape[0], dtype=np.int64)
+        epoch_j = next((k for k, nm in enumerate(names) if nm.lower() == "epoch"), None)
+        if table.step_column and epoch_j is not None and epoch_j != j:
+            ep = data[epoch_j] if row_keep is None else data[epoch_j][row_keep]
+            glob = steps_across_epochs(steps, ep)
+            if glob is not None:
+                steps = glob
+                table.note("step_per_epoch", f"'{step_name}' restarts every epoch; steps were "
+                           "made global by adding the last step of the epochs before")
         if step_name.lower() in FALLBACK_STEP_COLUMNS and table.step_column:
             table.note("step_is_epoch", f"no step column; '{step_name}' is used as the step")
     else:

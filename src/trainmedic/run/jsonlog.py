@@ -19,7 +19,13 @@ import numpy as np
 from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
 from trainmedic.run.names import FALLBACK_STEP_COLUMNS, find_step_column
 from trainmedic.run.series import Series
-from trainmedic.run.table import LogTable, NoteCounter
+from trainmedic.run.table import (
+    MISSING_TOKENS,
+    LogTable,
+    NoteCounter,
+    cell_float,
+    steps_across_epochs,
+)
 
 __all__ = ["read_jsonl", "read_json_rows", "read_text", "flatten", "as_number", "rows_to_table"]
 
@@ -65,10 +71,7 @@ def as_number(v: Any) -> float | None:
         s = v.strip()
         if not s or len(s) > 40:
             return None
-        try:
-            return float(s)
-        except ValueError:
-            return None
+        return cell_float(s)
     return None
 
 
@@ -106,6 +109,8 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
             step_name = None
         else:
             steps = [int(x) if x is not None and math.isfinite(x) else None for x in raw_steps]
+    if step_name is not None and step_name.lower() not in FALLBACK_STEP_COLUMNS:
+        _globalize(table, rows, steps, step_name)
     if step_name is not None and step_name.lower() in FALLBACK_STEP_COLUMNS:
         table.note("step_is_epoch", f"no step key; '{step_name}' is used as the step")
     cols_steps: dict[str, list[int]] = {}
@@ -119,7 +124,8 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
                 continue
             x = as_number(v)
             if x is None:
-                if v is not None and not isinstance(v, (list, dict)):
+                if v is not None and not isinstance(v, (list, dict)) and \
+                        str(v).strip().lower() not in MISSING_TOKENS:
                     bad.add(line, f"{k}={str(v)[:20]!r}")
                 continue
             cols_steps.setdefault(k, []).append(step)
@@ -131,6 +137,26 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
     no_step.flush(table)
     bad.flush(table)
     return table
+
+
+def _globalize(table: LogTable, rows: list[tuple[int | None, Mapping[str, Any]]],
+               steps: list[int | None], step_name: str) -> None:
+    """Turn a per-epoch step counter into global steps in place (see steps_across_epochs)."""
+    epoch_key = next((k for k in ("epoch", "Epoch") if any(k in r for _, r in rows)), None)
+    if epoch_key is None:
+        return
+    idx = [i for i, s in enumerate(steps) if s is not None]
+    ep = [as_number(rows[i][1].get(epoch_key)) for i in idx]
+    if any(e is None for e in ep):
+        return
+    st = np.asarray([steps[i] for i in idx], dtype=np.int64)
+    glob = steps_across_epochs(st, np.asarray(ep, dtype=np.float64))
+    if glob is None:
+        return
+    for i, g in zip(idx, glob.tolist(), strict=True):
+        steps[i] = g
+    table.note("step_per_epoch", f"'{step_name}' restarts every epoch; steps were made global "
+               "by adding the last step of the epochs before")
 
 
 def read_jsonl(path: Path) -> LogTable:

@@ -78,6 +78,8 @@ class _Found:
     fmt: str
     rank: int | None
     tag_prefix: str = ""
+    explicit: bool = False
+    """Named on the command line (an error in it is the user's error, not a skip)."""
 
 
 def detect_format(path: Path) -> str | None:
@@ -149,6 +151,31 @@ def _csv_header_is_log(path: Path) -> bool:
         return False
     cols = split_header(line, d)
     return _names_look_like_log(cols)
+
+
+def _jsonl_first_row_is_log(path: Path) -> bool:
+    """Inside a folder, a JSON Lines file is read only when its first object has a step or a
+    known metric key (a dataset in JSONL next to the logs is not a training log)."""
+    from trainmedic.run.jsonlog import flatten
+
+    with path.open("rb") as f:
+        line = f.readline(1 << 20)
+    try:
+        obj = json.loads(line.decode("utf-8-sig"))
+    except ValueError:
+        return False
+    # The first line may be a header record (mmdetection's env_info): look at a second too.
+    keys = list(flatten(obj)) if isinstance(obj, dict) else []
+    if not _names_look_like_log(keys):
+        with path.open("rb") as f:
+            f.readline(1 << 20)
+            second = f.readline(1 << 20)
+        try:
+            obj2 = json.loads(second.decode("utf-8-sig"))
+        except ValueError:
+            return False
+        keys = list(flatten(obj2)) if isinstance(obj2, dict) else []
+    return _names_look_like_log(keys)
 
 
 def _names_look_like_log(cols: list[str]) -> bool:
@@ -266,12 +293,13 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
             continue
         if fmt in (None, "empty"):
             continue
-        if fmt == "csv":
+        if fmt in ("csv", "jsonl"):
+            check = _csv_header_is_log if fmt == "csv" else _jsonl_first_row_is_log
             try:
-                if not _csv_header_is_log(p):
+                if not check(p):
                     skipped.append(str(p.relative_to(root)))
                     continue
-            except OSError:
+            except (OSError, UnicodeDecodeError):
                 unreadable.append(str(p.relative_to(root)))
                 continue
         prefix = ""
@@ -279,8 +307,8 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
             prefix = p.parent.name
         found.append(_Found(p, fmt, rank_of(p, root), prefix))
     if skipped:
-        notes.append(ImportNote("skipped_file", "CSV files without a step or metric column "
-                                f"were not read: {', '.join(skipped[:5])}"
+        notes.append(ImportNote("skipped_file", "CSV/JSONL files without a step or metric "
+                                f"column were not read: {', '.join(skipped[:5])}"
                                 + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""),
                                 path=str(root)))
     if unreadable:
@@ -431,6 +459,9 @@ def _check_mapping(mapping: dict[str, str], tables: list[LogTable], runs: list[R
     for canonical, source in mapping.items():
         if source.strip().lower() in low:
             continue
+        res = names_mod.resolve_names(available, {canonical: source})
+        if res.families.get(canonical) == "user":  # e.g. a W&B export's "<run> - <key>"
+            continue
         where = tables[0].path if len(tables) == 1 else (
             runs[0].source if not tables and runs else
             f"{len(tables) + len(runs)} files ({', '.join(t.path for t in tables[:3])}...)")
@@ -460,6 +491,10 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
             if not os.access(p, os.R_OK | os.X_OK):
                 raise UnreadableInputError(raw, "folder cannot be read (permission denied)")
             here = _scan_folder(p, notes)
+            blocked = [n for n in notes if n.kind == "unreadable_file" and n.path == str(p)]
+            if not here and blocked:
+                raise UnreadableInputError(raw, f"holds files that cannot be opened "
+                                           f"({blocked[0].detail}); check their permissions")
             if not here:
                 raise UnrecognizedInputError(raw, f"holds no log trainmedic reads; looked for "
                                              f"{WHAT_WE_READ} (up to {MAX_DEPTH} folders deep)")
@@ -472,21 +507,26 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
                                              f"{WHAT_WE_READ}")
             # A file named on the command line takes its rank from its name or its folder's
             # (logs/rank_1/metrics.csv).
-            found.append(_Found(p, fmt, rank_of(p, p.parent)))
+            found.append(_Found(p, fmt, rank_of(p, p.parent), explicit=True))
 
     tables: list[LogTable] = []
     runs: list[Run] = []
-    explicit = len(found) == 1
     for f in found:
         try:
             got = read_file(f.path, f.fmt, f.tag_prefix)
         except UnrecognizedInputError as exc:
-            if explicit:
+            if f.explicit or len(found) == 1:
                 raise
             notes.append(ImportNote("skipped_file", exc.message, path=str(f.path)))
             continue
         if isinstance(got, Run):
             runs.append(got)
+        elif got.format == "json_rows" and not f.explicit and not _names_look_like_log(
+                list(got.columns) + ([got.step_column] if got.step_column else [])):
+            # A JSON document of numbers found in a folder (a config, a results table) is a
+            # log only if it names a step or a metric.
+            notes.append(ImportNote("skipped_file", "JSON with no step or metric key was not "
+                                    "read", path=str(f.path)))
         else:
             if got.rank is None:
                 got.rank = f.rank

@@ -116,7 +116,9 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("loss", "train/loss_step"),
         ("loss", "loss/train"),
         ("val_loss", "val/loss"),
+        ("val_loss", "val/loss_epoch"),
         ("val_loss", "validation/loss"),
+        ("val_loss", "loss/valid"),
         ("val_loss", "loss/val"),
         ("val_loss", "loss/validation"),
         ("lr", "train/lr"),
@@ -141,12 +143,20 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("step_time_s", "time", {"requires": ("data_time",)}),
         ("data_time_s", "data_time"),
     )
-    # Ultralytics YOLO results.csv: one row per epoch, "lr/pg0..2"; the loss is split into
-    # components (see DERIVED). Its "time" column is cumulative seconds, not per step, so the
-    # Detectron2 "time" rule above requires "data_time", which YOLO never writes.
+    # Ultralytics YOLO results.csv: one row per epoch, "lr/pg0..2" (YOLOv8+) or "x/lr0..2"
+    # (YOLOv5); the loss is split into components (see DERIVED). Its "time" column is
+    # cumulative seconds, not per step, so the Detectron2 "time" rule above requires
+    # "data_time", which YOLO never writes.
     + _family(
         "ultralytics",
         ("lr", "lr/pg0"),
+        ("lr", "x/lr0"),
+    )
+    # MMDetection 2.x log.json: "memory" is torch.cuda.max_memory_allocated() in MB
+    # (mmcv/runner/hooks/logger/text.py), "time"/"data_time" as in Detectron2.
+    + _family(
+        "mmdetection",
+        ("mem_peak_mb", "memory", {"requires": ("data_time", "iter")}),
     )
     # Physics-informed nets trained with Lightning (e.g. PINN examples): "mean_loss" is the
     # training objective, the other "*_loss" columns are its terms.
@@ -202,7 +212,6 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("loss", "train/total_loss"),
         ("val_loss", "val/total_loss"),
         ("grad_norm", "gradient_norm"),
-        ("grad_norm", "grad-norm"),
         ("grad_norm", "total_norm"),
         ("loss_scale", "train/loss_scale"),
         ("loss_scale", "grad_scale"),
@@ -227,14 +236,21 @@ class Derivation:
     pattern: str
     """Regular expression (lower-case) selecting the component columns."""
     family: str
+    requires_any: tuple[str, ...] = ()
+    """At least one of these raw columns (lower-case) must be present: summing terms is only
+    right where the framework defines the objective as their sum (not for a GAN's g/d loss)."""
     min_components: int = 2
 
 
+_YOLO_MARKERS = ("lr/pg0", "x/lr0")
 DERIVED: tuple[Derivation, ...] = (
-    # Ultralytics YOLO logs the training objective only as its terms: box + cls + dfl
-    # (ultralytics/utils/loss.py, v8DetectionLoss returns loss.sum() of those three).
-    Derivation(canonical="loss", pattern=r"train/[a-z0-9_]+_loss", family="ultralytics"),
-    Derivation(canonical="val_loss", pattern=r"val/[a-z0-9_]+_loss", family="ultralytics"),
+    # Ultralytics YOLO logs the training objective only as its terms: box + cls + dfl (v8) or
+    # box + obj + cls (v5), each the epoch's running mean; the objective it optimizes is their
+    # sum (ultralytics/utils/loss.py, v8DetectionLoss). Recognized by its lr columns.
+    Derivation(canonical="loss", pattern=r"train/[a-z0-9_]+_loss", family="ultralytics",
+               requires_any=_YOLO_MARKERS),
+    Derivation(canonical="val_loss", pattern=r"val/[a-z0-9_]+_loss", family="ultralytics",
+               requires_any=_YOLO_MARKERS),
 )
 
 
@@ -256,11 +272,24 @@ class NameResolution:
         return {src: canon for canon, src in self.aliases.items()}
 
 
+_WANDB_EXPORT = re.compile(r"^.+ - (?P<key>.+?)(?P<bound>__min|__max)?$")
+"""A W&B chart exported as CSV names columns "<run name> - <key>" plus "__MIN"/"__MAX"
+sampling bounds; the key alone is matched against the rules, the bounds never are."""
+
+
 def _present(names: Iterable[str]) -> dict[str, str]:
-    """``{lower-case stripped name: original name}``; the first spelling wins."""
+    """``{lower-case stripped name: original name}``; the first spelling wins. A W&B export's
+    "<run> - train/loss" is also entered as "train/loss" (when nothing else has that name)."""
     out: dict[str, str] = {}
+    extra: dict[str, str] = {}
     for n in names:
-        out.setdefault(n.strip().lower(), n)
+        key = n.strip().lower()
+        out.setdefault(key, n)
+        m = _WANDB_EXPORT.match(key)
+        if m and not m.group("bound"):
+            extra.setdefault(m.group("key").strip(), n)
+    for k, n in extra.items():
+        out.setdefault(k, n)
     return out
 
 
@@ -315,6 +344,8 @@ def resolve_names(names: Iterable[str], mapping: Mapping[str, str] | None = None
 
     for d in DERIVED:
         if d.canonical in res.aliases or d.canonical in res.derived:
+            continue
+        if d.requires_any and not any(r in present for r in d.requires_any):
             continue
         rx = re.compile(d.pattern)
         parts = [present[k] for k in sorted(present) if k not in used and rx.fullmatch(k)]

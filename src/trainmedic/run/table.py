@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from trainmedic.run.series import ImportNote, Series
 
-__all__ = ["LogTable", "NoteCounter"]
+__all__ = ["LogTable", "NoteCounter", "steps_across_epochs", "cell_float", "MISSING_TOKENS"]
 
 
 @dataclass
@@ -70,3 +72,54 @@ class NoteCounter:
         more = f" and {self.count - len(self.first)} more" if self.count > len(self.first) else ""
         first_line = self.first[0][0] if self.first else None
         table.note(self.kind, f"{self.count} {self.what}: {where}{more}", line=first_line)
+
+
+def steps_across_epochs(steps: np.ndarray, epochs: np.ndarray) -> np.ndarray | None:
+    """Global steps for a log whose step counter restarts every epoch, else None.
+
+    MMDetection 2.x logs ``iter`` as the iteration *within* the epoch (mmcv TextLoggerHook:
+    ``runner.inner_iter + 1``), so read raw the steps go back at every new epoch and would look
+    like resumes. The counter counts as per-epoch only when it goes back at least twice, every
+    time exactly where ``epoch`` increases, and ``epoch`` never decreases; then each epoch is
+    offset by the lengths (largest steps) of the epochs before it.
+    """
+    if len(steps) < 3 or len(epochs) != len(steps):
+        return None
+    ep = np.asarray(epochs, dtype=np.float64)
+    if not bool(np.isfinite(ep).all()) or bool((np.diff(ep) < 0).any()):
+        return None
+    back = np.diff(steps) < 0
+    new_epoch = np.diff(ep) > 0
+    if int(back.sum()) < 2 or bool((back & ~new_epoch).any()):
+        return None
+    uniq, inverse = np.unique(ep, return_inverse=True)
+    top = np.full(len(uniq), np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(top, inverse, steps)
+    # A 1-based counter (mmcv) ends each epoch on its length; a 0-based one on length - 1.
+    length = np.maximum(top[:-1], 0) + (1 if int(steps.min()) == 0 else 0)
+    offsets = np.concatenate([[0], np.cumsum(length)])
+    return (steps + offsets[inverse]).astype(np.int64)
+
+
+# Non-finite values as Microsoft's C runtime printed them before VS2015 ("1.#INF",
+# "-1.#IND") and after ("inf", "-nan(ind)"); Python's float() knows neither spelling.
+_MSVC_NONFINITE = {
+    "1.#inf": float("inf"), "-1.#inf": float("-inf"), "+1.#inf": float("inf"),
+    "1.#ind": float("nan"), "-1.#ind": float("nan"), "1.#qnan": float("nan"),
+    "-1.#qnan": float("nan"), "nan(ind)": float("nan"), "-nan(ind)": float("nan"),
+    "1.#snan": float("nan"), "-1.#snan": float("nan"),
+}
+
+
+MISSING_TOKENS = frozenset({"none", "null", "na", "n/a", "nil", "-", "--", "missing",
+                            "undefined"})
+"""Cells that say "not logged" (Python's ``str(None)``, R's ``NA``): missing, not text."""
+
+
+def cell_float(text: str) -> float | None:
+    """A logged cell as a float (``nan``, ``inf``, ``Infinity`` and MSVC's ``1.#INF`` count),
+    or None when it is not a number."""
+    try:
+        return float(text)
+    except ValueError:
+        return _MSVC_NONFINITE.get(text.strip().lower())

@@ -13,10 +13,13 @@
 Per step it records ``loss``, ``lr`` (``optimizer.param_groups[0]["lr"]``), ``grad_norm``
 (global L2 norm over the model's gradients, taken in an optimizer step pre-hook, i.e. after
 backward and after any clipping: pass ``grad_norm=`` the value ``clip_grad_norm_`` returns to
-record the pre-clip norm), ``step_time_s`` (wall time between consecutive ``step()`` calls),
+record the pre-clip norm), ``step_time_s`` (wall time of the step: from the request for its
+first batch when the loader is wrapped, else from the previous ``step()`` call, to this
+``step()``; evaluation between steps is not counted),
 ``data_time_s`` (time spent waiting in the wrapped loader during that step), ``rss_mb``, and
 on CUDA ``mem_alloc_mb``/``mem_peak_mb``; ``samples_per_s`` when ``batch_size`` is given and
-``loss_scale`` when a ``GradScaler`` is given.
+``loss_scale`` when a ``GradScaler`` is given (the scale after this step's ``update()``: it
+halves on a step whose gradients overflowed).
 
 No host-device sync per step: values that live on a GPU (loss, grad norm, loss scale) stay
 there and are fetched together every ``fetch_every`` steps with one ``tolist()``; on CPU they
@@ -61,6 +64,7 @@ class TimedLoader(Generic[T]):
         clock = time.perf_counter
         while True:
             t0 = clock()
+            self._watcher._batch_requested(t0)
             try:
                 item = next(it)
             except StopIteration:
@@ -117,6 +121,7 @@ class Watcher:
         self._step = int(start_step)
         self._data_wait_s = 0.0
         self._t_last = time.perf_counter()
+        self._t_request: float | None = None
         self._grad_norm_now: torch.Tensor | None = None
         self._pending: list[tuple[int, dict[str, torch.Tensor]]] = []
         self._hook = None
@@ -149,8 +154,10 @@ class Watcher:
             return
         torch = self._torch
         now = time.perf_counter()
-        step_time_s = now - self._t_last
+        start = self._t_request if self._t_request is not None else self._t_last
+        step_time_s = now - start
         self._t_last = now
+        self._t_request = None
         if step is not None:
             self._step = int(step)
         s = self._step
@@ -163,7 +170,7 @@ class Watcher:
         if batch_size is not None and step_time_s > 0:
             host["samples_per_s"] = batch_size / step_time_s
         lr = self._lr()
-        device: dict[str, torch.Tensor] = {}
+        device: dict[str, Any] = {}
         if lr is not None:
             if isinstance(lr, torch.Tensor):
                 device["lr"] = lr.detach()
@@ -193,7 +200,7 @@ class Watcher:
         self.store.log(s, host)
         if device:
             self._pending.append((s, device))
-            if len(self._pending) >= self.fetch_every or not self._cuda:
+            if len(self._pending) >= self.fetch_every:
                 self._fetch()
         self._step = s + 1
 
@@ -210,7 +217,7 @@ class Watcher:
             self.store.log(s, host)
         if dev:
             self._pending.append((s, dev))
-            if not self._cuda:
+            if len(self._pending) >= self.fetch_every:
                 self._fetch()
 
     def close(self) -> None:
@@ -239,6 +246,12 @@ class Watcher:
         if self.optimizer is not None:
             return [p for g in self.optimizer.param_groups for p in g["params"]]
         return []
+
+    def _batch_requested(self, t: float) -> None:
+        # The step starts when its first batch is asked for, so work done between steps
+        # (evaluation, logging, a checkpoint save after step()) is not charged to a step.
+        if self._t_request is None:
+            self._t_request = t
 
     def _add_data_wait(self, seconds: float) -> None:
         self._data_wait_s += seconds

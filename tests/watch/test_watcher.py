@@ -1,0 +1,218 @@
+"""The minimal watcher records every metric of a tiny real training loop into the run store."""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import trainmedic
+from trainmedic.errors import ConfigError
+from trainmedic.run.store import read_store
+from trainmedic.watch import host_memory, watch
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+@pytest.fixture(autouse=True)
+def _single_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    torch.manual_seed(0)
+
+
+def _model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+
+def test_records_every_metric_of_a_real_loop(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(64, 8), torch.randn(64, 1)
+    expected_norms = []
+    expected_losses = []
+    with watch(model, opt, run_dir=tmp_path) as w:
+        for _ in range(30):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            expected_norms.append(float(torch.linalg.vector_norm(
+                torch.stack([p.grad.norm() for p in model.parameters()]))))
+            expected_losses.append(float(loss.detach()))
+            opt.step()
+            opt.zero_grad(set_to_none=True)  # grads gone before w.step: the hook saw them
+            w.step(loss, batch_size=64)
+        w.log({"val_loss": 0.5})
+    run = read_store(tmp_path / "metrics.sqlite")
+    for metric in ("loss", "lr", "grad_norm", "step_time_s", "data_time_s", "rss_mb",
+                   "samples_per_s"):
+        s = run.get(metric)
+        assert s is not None, metric
+        assert s.steps.tolist() == list(range(30)), metric
+    np.testing.assert_allclose(run.get("loss").values, expected_losses, rtol=1e-6)  # type: ignore[union-attr]
+    np.testing.assert_allclose(run.get("grad_norm").values, expected_norms, rtol=1e-5)  # type: ignore[union-attr]
+    assert np.all(run.get("lr").values == 0.05)  # type: ignore[union-attr]
+    assert np.all(run.get("rss_mb").values > 10)  # type: ignore[union-attr]
+    assert np.all(run.get("step_time_s").values > 0)  # type: ignore[union-attr]
+    val = run.get("val_loss")
+    assert val is not None and val.steps.tolist() == [29] and val.values.tolist() == [0.5]
+    assert not run.has("mem_alloc_mb")  # CPU: no CUDA memory series
+
+
+def test_data_wait_is_timed(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def slow_loader():  # type: ignore[no-untyped-def]
+        for _ in range(8):
+            time.sleep(0.03)
+            yield torch.randn(4, 8), torch.randn(4, 1)
+
+    with watch(model, opt, run_dir=tmp_path) as w:
+        loader = w.wrap_loader(slow_loader())
+        for x, y in loader:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            w.step(loss)
+    run = read_store(tmp_path / "metrics.sqlite")
+    data = run.get("data_time_s").values  # type: ignore[union-attr]
+    step = run.get("step_time_s").values  # type: ignore[union-attr]
+    assert len(data) == 8
+    assert np.all(data >= 0.028) and np.all(data < 0.5)
+    assert np.all(data <= step + 1e-9)  # the wait is part of the step
+    assert np.median(data / step) > 0.5
+
+
+def test_wrap_loader_keeps_len(tmp_path: pathlib.Path) -> None:
+    with watch(_model(), None, run_dir=tmp_path) as w:
+        assert len(w.wrap_loader([1, 2, 3])) == 3
+        assert list(w.wrap_loader([1, 2, 3])) == [1, 2, 3]
+
+
+def test_explicit_step_start_step_and_extras(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    with watch(model, None, run_dir=tmp_path, start_step=100) as w:
+        assert w.current_step == 100
+        w.step(1.0)
+        w.step(torch.tensor(2.0), step=50, grad_norm=3.0, tokens_per_s=10.0)
+        w.step(4.0)
+    run = read_store(tmp_path / "metrics.sqlite")
+    assert run.get("loss").steps.tolist() == [100, 50, 51]  # type: ignore[union-attr]
+    assert run.get("grad_norm").values.tolist() == [3.0]  # type: ignore[union-attr]
+    assert run.get("tokens_per_s").steps.tolist() == [50]  # type: ignore[union-attr]
+    assert not run.has("lr")  # no optimizer given
+
+
+def test_device_values_are_fetched_in_batches(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    with watch(model, opt, run_dir=tmp_path, fetch_every=4) as w:
+        for i in range(6):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            w.step(loss)
+            assert len(w._pending) == (i + 1) % 4
+            assert all(not v.requires_grad for _, d in w._pending for v in d.values())
+        w.store.flush()
+        assert len(read_store(tmp_path / "metrics.sqlite").get("loss")) == 4  # type: ignore[arg-type]
+    assert len(read_store(tmp_path / "metrics.sqlite").get("loss")) == 6  # type: ignore[arg-type]
+
+
+def test_nonfinite_values_are_recorded(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, opt, run_dir=tmp_path) as w:
+        opt.zero_grad()
+        loss = model(torch.full((2, 8), float("nan"))).sum()
+        loss.backward()
+        opt.step()
+        w.step(loss)
+    run = read_store(tmp_path / "metrics.sqlite")
+    assert math.isnan(run.get("loss").values[0])  # type: ignore[union-attr]
+    assert math.isnan(run.get("grad_norm").values[0])  # type: ignore[union-attr]
+
+
+def test_loss_scale_from_a_grad_scaler(tmp_path: pathlib.Path) -> None:
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, opt, run_dir=tmp_path, scaler=scaler) as w:
+        for _ in range(3):
+            opt.zero_grad()
+            loss = F.mse_loss(model(torch.randn(4, 8)), torch.randn(4, 1))
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            w.step(loss)
+    scale = read_store(tmp_path / "metrics.sqlite").get("loss_scale")
+    assert scale is not None and scale.values.tolist() == [1024.0] * 3
+
+
+def test_bad_arguments(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ConfigError, match="start_step"):
+        watch(_model(), None, run_dir=tmp_path, start_step=-1)
+    with pytest.raises(ConfigError, match="fetch_every"):
+        watch(_model(), None, run_dir=tmp_path, fetch_every=0)
+
+
+def test_unwritable_run_dir_does_not_stop_training(tmp_path: pathlib.Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    model = _model()
+    with watch(model, None, run_dir=blocker / "run") as w:
+        w.step(1.0)
+    assert not w.store.enabled
+
+
+def test_rss_reader_and_its_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = host_memory.rss_mb()
+    assert now is not None and now > 10
+    monkeypatch.setattr(host_memory, "_HAS_STATM", False)
+    peak = host_memory.rss_mb()
+    assert peak is not None and peak >= now * 0.5
+
+
+def test_importing_watch_does_not_import_torch() -> None:
+    src = str(pathlib.Path(trainmedic.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=src)
+    code = "import sys, trainmedic.watch\nassert 'torch' not in sys.modules\nprint('ok')"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_step_does_not_sync(tmp_path: pathlib.Path) -> None:
+    """On a GPU, w.step() must not force a host-device sync (values are fetched in batches)."""
+    dev = torch.device("cuda")
+    model = _model().to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(64, 8, device=dev), torch.randn(64, 1, device=dev)
+    with watch(model, opt, run_dir=tmp_path, fetch_every=10) as w:
+        for i in range(25):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            if i % 10 != 9:  # the batch fetch itself is the one allowed sync
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                w.step(loss, batch_size=64)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    run = read_store(tmp_path / "metrics.sqlite")
+    for metric in ("loss", "grad_norm", "mem_alloc_mb", "mem_peak_mb"):
+        assert len(run.get(metric)) == 25, metric  # type: ignore[arg-type]
