@@ -141,19 +141,21 @@ def intervention_lines(iv: Intervention) -> list[str]:
 
 
 def checks_not_run_lines(checks: Sequence[CheckNotRun]) -> list[str]:
-    """Compact: checks that miss the same metrics are grouped into one line."""
-    by_missing: dict[tuple[str, ...], list[str]] = {}
+    """Compact: checks that need the same metrics are grouped into one line.
+
+    The engine's reason already says which metrics are all needed and which are one-of
+    ("log step_time_s and one of data_time_s, compute_time_s ..."), so group by it.
+    """
+    by_need: dict[str, list[str]] = {}
     reasons: list[str] = []
     for c in checks:
         if c.missing:
-            by_missing.setdefault(tuple(c.missing), []).append(c.symptom)
+            need = c.reason.removesuffix(" to enable this check") if c.reason else (
+                "log " + ", ".join(c.missing))
+            by_need.setdefault(need, []).append(c.symptom)
         else:
             reasons.append(f"{c.symptom}: {c.reason or 'not run'}")
-    lines = []
-    for missing, symptoms in by_missing.items():
-        # ``missing`` may mix "all of" and "any of" requirements (the registry does not say
-        # which), so the names are listed, not joined with "and".
-        lines.append(f"log {', '.join(missing)} to check {', '.join(symptoms)}")
+    lines = [f"{need} to check {', '.join(symptoms)}" for need, symptoms in by_need.items()]
     return lines + reasons
 
 

@@ -172,8 +172,8 @@ class Watcher:
         lr = self._lr()
         device: dict[str, Any] = {}
         if lr is not None:
-            if isinstance(lr, torch.Tensor):
-                device["lr"] = lr.detach()
+            if isinstance(lr, torch.Tensor) and lr.device.type != "cpu":
+                device["lr"] = lr.detach().reshape(())
             else:
                 host["lr"] = float(lr)
         if grad_norm is None:
@@ -185,12 +185,17 @@ class Watcher:
             if value is None:
                 continue
             if isinstance(value, torch.Tensor):
-                device[name] = value.detach().reshape(())
+                if value.device.type == "cpu":
+                    host[name] = value.detach().item()  # no device to wait for
+                else:
+                    device[name] = value.detach().reshape(())
             else:
                 host[name] = float(value)
         if self.scaler is not None:
             scale = getattr(self.scaler, "_scale", None)
-            if isinstance(scale, torch.Tensor):
+            if isinstance(scale, torch.Tensor) and scale.device.type == "cpu":
+                host["loss_scale"] = scale.item()
+            elif isinstance(scale, torch.Tensor):
                 device["loss_scale"] = scale.detach().reshape(()).clone()
             elif self.scaler.is_enabled():
                 host["loss_scale"] = float(self.scaler.get_scale())
@@ -210,9 +215,10 @@ class Watcher:
             return
         s = max(self._step - 1, 0) if step is None else int(step)
         torch = self._torch
-        host = {k: float(v) for k, v in metrics.items() if not isinstance(v, torch.Tensor)}
+        host = {k: float(v) for k, v in metrics.items()
+                if not isinstance(v, torch.Tensor) or v.device.type == "cpu"}
         dev = {k: v.detach().reshape(()) for k, v in metrics.items()
-               if isinstance(v, torch.Tensor)}
+               if isinstance(v, torch.Tensor) and v.device.type != "cpu"}
         if host:
             self.store.log(s, host)
         if dev:
@@ -276,8 +282,9 @@ class Watcher:
             except (AttributeError, RuntimeError):
                 norms = [torch.linalg.vector_norm(g) for g in grads]
             dev = norms[0].device
-            stacked = torch.stack([n.to(dev, torch.float32) for n in norms])
-            return torch.linalg.vector_norm(stacked)
+            if any(n.device != dev or n.dtype != torch.float32 for n in norms):
+                norms = [n.to(dev, torch.float32) for n in norms]  # mixed devices/dtypes
+            return torch.linalg.vector_norm(torch.stack(norms))
 
     def _fetch(self) -> None:
         """Bring pending device values to the host with one transfer and record them."""
