@@ -450,6 +450,55 @@ def test_healthy_fp16_loss_scale_is_not_a_collapse(tmp_path: pathlib.Path) -> No
     assert not only(load(tmp_path), "loss_scale_collapse")
 
 
+def test_oscillation_from_unshuffled_data(tmp_path: pathlib.Path) -> None:
+    """The data arrive sorted by class, 25 batches of each in turn (shuffling forgotten): the
+    model chases each class and the loss swings up at every switch."""
+    torch.manual_seed(0)
+    task = blobs(0)
+
+    def sorted_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = task(2048, step)
+        keep = (y == (step // 25) % 4).nonzero().squeeze(1)[:256]
+        return x[keep], y[keep]
+
+    model = mlp(width=256)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    train(tmp_path, model, opt, sorted_batch, F.cross_entropy, 300)
+    run = load(tmp_path)
+    found = only(run, "oscillation")
+    assert found and found[0].severity in WARNING_UP, describe(engine.diagnose(run))
+
+
+def test_plateau_from_an_lr_that_drops_to_nothing_too_early(tmp_path: pathlib.Path) -> None:
+    """The demo's char transformer, but the schedule divides the lr by 1e4 at step 40 (a decay
+    in the wrong units): the loss stops improving far above where the healthy run goes."""
+    from trainmedic.demo.corpus import load_corpus
+    from trainmedic.demo.model import CharTransformer
+
+    text = load_corpus()
+    vocab = sorted(set(text))
+    data = torch.tensor([vocab.index(c) for c in text[:40_000]])
+    torch.manual_seed(0)
+    model = CharTransformer(len(vocab))
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(step)
+        starts = torch.randint(0, len(data) - 65, (16,), generator=g)
+        x = torch.stack([data[s:s + 64] for s in starts])
+        y = torch.stack([data[s + 1:s + 65] for s in starts])
+        return x, y
+
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    train(tmp_path, model, opt, batch,
+          lambda logits, y: F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                            y.reshape(-1)),
+          160, lr_at=lambda s: 3e-3 * min(1.0, (s + 1) / 10) if s < 40 else 3e-7)
+    run = load(tmp_path)
+    found = only(run, "plateau")
+    assert found, describe(engine.diagnose(run))
+    assert found[0].onset_step is not None and 30 <= found[0].onset_step <= 70, found
+
+
 # ----------------------------------------------------------------------- two gloo ranks
 def _free_port() -> int:
     with socket.socket() as s:
@@ -480,7 +529,6 @@ def _straggler_worker(rank: int, world: int, port: int, run_dir: str, slow_rank:
         dist.destroy_process_group()
 
 
-@pytest.mark.slow
 def test_straggler_with_two_gloo_ranks(tmp_path: pathlib.Path) -> None:
     import torch.multiprocessing as mp
 

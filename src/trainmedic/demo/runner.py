@@ -7,9 +7,9 @@ watcher records what happened into the run store exactly as it would for a user'
 fault      mechanism
 =========  ================================================================================
 none       AdamW, linear warm-up then cosine decay to 10 %, peak lr 3e-3: the boring default
-diverge    AdamW at lr 2.0 (~700x the healthy peak), warmed up and then held: the loss falls
-           for the first warm-up steps, then blows up to hundreds once the lr passes the
-           stability limit, and stays there
+diverge    AdamW at lr 2.0 (~700x the healthy peak), warmed up over 10 % of the steps, then held:
+           the loss starts rising as soon as the lr passes ~0.2 (step 1-3), climbs to the
+           hundreds and stays there
 spike      three poisoned batches late in the run (corrupt labels: ordinary text in, one
            rare character as every label, a different one each time); the loss jumps ~3.5x
            and is back to normal the next step

@@ -23,8 +23,9 @@ halves on a step whose gradients overflowed).
 
 No host-device sync per step: values that live on a GPU (loss, grad norm, loss scale) stay
 there and are fetched together every ``fetch_every`` steps with one ``tolist()``; on CPU they
-are read at once. The full watcher (per-layer stats, NaN guard, callbacks) is a later issue;
-this class keeps its hooks (``_on_pre_optimizer_step``, ``_pending``) open for it.
+are read at once (unless ``fetch_every`` > 1 is asked for). The full watcher (per-layer
+stats, NaN guard, callbacks) is a later issue; this class keeps its hooks
+(``_on_pre_optimizer_step``, ``_pending``) open for it.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ class Watcher:
         lr = self._lr()
         device: dict[str, Any] = {}
         if lr is not None:
-            if isinstance(lr, torch.Tensor) and lr.device.type != "cpu":
+            if isinstance(lr, torch.Tensor) and self._defers(lr):
                 device["lr"] = lr.detach().reshape(())
             else:
                 host["lr"] = float(lr)
@@ -185,7 +186,7 @@ class Watcher:
             if value is None:
                 continue
             if isinstance(value, torch.Tensor):
-                if value.device.type == "cpu":
+                if not self._defers(value):
                     host[name] = value.detach().item()  # no device to wait for
                 else:
                     device[name] = value.detach().reshape(())
@@ -193,7 +194,7 @@ class Watcher:
                 host[name] = float(value)
         if self.scaler is not None:
             scale = getattr(self.scaler, "_scale", None)
-            if isinstance(scale, torch.Tensor) and scale.device.type == "cpu":
+            if isinstance(scale, torch.Tensor) and not self._defers(scale):
                 host["loss_scale"] = scale.item()
             elif isinstance(scale, torch.Tensor):
                 device["loss_scale"] = scale.detach().reshape(()).clone()
@@ -216,9 +217,9 @@ class Watcher:
         s = max(self._step - 1, 0) if step is None else int(step)
         torch = self._torch
         host = {k: float(v) for k, v in metrics.items()
-                if not isinstance(v, torch.Tensor) or v.device.type == "cpu"}
+                if not isinstance(v, torch.Tensor) or not self._defers(v)}
         dev = {k: v.detach().reshape(()) for k, v in metrics.items()
-               if isinstance(v, torch.Tensor) and v.device.type != "cpu"}
+               if isinstance(v, torch.Tensor) and self._defers(v)}
         if host:
             self.store.log(s, host)
         if dev:
@@ -252,6 +253,11 @@ class Watcher:
         if self.optimizer is not None:
             return [p for g in self.optimizer.param_groups for p in g["params"]]
         return []
+
+    def _defers(self, value: Any) -> bool:
+        """Hold a tensor for the batched fetch (an accelerator tensor, or ``fetch_every > 1``)
+        rather than reading it now (a CPU tensor: ``item()`` costs no sync)."""
+        return bool(value.device.type != "cpu" or self.fetch_every > 1)
 
     def _batch_requested(self, t: float) -> None:
         # The step starts when its first batch is asked for, so work done between steps
