@@ -72,10 +72,14 @@ class Cause:
     likelihood: Likelihood
     checked_against_data: bool
     note: str = ""
+    metrics: tuple[str, ...] = ()
+    """The metrics whose data was inspected to judge this cause (empty when unchecked)."""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"cause": self.cause, "likelihood": self.likelihood,
                              "checked_against_data": self.checked_against_data}
+        if self.metrics:
+            d["checked_metrics"] = list(self.metrics)
         if self.note:
             d["note"] = self.note
         return d

@@ -250,6 +250,16 @@ def _finding_metric_is(f: Finding, run: Run, rule: CauseRule) -> tuple[Verdict, 
     return "contradicts", f"the symptom is on {f.metric}, not {rule.metric}"
 
 
+def _kept_tensors_show(f: Finding, run: Run) -> tuple[Verdict, str]:
+    """Tensors kept across steps live in device memory on GPU and in host memory on CPU."""
+    if f.metric in ("mem_alloc_mb", "mem_peak_mb"):
+        return "supports", f"allocated tensor memory itself grows ({f.metric})"
+    if f.metric == "rss_mb" and not run.has("mem_alloc_mb"):
+        return "supports", ("host RSS grows and no device memory is logged (a CPU run): kept "
+                            "tensors live in host memory")
+    return "contradicts", f"the growth is in {f.metric}, not in allocated tensor memory"
+
+
 def _outliers_periodic(f: Finding, run: Run) -> tuple[Verdict, str]:
     if "recurring every" in f.summary:
         return "supports", "the slow steps recur at a fixed interval"
@@ -311,6 +321,7 @@ CHECKS: dict[str, CheckFn] = {
     "param_norm_constant": _param_norm_constant,
     "loss_scale_logged": _loss_scale_logged,
     "hf_trainer_run": _hf_trainer_run,
+    "kept_tensors_show": _kept_tensors_show,
     "outliers_periodic": _outliers_periodic,
     "data_time_high_at_outliers": _data_time_high_at_outliers,
     "data_time_rose": _data_time_rose,
@@ -322,6 +333,8 @@ CHECKS: dict[str, CheckFn] = {
 def _metric_present(run: Run, rule: CauseRule) -> bool:
     if rule.check == "grad_or_update_zero":
         return run.has("grad_norm") or run.has("update_ratio")
+    if rule.check == "kept_tensors_show":
+        return run.has("mem_alloc_mb") or run.has("mem_peak_mb") or run.has("rss_mb")
     return rule.metric is None or run.has(rule.metric)
 
 
@@ -341,7 +354,12 @@ def _judge(f: Finding, run: Run, rule: CauseRule) -> Cause | None:
     if verdict == "contradicts":
         log.debug("dropped cause %r for %s: %s", rule.cause, f.symptom, why)
         return None
-    return Cause(text, rule.likelihood, True, why)
+    checked = f.metric if rule.check in _CHECKS_ON_FINDING_METRIC else rule.metric
+    return Cause(text, rule.likelihood, True, why, metrics=(checked,) if checked else ())
+
+
+#: Checks that judge the cause by the finding's own series rather than by ``rule.metric``.
+_CHECKS_ON_FINDING_METRIC = frozenset({"finding_metric_is", "kept_tensors_show"})
 
 
 def _cap(lk: Likelihood) -> Likelihood:

@@ -413,10 +413,12 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
     "memory_growth": (
         CauseRule(cause="tensors kept across steps (loss accumulated without .item(), stored "
                         "outputs holding the graph)", likelihood="high", metric="mem_alloc_mb",
-                  check="finding_metric_is", to_check="log mem_alloc_mb to check this",
+                  check="kept_tensors_show", to_check="log mem_alloc_mb to check this",
                   interventions=("find_leak",)),
+        # A worker's copy-on-read growth shows in the worker processes' RSS; a main-process
+        # rss_mb only sees it when the logger sums the workers in, hence "low".
         CauseRule(cause="host memory growth in DataLoader workers (copy-on-read of Python "
-                        "objects)", likelihood="medium", metric="rss_mb",
+                        "objects)", likelihood="low", metric="rss_mb",
                   check="finding_metric_is", to_check="log rss_mb to check this",
                   interventions=("worker_copy_on_read",)),
         CauseRule(cause="allocator cache growth from changing shapes (fragmentation, "

@@ -121,7 +121,7 @@ def _metrics_named(text: str, metrics: Sequence[str]) -> list[str]:
 def cause_line(cause: Cause, metrics_seen: Sequence[str]) -> tuple[str, str]:
     """``(cause text, check phrase)``: the check phrase says what the cause was checked against
     (``checked against lr``) or that it was not (``not checked: log X to check``)."""
-    named = _metrics_named(f"{cause.cause} {cause.note}", metrics_seen)
+    named = list(cause.metrics) or _metrics_named(cause.note, metrics_seen)
     if cause.checked_against_data:
         against = ", ".join(named) if named else "the run's data"
         check = f"checked against {against}"
