@@ -192,8 +192,12 @@ def lr_series(path: Path) -> list[tuple[float, float]]:
 
 
 def _tier(text: str, match: re.Match[str]) -> str:
-    """``asserted`` (stated about this run) or ``listed`` (one of several, after an "or")."""
+    """``asserted`` (stated about this run), ``listed`` (one of several, after an "or") or
+    ``marked unchecked`` (trainmedic's ``checked_against_data: false``)."""
     before = text[max(0, match.start() - 12): match.start()]
+    after = text[match.end(): match.end() + 80].split(" / ", 1)[0]
+    if "(unchecked)" in after:
+        return "marked unchecked by the tool"
     return "listed as a possible cause" if re.search(r"\bor\s*$", before) else "asserted"
 
 
@@ -223,7 +227,7 @@ def contradicted_causes(f: ToolFinding, lr: list[tuple[float, float]]) -> list[s
                 out.append(f"[{_tier(text, m)}] the LR was still rising at step {at:.0f}; lr "
                            f"had been flat at {ref:.3g} since step {pts[i][0]:.0f} "
                            f"({flat} logged points)")
-    m = re.search(r"constant lr|decays too late", text)
+    m = re.search(r"constant lr|decays too late|not decayed|never decayed|no lr decay", text)
     if m and f.symptom != "plateau":
         end = lr[-1][1]
         if end < 0.5 * peak:

@@ -129,7 +129,8 @@ def parse_trainmedic(stdout: str) -> list[ToolFinding]:
         detail = " / ".join(
             [f.get("summary", "")]
             + [str(e.get("note", "")) for e in f.get("evidence", [])]
-            + [c.get("cause", "") for c in f.get("causes", [])]
+            + [c.get("cause", "") + ("" if c.get("checked_against_data") else " (unchecked)")
+               for c in f.get("causes", [])]
             + [i.get("action", "") for i in f.get("interventions", [])])
         out.append(ToolFinding(
             tool_check=f.get("symptom", "?"), symptom=f.get("symptom", "?"),

@@ -26,6 +26,7 @@ import json
 import math
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -45,9 +46,10 @@ HEAVY_MODULES = ("torch", "tensorboard", "tensorflow", "pandas", "scipy", "matpl
 
 DRIVER = r"""
 import json, sys
-from importlib.metadata import entry_points
-report, path, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
-main = next(iter(entry_points(group="console_scripts", name="trainmedic"))).load()
+import importlib
+report, entry, path, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+module, _, attr = entry.partition(":")  # the console script's entry point, resolved by the caller
+main = getattr(importlib.import_module(module), attr)
 sys.argv = ["trainmedic", "diagnose", path, *extra]
 code = None
 try:
@@ -85,10 +87,21 @@ def _walls(argv: list[str], runs: int) -> tuple[list[float], list[int]]:
     return [m.wall_s for m in ms], sorted({m.exit_code for m in ms})
 
 
+def _entry_point() -> str:
+    """``module:function`` of the ``trainmedic`` console script, read from .venv's metadata (so
+    the driver itself need not import importlib.metadata, which would show in its import
+    times)."""
+    out = subprocess.run(
+        [str(VENV_PYTHON), "-c", "from importlib.metadata import entry_points as e; "
+         "print(next(iter(e(group='console_scripts', name='trainmedic'))).value)"],
+        capture_output=True, text=True, check=False, timeout=60)
+    return out.stdout.strip() or "trainmedic.cli.main:main"
+
+
 def _import_times(path: Path, report: str, top: int = 10) -> list[tuple[str, float]]:
     """Slowest top-level imports (cumulative µs -> s) from ``-X importtime``, default report."""
-    m = run_measured([str(VENV_PYTHON), "-X", "importtime", "-c", DRIVER, report, str(path)],
-                     timeout_s=120)
+    m = run_measured([str(VENV_PYTHON), "-X", "importtime", "-c", DRIVER, report,
+                      _entry_point(), str(path)], timeout_s=120)
     rows: list[tuple[str, float]] = []
     for line in m.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line:
@@ -137,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         report = str(Path(tmp) / "modules.json")
         for mode, extra in modes.items():
-            m = run_measured([str(VENV_PYTHON), "-c", DRIVER, report, str(path), *extra],
-                             timeout_s=120)
+            m = run_measured([str(VENV_PYTHON), "-c", DRIVER, report, _entry_point(), str(path),
+                              *extra], timeout_s=120)
             try:
                 mods = json.loads(Path(report).read_text())
                 Path(report).unlink()
