@@ -13,7 +13,7 @@ import pytest
 
 from trainmedic.cli.main import main
 
-DEVLOGS = Path(__file__).resolve().parents[2].parent / "shared" / "dev-logs"
+DEVLOGS = Path(__file__).resolve().parents[1] / "data" / "devlogs"
 
 
 def write_csv(path: Path, rows: list[tuple[int, float]], header: str = "step,loss") -> Path:
@@ -152,7 +152,6 @@ def test_console_script_does_not_import_torch(tmp_path: Path) -> None:
     json.loads(proc.stdout)
 
 
-@pytest.mark.skipif(not DEVLOGS.is_dir(), reason="shared dev-logs not present")
 def test_devlog_folder_runs(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["diagnose", str(DEVLOGS / "pl-pinn-nan"), "--json"])
     doc = json.loads(capsys.readouterr().out)
