@@ -84,10 +84,11 @@ INTERVENTIONS: dict[str, InterventionRule] = {
         verify="no non-finite grad_norm; loss matches the fp32 curve within noise",
         changes_semantics=True),
     "nan_guard": InterventionRule(
-        action="find the first module producing NaN/inf: trainmedic.watch(..., nan_guard=True) "
-               "or torch.autograd.set_detect_anomaly(True) for a few steps before step {onset}",
+        action="find the first module producing NaN/inf: resume from a checkpoint before step "
+               "{onset} and run those steps under torch.autograd.set_detect_anomaly(True) "
+               "(or forward hooks that check torch.isfinite on each module's output)",
         displaced_cost="anomaly mode is 2-10x slower; use it only around the onset",
-        verify="the guard names a module and step; the fix removes the NaN at that step"),
+        verify="the anomaly report names a module and step; the fix removes the NaN there"),
     "check_loss_math": InterventionRule(
         action="guard log/div/sqrt in the loss (clamp inputs with eps, use "
                "F.cross_entropy/logsigmoid instead of log(softmax))",
@@ -249,7 +250,7 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                   metric="lr", check="lr_high_at_onset", interventions=("lower_lr",)),
         CauseRule(cause="a log/div/sqrt of zero or a negative number in the loss, or a NaN "
                         "in an input batch", likelihood="medium",
-                  to_check="run the NaN guard around the onset to name the module",
+                  to_check="replay the steps around the onset with anomaly detection to name the module",
                   interventions=("nan_guard", "check_loss_math")),
     ),
     "loss_spike": (
