@@ -205,8 +205,9 @@ INTERVENTIONS: dict[str, InterventionRule] = {
         verify="per-rank compute_time_s within 5%",
         changes_semantics=True),
     "verify_resume": InterventionRule(
-        action="checkpoint at every log interval and test resume equivalence "
-               "(trainmedic ckpt resume-test)",
+        action="check that a resume restores the step counter, optimizer, scheduler, RNG and "
+               "data-loader position: run K steps, save, resume in a fresh process, and "
+               "compare the losses with an uninterrupted run",
         displaced_cost="checkpoint I/O time",
         verify="resumed steps reproduce the original losses"),
     "dedupe_log": InterventionRule(
@@ -250,7 +251,8 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                   metric="lr", check="lr_high_at_onset", interventions=("lower_lr",)),
         CauseRule(cause="a log/div/sqrt of zero or a negative number in the loss, or a NaN "
                         "in an input batch", likelihood="medium",
-                  to_check="replay the steps around the onset with anomaly detection to name the module",
+                  to_check="replay the steps around the onset with anomaly detection to name "
+                           "the module",
                   interventions=("nan_guard", "check_loss_math")),
     ),
     "loss_spike": (
@@ -398,7 +400,8 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                   likelihood="medium", to_check="profile __getitem__",
                   interventions=("cache_preprocess",)),
         CauseRule(cause="slow or remote storage", likelihood="medium",
-                  to_check="measure read throughput (trainmedic bench)",
+                  to_check="measure read throughput of the data files (e.g. time reading one epoch "
+                           "without the model)",
                   interventions=("faster_storage",)),
     ),
     "step_time_outliers": (
