@@ -30,6 +30,10 @@ __all__ = ["route", "CHECKS", "Verdict"]
 log = logging.getLogger(__name__)
 
 Verdict = Literal["supports", "contradicts"]
+
+
+class _NoData(Exception):
+    """The metric is logged but has no finite point where the check needs one."""
 CheckFn = Callable[[Finding, Run], "tuple[Verdict, str]"]
 
 _MAX_INTERVENTIONS = 4
@@ -58,7 +62,8 @@ def _onset(f: Finding, run: Run) -> int:
 # --------------------------------------------------------------------------- lr checks
 def _lr_high_at_onset(f: Finding, run: Run) -> tuple[Verdict, str]:
     lr = _trace(run, "lr", f.rank)
-    assert lr is not None
+    if lr is None:
+        raise _NoData()
     s = _onset(f, run)
     now = lr.value_at(s)
     upto = lr.values[lr.steps <= s]
@@ -77,7 +82,8 @@ def _lr_high_at_onset(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 def _lr_starts_at_peak(f: Finding, run: Run) -> tuple[Verdict, str]:
     lr = _trace(run, "lr", f.rank)
-    assert lr is not None
+    if lr is None:
+        raise _NoData()
     first, peak = float(lr.values[0]), float(lr.values.max())
     if peak > 0 and first >= 0.9 * peak:
         return "supports", f"lr started at {fmt(first)}, already {100 * first / peak:.0f}% " \
@@ -87,7 +93,8 @@ def _lr_starts_at_peak(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 def _lr_rising_at_end(f: Finding, run: Run) -> tuple[Verdict, str]:
     lr = _trace(run, "lr", f.rank)
-    assert lr is not None
+    if lr is None:
+        raise _NoData()
     last = float(lr.values[-1])
     earlier = lr.value_at(int(lr.steps[-1] - max(lr.interval * 3, 0.1 * max(1, lr.span))))
     if earlier is not None and last > 1.01 * earlier:
@@ -97,7 +104,8 @@ def _lr_rising_at_end(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 def _lr_zero(f: Finding, run: Run) -> tuple[Verdict, str]:
     lr = _trace(run, "lr", f.rank)
-    assert lr is not None
+    if lr is None:
+        raise _NoData()
     if bool(np.all(np.abs(lr.values) <= 1e-12)):
         return "supports", "every logged lr is 0"
     return "contradicts", f"lr is non-zero (max {fmt(float(lr.values.max()))})"
@@ -105,7 +113,8 @@ def _lr_zero(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 def _lr_tiny(f: Finding, run: Run) -> tuple[Verdict, str]:
     lr = _trace(run, "lr", f.rank)
-    assert lr is not None
+    if lr is None:
+        raise _NoData()
     peak = float(np.abs(lr.values).max())
     if 0 < peak <= 1e-6:
         return "supports", f"peak lr is only {fmt(peak)}"
@@ -114,7 +123,8 @@ def _lr_tiny(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 def _lr_annealed(f: Finding, run: Run) -> tuple[Verdict, str]:
     lr = _trace(run, "lr", f.rank)
-    assert lr is not None
+    if lr is None:
+        raise _NoData()
     peak = float(lr.values.max())
     s = _onset(f, run)
     at = lr.value_at(s)
@@ -136,7 +146,8 @@ def _lr_not_decayed(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 def _lr_end_near_zero(f: Finding, run: Run) -> tuple[Verdict, str]:
     lr = _trace(run, "lr", f.rank)
-    assert lr is not None
+    if lr is None:
+        raise _NoData()
     peak, end = float(lr.values.max()), float(lr.values[-1])
     if peak > 0 and end <= 0.01 * peak:
         return "supports", f"lr ended at {fmt(end)}, under 1% of its peak {fmt(peak)}"
@@ -152,7 +163,8 @@ def _spike_recovered(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 def _loss_rising_before_onset(f: Finding, run: Run) -> tuple[Verdict, str]:
     lt = _trace(run, "loss", f.rank)
-    assert lt is not None
+    if lt is None:
+        raise _NoData()
     s = _onset(f, run)
     before = lt.values[lt.steps < s]
     if before.size < 6:
@@ -193,7 +205,8 @@ def _loss_fell(f: Finding, run: Run) -> tuple[Verdict, str]:
 # --------------------------------------------------------------------------- other checks
 def _grad_spike_at_onset(f: Finding, run: Run) -> tuple[Verdict, str]:
     g = _trace(run, "grad_norm", f.rank)
-    assert g is not None
+    if g is None:
+        raise _NoData()
     s = _onset(f, run)
     w = 2 * g.interval
     near = g.values[(g.steps >= s - w) & (g.steps <= s + w)]
@@ -223,7 +236,8 @@ def _grad_or_update_zero(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 def _param_norm_constant(f: Finding, run: Run) -> tuple[Verdict, str]:
     p = _trace(run, "param_norm", f.rank)
-    assert p is not None
+    if p is None:
+        raise _NoData()
     lo, hi = float(p.values.min()), float(p.values.max())
     if hi - lo <= 1e-9 * max(abs(hi), 1.0):
         return "supports", f"param_norm never changed ({fmt(hi)})"
@@ -232,7 +246,8 @@ def _param_norm_constant(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 def _loss_scale_logged(f: Finding, run: Run) -> tuple[Verdict, str]:
     ls = _trace(run, "loss_scale", f.rank)
-    assert ls is not None
+    if ls is None:
+        raise _NoData()
     return "supports", f"a loss scale is logged (fp16 with GradScaler; last " \
                        f"{fmt(float(ls.all_values[-1]))})"
 
@@ -268,7 +283,8 @@ def _outliers_periodic(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 def _data_time_high_at_outliers(f: Finding, run: Run) -> tuple[Verdict, str]:
     d = _trace(run, "data_time_s", f.rank)
-    assert d is not None
+    if d is None:
+        raise _NoData()
     e = f.evidence[0] if f.evidence else None
     if e is None or e.step is None or e.value is None:
         return "contradicts", "no outlier step to compare"
@@ -281,7 +297,8 @@ def _data_time_high_at_outliers(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 def _data_time_rose(f: Finding, run: Run) -> tuple[Verdict, str]:
     d = _trace(run, "data_time_s", f.rank)
-    assert d is not None
+    if d is None:
+        raise _NoData()
     s = _onset(f, run)
     a = d.level(int(d.steps[0]), s)
     b = d.level(s, int(d.steps[-1]))
@@ -347,10 +364,14 @@ def _judge(f: Finding, run: Run, rule: CauseRule) -> Cause | None:
     if not _metric_present(run, rule):
         return Cause(text, _cap(rule.likelihood), False,
                      rule.to_check or f"log {rule.metric} to check this")
-    if rule.check == "finding_metric_is":
-        verdict, why = _finding_metric_is(f, run, rule)
-    else:
-        verdict, why = CHECKS[rule.check](f, run)
+    try:
+        if rule.check == "finding_metric_is":
+            verdict, why = _finding_metric_is(f, run, rule)
+        else:
+            verdict, why = CHECKS[rule.check](f, run)
+    except _NoData:
+        return Cause(text, _cap(rule.likelihood), False,
+                     f"{rule.metric or 'the metric'} has no finite values to check this against")
     if verdict == "contradicts":
         log.debug("dropped cause %r for %s: %s", rule.cause, f.symptom, why)
         return None
