@@ -34,6 +34,8 @@ Verdict = Literal["supports", "contradicts"]
 
 class _NoData(Exception):
     """The metric is logged but has no finite point where the check needs one."""
+
+
 CheckFn = Callable[[Finding, Run], "tuple[Verdict, str]"]
 
 _MAX_INTERVENTIONS = 4
