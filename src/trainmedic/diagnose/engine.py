@@ -38,6 +38,9 @@ INCIDENT_ROOTS: tuple[str, ...] = (
     "exploding_gradients",
 )
 
+#: Roots whose folded onset is the earliest onset in the incident (not their own).
+_EARLIEST_ONSET_ROOTS = frozenset({"divergence", "loss_spike", "exploding_gradients"})
+
 
 def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
     """Run the registered detectors (or only the symptoms in ``only``) on ``run``."""
@@ -127,7 +130,11 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
             rlo, rhi = _extent(root, run)
             if root.symptom == f.symptom or not _same_rank(root, f):
                 continue
-            if lo <= rhi + w and hi >= rlo - w:
+            # Sustained gradient growth leads the loss it drives: an explosion that starts
+            # up to 3 windows before a divergence is the same incident.
+            lead = 3 * w if (f.symptom == "exploding_gradients" and f.end_step is None
+                             and root.symptom == "divergence") else w
+            if lo <= rhi + w and hi >= rlo - lead:
                 folded.append(f)
                 roots[i] = (root, folded)
                 break
@@ -153,7 +160,18 @@ def _fold_into(root: Finding, folded: list[Finding]) -> Finding:
         conf = max(conf, f.confidence)
         also.append(f"{f.symptom} from step {f.onset_step}")
     summary = f"{root.summary} (same incident: {', '.join(also)})"
-    return replace(root, evidence=tuple(ev), severity=sev, confidence=conf, summary=summary)
+    # The incident starts at its earliest sign: a grad norm that explodes at 10000 before the
+    # loss follows from 10500 is one incident from 10000. A non-finite root keeps its own
+    # step: the first NaN is the unambiguous moment the run broke.
+    onset = root.onset_step
+    if root.symptom in _EARLIEST_ONSET_ROOTS:
+        onsets = [g.onset_step for g in (root, *folded)
+                  if g.onset_step is not None and g.level >= SEVERITY_ORDER["warning"]]
+        onset = min([*onsets, root.onset_step]) if root.onset_step is not None else None
+    if onset is not None and root.onset_step is not None and onset < root.onset_step:
+        summary += f"; earliest sign at step {onset}"
+    return replace(root, evidence=tuple(ev), severity=sev, confidence=conf, summary=summary,
+                   onset_step=onset)
 
 
 def _fold_ranks(findings: list[Finding], run: Run) -> list[Finding]:

@@ -35,6 +35,7 @@ from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
 from trainmedic.run.names import FALLBACK_STEP_COLUMNS, find_step_column
 from trainmedic.run.series import Series
 from trainmedic.run.table import (
+    MAX_STEP,
     MISSING_TOKENS,
     LogTable,
     NoteCounter,
@@ -547,7 +548,7 @@ def _read_halves(path: Path, f: BinaryIO, body: bytes, split: int, delim: bytes,
 
 def _integral(x: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(x)) and np.all(x == np.floor(x))
-                and (x.size == 0 or np.abs(x).max() < 2**62))
+                and (x.size == 0 or np.abs(x).max() < MAX_STEP))
 
 
 def _to_series(table: LogTable, names: list[str], cols: _Columns) -> None:
@@ -572,8 +573,11 @@ def _to_series(table: LogTable, names: list[str], cols: _Columns) -> None:
             steps = raw.astype(np.int64)
             table.step_column = step_name
         else:
+            too_big = int(np.count_nonzero(np.isfinite(raw) & (np.abs(raw) >= MAX_STEP)))
+            why = (f"has {too_big} value(s) of 2^62 or more (too large to be a step count)"
+                   if too_big else "is not whole numbers")
             table.note("step_from_row_index",
-                       f"column '{step_name}' is not whole numbers; steps are row numbers")
+                       f"column '{step_name}' {why}; steps are row numbers")
             steps = np.arange(raw.shape[0], dtype=np.int64)
         epoch_j = next((k for k, nm in enumerate(names) if nm.lower() == "epoch"), None)
         if table.step_column and epoch_j is not None and epoch_j != j:

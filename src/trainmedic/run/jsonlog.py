@@ -20,6 +20,7 @@ from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
 from trainmedic.run.names import FALLBACK_STEP_COLUMNS, find_step_column
 from trainmedic.run.series import Series
 from trainmedic.run.table import (
+    MAX_STEP,
     MISSING_TOKENS,
     LogTable,
     NoteCounter,
@@ -65,8 +66,15 @@ def as_number(v: Any) -> float | None:
     "inf" count: loggers write non-finite values that way because JSON has no literal."""
     if isinstance(v, bool):
         return None
-    if isinstance(v, (int, float)):
-        return float(v)
+    if isinstance(v, int):
+        # JSON integers are unbounded (10**400 parses); beyond float64 they read as +-inf,
+        # as a float literal that large would.
+        try:
+            return float(v)
+        except OverflowError:
+            return math.inf if v > 0 else -math.inf
+    if isinstance(v, float):
+        return v
     if isinstance(v, str):
         s = v.strip()
         if not s or len(s) > 40:
@@ -91,6 +99,7 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
             step_name = None
     no_step = NoteCounter("missing_step", "rows without a step value left out")
     bad = NoteCounter("non_numeric_cell", "non-numeric values read as missing")
+    huge = NoteCounter("overflow_value", "integers too large for a float read as inf")
     numeric_keys: set[str] = set()
     for _, r in rows:
         for k, v in r.items():
@@ -102,7 +111,17 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
                    "iteration, iter, _step, trainer/global_step, epoch); steps are row numbers")
     else:
         raw_steps = [as_number(r.get(step_name)) for _, r in rows]
-        if any(x is not None and math.isfinite(x) and x != math.floor(x) for x in raw_steps):
+        too_big = sum(1 for (_, r), x in zip(rows, raw_steps, strict=True)
+                      if x is not None and abs(x) >= MAX_STEP
+                      and (math.isfinite(x) or isinstance(r.get(step_name), int)))
+        if too_big:
+            # No run takes 2^62 steps: such a column is an id or a timestamp in ns, and numpy
+            # cannot hold it as int64 anyway.
+            table.note("step_from_row_index",
+                       f"'{step_name}' has {too_big} value(s) of 2^62 or more (too large to "
+                       "be a step count); steps are row numbers")
+            step_name = None
+        elif any(x is not None and math.isfinite(x) and x != math.floor(x) for x in raw_steps):
             # e.g. only a fractional "epoch" to go by: row order is the honest step.
             table.note("step_from_row_index",
                        f"'{step_name}' is not whole numbers; steps are row numbers")
@@ -128,6 +147,8 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
                         str(v).strip().lower() not in MISSING_TOKENS:
                     bad.add(line, f"{k}={str(v)[:20]!r}")
                 continue
+            if isinstance(v, int) and math.isinf(x):
+                huge.add(line, f"{k}={str(v)[:12]}...")
             cols_steps.setdefault(k, []).append(step)
             cols_vals.setdefault(k, []).append(x)
     table.step_column = step_name
@@ -136,6 +157,7 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
                                   np.asarray(cols_vals[k], dtype=np.float64))
     no_step.flush(table)
     bad.flush(table)
+    huge.flush(table)
     return table
 
 

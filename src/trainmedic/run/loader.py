@@ -228,6 +228,11 @@ def _read_json_doc(path: Path) -> LogTable:
         raise UnrecognizedInputError(str(path), f"is not valid JSON ({exc.msg} at line "
                                      f"{exc.lineno}); expected a trainer_state.json or JSON "
                                      "Lines log") from exc
+    except ValueError as exc:
+        # Python refuses integer literals of more than 4300 digits (CVE-2020-10735 limit).
+        raise UnrecognizedInputError(str(path), "holds a number too long to read (an integer "
+                                     "of more than 4300 digits); expected a training log of "
+                                     "ordinary numbers") from exc
     if is_hf_state(doc):
         return read_hf_state(path, doc)
     return read_json_rows(path, doc)

@@ -45,6 +45,8 @@ STEP_COLUMNS: tuple[str, ...] = (
     "num_updates",          # fairseq
     "trainer/global_step",  # Lightning under W&B
     "train/global_step",    # HF Trainer under W&B
+    "time/total_timesteps",  # Stable-Baselines3 logger (environment steps); its
+                             # "rollout/ep_rew_mean" is a reward and keeps its raw name
     "_step",                # W&B history export (counts log calls, so after the above)
 )
 """Columns that carry the optimizer step, best first (matched case-insensitively)."""

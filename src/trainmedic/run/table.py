@@ -15,7 +15,8 @@ import numpy as np
 
 from trainmedic.run.series import ImportNote, Series
 
-__all__ = ["LogTable", "NoteCounter", "steps_across_epochs", "cell_float", "MISSING_TOKENS"]
+__all__ = ["LogTable", "NoteCounter", "steps_across_epochs", "cell_float", "MISSING_TOKENS",
+           "MAX_STEP"]
 
 
 @dataclass
@@ -110,6 +111,10 @@ _MSVC_NONFINITE = {
     "1.#snan": float("nan"), "-1.#snan": float("nan"),
 }
 
+
+MAX_STEP = 2 ** 62
+"""Step values at or above this are not step counts (an id, a ns timestamp); steps are stored
+as int64, with headroom for making per-epoch steps global."""
 
 MISSING_TOKENS = frozenset({"none", "null", "na", "n/a", "nil", "-", "--", "missing",
                             "undefined"})

@@ -26,14 +26,24 @@ def step_regressions(s: Series) -> list[tuple[int, int, int]]:
     return [(int(i), int(s.steps[i - 1]), int(s.steps[i])) for i in idx]
 
 
+def _epoch_like(metric: str) -> bool:
+    """An epoch counter (``epoch``, ``train/epoch``): logged on every row, including the
+    validation and epoch-end rows that Lightning writes at the same step as the last training
+    row, so its steps repeat by design."""
+    last = metric.strip().lower().rsplit("/", 1)[-1]
+    return last in ("epoch", "epochs", "cur_epoch", "current_epoch")
+
+
 def _pick_series(run: Run) -> list[tuple[str, int | None, Series]]:
-    """The loss on each rank, or else the longest series on each rank."""
+    """The loss on each rank, or else the longest series on each rank that is not an epoch
+    counter (see ``_epoch_like``)."""
     out = []
     for rank in run.ranks():
         s = run.get("loss", rank)
         name = "loss"
         if s is None or len(s) == 0:
-            cands = [(m, x) for (m, r), x in run.series.items() if r == rank and len(x)]
+            cands = [(m, x) for (m, r), x in run.series.items()
+                     if r == rank and len(x) and not _epoch_like(m)]
             if not cands:
                 continue
             name, s = max(cands, key=lambda c: (len(c[1]), c[0]))

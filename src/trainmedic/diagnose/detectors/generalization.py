@@ -23,6 +23,11 @@ OVERFIT_WARN_RISE = 0.05
 #: its level (expected minimum of n Gaussians), so a rise smaller than that is no evidence.
 OVERFIT_MIN_SIGMAS = 2.5
 OVERFIT_WARN_SIGMAS = 4.0
+#: ... or this many when the rise is held for most of the run (see ``detect_overfitting``).
+OVERFIT_LONG_WARN_SIGMAS = 3.0
+#: With only three evaluations (HF's default 3-epoch fine-tune, one eval per epoch): the
+#: first must be the lowest, the next two rise monotonically, and the last is this much higher.
+OVERFIT_THREE_EVAL_RISE = 0.15
 #: The training loss may rise by at most this much over the same interval.
 TRAIN_TOLERANCE = 0.02
 
@@ -35,16 +40,66 @@ def _second_diff_sigma(t: np.ndarray) -> float:
     return robust_sigma(np.diff(t, n=2)) / math.sqrt(6.0)
 
 
+def _train_levels(run: Run, vt: Trace, best_step: int) -> tuple[float, float] | None:
+    """Training loss near ``best_step`` and near the last evaluation (medians of nearby
+    points), or None when it is not logged there."""
+    last_step = int(vt.steps[-1])
+    tr = Trace.of(run, "loss", vt.rank) or Trace.of(run, "loss", None)
+    if tr is None or len(tr) < 2:
+        return None
+    win = max(tr.interval, 0.05 * max(1, last_step - best_step))
+    at_best = tr.level(int(best_step - win), int(best_step + win))
+    at_end = tr.level(int(last_step - 2 * win), last_step + int(win))
+    if at_best is None or at_end is None:
+        return None
+    return at_best, at_end
+
+
+def _three_evals(run: Run, vt: Trace, t: np.ndarray, is_log: bool) -> list[Finding]:
+    """Three evaluations are too few for a noise estimate, so the rule is shape-only: the
+    first is the minimum, the other two rise monotonically, the last is >= 15% above the
+    first, and the training loss fell over the same steps (a warning; otherwise nothing)."""
+    v = vt.values
+    if not (t[0] < t[1] < t[2]):
+        return []
+    rel = (math.exp(float(t[2] - t[0])) - 1.0) if is_log else (
+        float(v[2] - v[0]) / max(abs(float(v[0])), 1e-12))
+    if rel < OVERFIT_THREE_EVAL_RISE:
+        return []
+    best_step, last_step = int(vt.steps[0]), int(vt.steps[-1])
+    levels = _train_levels(run, vt, best_step)
+    if levels is None or not levels[1] < levels[0]:
+        return []
+    at_best, at_end = levels
+    return [Finding(
+        symptom="overfitting", severity="warning", confidence=0.6, onset_step=best_step,
+        end_step=last_step, rank=vt.rank, metric="val_loss",
+        summary=(f"validation loss was lowest at the first of 3 evaluations ({fmt(float(v[0]))}"
+                 f" at step {best_step}) and rose at each of the next two, {100 * rel:.1f}% "
+                 f"in all (training loss {fmt(at_best)} -> {fmt(at_end)}); best step "
+                 f"{best_step}"),
+        evidence=(Evidence("val_loss", best_step, float(v[0]), None,
+                           note="lowest validation loss of 3 evaluations (best step)"),
+                  Evidence("val_loss", last_step, float(v[2]), float(v[0]),
+                           note="last of 3 evaluations, each higher than the one before"),
+                  Evidence("loss", last_step, at_end, at_best,
+                           note="training loss near the end vs near the best validation "
+                                "step (medians of nearby points)")))]
+
+
 @register_detector("overfitting", requires=("val_loss",))
 def detect_overfitting(run: Run) -> list[Finding] | NotRun:
-    """Needs >= 4 finite validation points and >= 2 evaluations after the minimum.
+    """Needs >= 3 finite validation points and >= 2 evaluations after the minimum; exactly 3
+    get the shape-only rule of ``_three_evals``.
 
     rise = median of the later half (at least min(3, n_after)) of the evaluations after the
-    minimum, over the minimum. Reported when rise >= 1% and >= 2.5 noise sigmas (sigma from
+    minimum, over the minimum (for the warning: over the median of the minimum and its two
+    neighbours). Reported when rise >= 1% and >= 2.5 noise sigmas (sigma from
     second differences near and after the minimum), the last min(3, n_after) evaluations are
     still >= max(1 sigma, 0.5%) above the minimum, and the training loss did not rise by more
     than 2% over the same steps.
-    Warning when rise >= 5% and >= 4 sigmas (>= 15% with only 2 evaluations after the
+    Warning when rise >= 5% and >= 4 sigmas (3 sigmas when >= 20 and over half of the
+    evaluations come after the minimum; >= 15% with only 2 evaluations after the
     minimum); info otherwise (a mild upturn is worth knowing,
     not alarming).
     """
@@ -52,7 +107,7 @@ def detect_overfitting(run: Run) -> list[Finding] | NotRun:
     ran = False
     for vt in traces(run, "val_loss"):
         n = len(vt)
-        if n < 4:
+        if n < 3:
             continue
         ran = True
         t, is_log = log_if_positive(vt.values)
@@ -60,11 +115,22 @@ def detect_overfitting(run: Run) -> list[Finding] | NotRun:
         after = t[m + 1:]
         if after.size < 2:
             continue
+        if n == 3:
+            f3 = _three_evals(run, vt, t, is_log)
+            out.extend(f3)
+            continue
         # Late level: the median of the later half of the evaluations after the minimum.
         k = max(min(3, after.size), math.ceil(after.size / 2))
         end_level = median(after[-k:])
         rise = end_level - float(t[m])
         rel = (math.exp(rise) - 1.0) if is_log else rise / max(abs(float(t[m])), 1e-12)
+        # For the warning, the rise is measured from the median of the minimum and its
+        # neighbours: the single lowest of many noisy evaluations sits ~2 sigmas below the
+        # curve (selection bias), so a rise from it alone turned flat, noisy validation curves
+        # into warnings (1 in 25-50 at 3-5% eval noise over 20-40 evaluations).
+        base = median(t[max(0, m - 1):m + 2])
+        rise_b = end_level - base
+        rel_b = (math.exp(rise_b) - 1.0) if is_log else rise_b / max(abs(base), 1e-12)
         # Noise measured near and after the minimum (the early descent's curvature would
         # inflate a whole-run estimate).
         local = t[max(0, m - 3):]
@@ -95,10 +161,14 @@ def detect_overfitting(run: Run) -> list[Finding] | NotRun:
                 train_note = (f"training loss {fmt(at_best)} -> {fmt(at_end)}")
         if not train_ok:
             continue
-        rs = rise / sig if sig > 0 else math.inf
-        strong = rel >= OVERFIT_WARN_RISE and rs >= OVERFIT_WARN_SIGMAS
+        rs = rise_b / sig if sig > 0 else math.inf
+        # A rise held for most of the run (>= 20 evaluations and over half of them after the
+        # minimum) is measured by a median of >= 10 late points, so 3 sigmas suffice.
+        long_rise = after.size >= max(20, n / 2)
+        need = OVERFIT_LONG_WARN_SIGMAS if long_rise else OVERFIT_WARN_SIGMAS
+        strong = rel_b >= OVERFIT_WARN_RISE and rs >= need
         # Two evaluations after the best are thin evidence: they must rise >= 15%.
-        if after.size < 3 and rel < 3 * OVERFIT_WARN_RISE:
+        if after.size < 3 and rel_b < 3 * OVERFIT_WARN_RISE:
             strong = False
         sev: Severity = "warning" if strong else "info"
         conf = float(min(1.0, 0.45 + 0.05 * after.size + min(0.3, rel)))
@@ -120,5 +190,5 @@ def detect_overfitting(run: Run) -> list[Finding] | NotRun:
                      f"({train_note}); best step {best_step}"),
             evidence=tuple(ev)))
     if not ran:
-        return NotRun("needs at least 4 finite val_loss points")
+        return NotRun("needs at least 3 finite val_loss points")
     return out

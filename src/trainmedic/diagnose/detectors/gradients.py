@@ -15,6 +15,8 @@ from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
     blocks,
+    diff_sigma,
+    leading_run_length,
     median,
     theil_sen,
     trailing_reference,
@@ -33,10 +35,20 @@ GRAD_GROWTH_RATIO = 10.0
 VANISH_RATIO = 1000.0
 #: A loss point this much above its trailing median counts as the loss reacting.
 LOSS_REACTION_RATIO = 1.2
+#: ... and this many robust sigmas of the loss's own point-to-point noise.
+LOSS_REACTION_SIGMAS = 8.0
 
 
 def _loss_reacted(run: Run, rank: int | None, step: int, horizon: int) -> tuple[bool, str]:
-    """Did the loss jump at ``step`` or within ``horizon`` steps after it?"""
+    """Did the loss jump at ``step`` or within ``horizon`` steps after it?
+
+    A jump must clear two bars: >= ``LOSS_REACTION_RATIO`` x the median of the 20 points before,
+    *and* >= ``LOSS_REACTION_SIGMAS`` robust sigmas of the loss's own point noise (sigma of
+    first differences / sqrt(2) over the 50 points before, in log space for a positive loss).
+    Per-step losses are noisy (Lightning's ``train_loss_step`` is one batch: 10-25% is common),
+    so the ratio alone is met by noise on one of the few points in the horizon, which turned
+    isolated clipped grad-norm spikes into warnings.
+    """
     lt = Trace.of(run, "loss", rank) or Trace.of(run, "loss", None)
     if lt is None or len(lt) < 6:
         return False, "loss not logged near this step"
@@ -46,9 +58,46 @@ def _loss_reacted(run: Run, rank: int | None, step: int, horizon: int) -> tuple[
         return False, "too few loss points around this step"
     ref = median(lt.values[max(0, i - 20):i])
     peak = float(np.max(lt.values[i:max(j, i + 1)]))
+    before = lt.values[max(0, i - 50):i]
+    if ref > 0 and peak > 0 and bool(np.all(before > 0)):
+        sig = diff_sigma(np.log(before))
+        size = math.log(peak / ref)
+    else:
+        sig = diff_sigma(before)
+        size = (peak - ref) / abs(ref) if ref != 0 else 0.0
+        sig = sig / abs(ref) if ref != 0 else sig
+    if ref > 0 and peak >= LOSS_REACTION_RATIO * ref and size >= LOSS_REACTION_SIGMAS * sig:
+        return True, (f"loss rose to {fmt(peak)} vs median {fmt(ref)} just before "
+                      f"({size / sig:.0f} sigma of its noise)" if sig > 0 else
+                      f"loss rose to {fmt(peak)} vs median {fmt(ref)} just before")
     if ref > 0 and peak >= LOSS_REACTION_RATIO * ref:
-        return True, f"loss rose to {fmt(peak)} vs median {fmt(ref)} just before"
+        return False, (f"loss reached {fmt(peak)} vs median {fmt(ref)} just before, within "
+                       f"its own noise ({size / max(sig, 1e-300):.1f} sigma)")
     return False, f"loss stayed at {fmt(peak)} vs median {fmt(ref)} just before"
+
+
+def _flank_start(first_step: np.ndarray, level: np.ndarray, j: int, early: float) -> int:
+    """Where a rising log-level flank left the early level.
+
+    Exponential growth (the usual explosion) doubles slowly at first, so the first block 2x
+    above the early level comes well after growth began. The Theil-Sen line through the flank
+    (blocks ``j`` .. the first block at the flank's top) is extrapolated back to the early
+    level; the result is kept between the last block at or below the early level and block
+    ``j`` (a step jump gives a steep line and stays at ``j``).
+    """
+    top = int(j + np.argmax(level[j:]))
+    hi = int(first_step[j])
+    below = np.flatnonzero(level[:j] <= early)
+    lo = int(first_step[below[-1]]) if below.size else int(first_step[0])
+    if top - j < 2:
+        return hi
+    x = first_step[j:top + 1].astype(np.float64)
+    y = level[j:top + 1]
+    slope = theil_sen(x, y)
+    if slope <= 0:
+        return hi
+    x0 = float(median(x - (y - early) / slope))
+    return int(min(hi, max(lo, round(x0))))
 
 
 @register_detector("exploding_gradients", requires=("grad_norm",))
@@ -83,7 +132,7 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
                     j -= 1
                 while j > 0 and bl.median[j - 1] > early + math.log(2.0):
                     j -= 1
-                onset = int(bl.first_step[j])
+                onset = _flank_start(bl.first_step, bl.median, j, early)
                 reacted, why = _loss_reacted(run, g.rank, onset, int(steps[-1] - onset))
                 sev: Severity = "error" if reacted else "warning"
                 ratio = math.exp(late - early)
@@ -223,7 +272,8 @@ def detect_nonfinite_grad(run: Run) -> list[Finding] | NotRun:
 
 @register_detector("loss_scale_collapse", requires=("loss_scale",))
 def detect_loss_scale_collapse(run: Run) -> list[Finding] | NotRun:
-    """The fp16 loss scale ends <= 2^-10 of its peak, or below 1: error below 1, else warning.
+    """The fp16 loss scale ends <= 2^-10 of its peak (after the start-up run of halvings), or
+    below 1: error below 1, else warning.
     A healthy GradScaler halves on overflow and doubles every ``growth_interval`` (2000) clean
     steps, so it hovers within a few powers of two of its working value."""
     out: list[Finding] = []
@@ -234,7 +284,13 @@ def detect_loss_scale_collapse(run: Run) -> list[Finding] | NotRun:
             continue
         ran = True
         steps = ls.steps[ls.values > 0]
-        peak_i = int(np.argmax(v))
+        # Reference: the working level, not the initial guess. DeepSpeed starts the scale at
+        # 2^initial_scale_power (16-32) and halves it on every overflowing step until it
+        # settles (typically 2^13-2^15); PyTorch's GradScaler starts at 2^16 and does the
+        # same. So the peak is taken after the leading run of consecutive drops.
+        settle = leading_run_length(np.diff(v) < 0)
+        base_i = settle if settle < v.size - 1 else 0
+        peak_i = base_i + int(np.argmax(v[base_i:]))
         peak = float(v[peak_i])
         end = median(v[-max(1, v.size // 10):])
         collapsed = end <= peak / 2 ** 10 or end < 1.0
@@ -249,7 +305,8 @@ def detect_loss_scale_collapse(run: Run) -> list[Finding] | NotRun:
             summary=(f"fp16 loss scale fell from {fmt(peak)} to {fmt(end)} "
                      f"(2^{math.log2(peak / end):.0f} times lower) from step {onset}"),
             evidence=(Evidence("loss_scale", int(steps[-1]), end, peak,
-                               note="median of the last 10% of points vs the peak"),)))
+                               note="median of the last 10% of points vs the peak after the "
+                                    "start-up search (the leading run of halvings)"),)))
     if not ran:
         return NotRun("needs at least 3 positive loss_scale points")
     return out

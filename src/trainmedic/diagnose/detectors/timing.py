@@ -52,6 +52,12 @@ def _aligned(a: Trace, b: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return steps, a.values[ia], b.values[ib]
 
 
+def _valid_durations(metric: str, v: np.ndarray) -> np.ndarray:
+    """The durations that can be real: > 0, or >= 0 for a data wait (a prefetching loader
+    waits for nothing). Negative ones (and zero step times) are logging bugs."""
+    return v[v >= 0] if metric == "data_time_s" else v[v > 0]
+
+
 # --------------------------------------------------------------------------- input_bound
 @register_detector("input_bound", requires=("data_time_s",),
                    requires_any=("step_time_s", "compute_time_s"))
@@ -68,6 +74,13 @@ def detect_input_bound(run: Run) -> list[Finding] | NotRun:
         if other is None:
             continue
         steps, d, o = _aligned(dt, other)
+        # A negative duration, or a step that took no time, is a logging bug (a clock read
+        # in the wrong order, a placeholder); such points are dropped, not averaged in.
+        # A data wait of exactly 0 is real (a prefetching loader) and stays.
+        valid = (d >= 0) & (o > 0)
+        n_bad = int(steps.size - np.count_nonzero(valid))
+        n_all = int(steps.size)
+        steps, d, o = steps[valid], d[valid], o[valid]
         if steps.size < 5:
             continue
         ran = True
@@ -104,7 +117,9 @@ def detect_input_bound(run: Run) -> list[Finding] | NotRun:
             evidence=(Evidence("data_time_s", onset, median(d),
                                median(o),
                                note=f"medians after the first {skip} logged steps; share = "
-                                    f"median of {ref_txt}"),)))
+                                    f"median of {ref_txt}" + (
+                                        f"; {n_bad} of {n_all} steps with a negative or zero "
+                                        f"time were dropped" if n_bad else "")),)))
     if not ran:
         return NotRun("needs at least 5 steps with both data_time_s and step/compute time")
     return out
@@ -132,6 +147,11 @@ def detect_step_time_outliers(run: Run) -> list[Finding] | NotRun:
         ran = True
         skip = warmup_skip(len(st))
         v, s = st.values[skip:], st.steps[skip:]
+        # Non-positive step times are logging bugs (see detect_input_bound): dropped.
+        pos = v > 0
+        v, s = v[pos], s[pos]
+        if v.size < 10:
+            continue
         med = median(thin(v))
         if med <= 0:
             continue
@@ -191,7 +211,10 @@ def detect_straggler(run: Run) -> list[Finding] | NotRun:
                 per[r] = t
         if len(per) < 2:
             continue
-        meds = {r: median(t.values[warmup_skip(len(t)):]) for r, t in per.items()}
+        meds = {r: median(_valid_durations(metric, t.values[warmup_skip(len(t)):]))
+                for r, t in per.items()}
+        if any(not math.isfinite(m) for m in meds.values()):
+            continue
         slow = max(meds, key=lambda r: meds[r])
         others = median(np.array([m for r, m in meds.items() if r != slow]))
         excess = meds[slow] - others

@@ -1,0 +1,120 @@
+"""Red-team reproducers for the importers: numbers too large for their type, and
+Stable-Baselines3's step column. Each bad input next to its ordinary counterpart."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainmedic.errors import InputError
+from trainmedic.run import load_run
+
+
+def hf_state(p: Path, rows_text: str) -> Path:
+    # Written by hand: json.dumps would turn 10**400 into the same digits, but the point is
+    # the literal text a logger could write.
+    p.write_text('{"global_step": 3, "log_history": [' + rows_text + "]}")
+    return p
+
+
+def notes(run: object) -> str:
+    return " | ".join(n.detail for n in run.notes)  # type: ignore[attr-defined]
+
+
+def test_hf_step_beyond_int64_falls_back_to_row_numbers(tmp_path: Path) -> None:
+    # Before: internal error "Python int too large to convert to C long" (exit 3).
+    big = 10 ** 30
+    rows = ",".join(f'{{"loss": {1.0 - i / 100}, "step": {big + i}}}' for i in range(20))
+    run = load_run(str(hf_state(tmp_path / "trainer_state.json", rows)))
+    loss = run.get("loss")
+    assert loss is not None and list(loss.steps[:3]) == [0, 1, 2]
+    assert "too large to be a step count" in notes(run)
+    assert "not whole numbers" not in notes(run)
+
+
+def test_hf_ordinary_large_steps_are_kept(tmp_path: Path) -> None:
+    rows = ",".join(f'{{"loss": 1.0, "step": {10 ** 12 + i}}}' for i in range(20))
+    run = load_run(str(hf_state(tmp_path / "trainer_state.json", rows)))
+    loss = run.get("loss")
+    assert loss is not None and int(loss.steps[0]) == 10 ** 12
+    assert "step count" not in notes(run)
+
+
+def test_hf_integer_loss_beyond_float_reads_as_inf_with_a_note(tmp_path: Path) -> None:
+    # Before: internal error "int too large to convert to float" (exit 3).
+    rows = ",".join(f'{{"loss": {"1" + "0" * 400 if i >= 15 else 2}, "step": {i}}}'
+                    for i in range(20))
+    run = load_run(str(hf_state(tmp_path / "trainer_state.json", rows)))
+    loss = run.get("loss")
+    assert loss is not None
+    assert np.isinf(loss.values[15:]).all() and (loss.values[15:] > 0).all()
+    assert np.all(loss.values[:15] == 2.0)
+    assert "too large for a float read as inf" in notes(run)
+
+
+def test_jsonl_negative_huge_integer_reads_as_minus_inf(tmp_path: Path) -> None:
+    p = tmp_path / "metrics.jsonl"
+    p.write_text("\n".join(json.dumps({"step": i, "loss": 1.0}) for i in range(5)) + "\n"
+                 + '{"step": 5, "loss": -1' + "0" * 400 + "}\n")
+    loss = load_run(str(p)).get("loss")
+    assert loss is not None and loss.values[-1] == -math.inf
+
+
+def test_json_integer_over_python_digit_limit_is_an_input_error(tmp_path: Path) -> None:
+    # Python refuses int literals of > 4300 digits with a ValueError (not a JSONDecodeError).
+    p = hf_state(tmp_path / "trainer_state.json",
+                 '{"step": 1, "loss": 1' + "0" * 5000 + '}, {"step": 2, "loss": 1.0}')
+    with pytest.raises(InputError) as ei:
+        load_run(str(p))
+    assert "trainer_state.json" in str(ei.value) and "4300 digits" in str(ei.value)
+
+
+def test_csv_step_beyond_int64_note_says_too_large(tmp_path: Path) -> None:
+    # Before: the note said "not whole numbers" for 10000000000000000000, 10000000000000000001.
+    p = tmp_path / "log.csv"
+    p.write_text("step,loss\n" + "".join(f"{10 ** 19 + i},{1.0 - i / 100}\n"
+                                          for i in range(20)))
+    run = load_run(str(p))
+    assert "too large to be a step count" in notes(run)
+    assert "not whole numbers" not in notes(run)
+
+
+def test_csv_fractional_step_note_still_says_not_whole(tmp_path: Path) -> None:
+    p = tmp_path / "log.csv"
+    p.write_text("step,loss\n" + "".join(f"{i + 0.5},{1.0 - i / 100}\n" for i in range(20)))
+    assert "not whole numbers" in notes(load_run(str(p)))
+
+
+SB3_COLUMNS = ("time/fps,time/iterations,time/time_elapsed,time/total_timesteps,"
+               "train/approx_kl,train/clip_fraction,train/entropy_loss,train/learning_rate,"
+               "train/loss,train/n_updates,train/value_loss,rollout/ep_len_mean,"
+               "rollout/ep_rew_mean")
+
+
+def test_sb3_progress_csv_steps_are_total_timesteps(tmp_path: Path) -> None:
+    # Stable-Baselines3's CSV logger (progress.csv): one row per rollout of 2048 env steps.
+    p = tmp_path / "progress.csv"
+    lines = [SB3_COLUMNS]
+    for i in range(1, 31):
+        lines.append(f"1200,{i},{2 * i},{2048 * i},0.01,0.1,-1.3,0.0003,{0.5 / i},{10 * i},"
+                     f"{1.0 / i},200,{-200 + 5 * i}")
+    p.write_text("\n".join(lines) + "\n")
+    run = load_run(str(p))
+    loss = run.get("loss")
+    assert loss is not None and list(loss.steps[:2]) == [2048, 4096]
+    rew = run.get("rollout/ep_rew_mean")
+    assert rew is not None and rew.values[0] == -195.0  # a reward: kept under its raw name
+    assert "loss" not in {m for m in run.metrics() if "rew" in m}
+    assert "row numbers" not in notes(run)
+
+
+def test_sb3_step_name_comes_after_a_framework_step(tmp_path: Path) -> None:
+    p = tmp_path / "log.csv"
+    p.write_text("global_step,time/total_timesteps,loss\n"
+                 + "".join(f"{i},{2048 * i},{1.0 / (i + 1)}\n" for i in range(20)))
+    loss = load_run(str(p)).get("loss")
+    assert loss is not None and list(loss.steps[:3]) == [0, 1, 2]
