@@ -35,6 +35,8 @@ __all__ = [
     "diff_sigma",
     "trailing_reference",
     "theil_sen",
+    "theil_sen_z",
+    "hinge_fit",
     "level_split",
     "true_runs",
     "leading_run_length",
@@ -256,6 +258,45 @@ def theil_sen(x: np.ndarray, y: np.ndarray, *, max_points: int = 400) -> float:
     if not mask.any():
         return 0.0
     return median(dy[mask] / dx[mask])
+
+
+def theil_sen_z(y: np.ndarray) -> tuple[float, float]:
+    """Theil-Sen slope of ``y`` against its index, and its z-score: the least-squares standard
+    error sigma * sqrt(12 / (n (n^2 - 1))), with sigma the robust scatter of the residuals
+    around the line (so heavy tails do not inflate the significance) and inflated by 1/0.95
+    for Theil-Sen's efficiency on Gaussian noise (Sen 1968). ``y`` should be short (block
+    medians or means); (0, 0) for fewer than 3 points."""
+    n = int(y.shape[0])
+    if n < 3:
+        return 0.0, 0.0
+    x = np.arange(n, dtype=np.float64)
+    slope = theil_sen(x, y)
+    sig = robust_sigma(y - slope * x)
+    se = sig * math.sqrt(12.0 / (n * (n * n - 1.0))) / 0.95
+    if se <= 0:
+        return slope, (math.inf if slope > 0 else -math.inf if slope < 0 else 0.0)
+    return slope, slope / se
+
+
+def hinge_fit(y: np.ndarray, ncand: int) -> tuple[int, float]:
+    """Best hinge - a constant, then a rising line from index ``c`` - for ``c`` in
+    ``[0, ncand)``, by least squares (continuous two-phase regression; Hinkley 1971):
+    ``(c, residual sum of squares / total sum of squares)``. Closed-form simple regression of
+    ``y`` on ``max(x - c, 0)`` for every candidate at once: ``y`` should be short."""
+    n = int(y.shape[0])
+    x = np.arange(n, dtype=np.float64)
+    c = np.arange(max(1, ncand), dtype=np.float64)[:, None]
+    h = np.maximum(x[None, :] - c, 0.0)
+    sh, shh, shy = h.sum(1), (h * h).sum(1), h @ y
+    sy, syy = float(y.sum()), float(y @ y)
+    den = n * shh - sh * sh
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = np.where(den > 0, (n * shy - sh * sy) / np.where(den > 0, den, 1.0), 0.0)
+    icpt = (sy - slope * sh) / n
+    sse = np.where(slope > 0, syy - icpt * sy - slope * shy, np.inf)
+    i = int(np.argmin(sse))
+    sst = float(np.sum((y - y.mean()) ** 2))
+    return i, (float(sse[i]) / sst if sst > 0 and math.isfinite(float(sse[i])) else 1.0)
 
 
 def level_split(x: np.ndarray, *, min_seg: int = 2) -> tuple[int, float]:

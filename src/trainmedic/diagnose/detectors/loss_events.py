@@ -17,8 +17,11 @@ from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
     blocks,
     diff_sigma,
+    hinge_fit,
     log_if_positive,
     median,
+    robust_sigma,
+    theil_sen_z,
     trailing_reference,
     true_runs,
 )
@@ -40,6 +43,11 @@ SPIKE_Z = 8.0
 #: At and above this ratio (and z >= SPIKE_Z_STRONG) a recovered spike is a warning.
 SPIKE_WARN_RATIO = 3.0
 SPIKE_Z_STRONG = 12.0
+#: ... or when, on >= 2 logged points, it undoes this fraction of the progress made
+#: (peak - pre-spike level over start level - pre-spike level) ...
+SPIKE_UNDONE_FRACTION = 0.25
+#: ... or stays up for this many logged points (both with z >= SPIKE_Z_STRONG).
+SPIKE_LONG_POINTS = 5
 #: Trailing window of the spike reference, in logged points.
 SPIKE_WINDOW = 50
 #: Divergence: sustained rise above the running minimum level by this factor.
@@ -173,13 +181,28 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
         # noise distribution (a heavy-tailed loss), and only the top events separated from
         # the rest by a gap (log-jump >= 2x the next one's) can be warnings.
         outstanding = _outstanding([float(jump[e[2]]) for e in events])
+        # The level the run started from (first 5% of points, >= 3): progress = start - ref.
+        start_lv = median(t[: max(3, len(t) // 20)])
         for rank_i, (a, b_end, peak, rec, r0) in enumerate(events[:3]):
             # Linear-space losses (some values <= 0): the jump relative to |reference|.
             ratio = math.exp(float(jump[peak])) if is_log else (
                 1.0 + float(jump[peak]) / abs(r0) if r0 else math.inf)
             zpk = float(jump[peak] / scale[peak])
             ref_val = math.exp(r0) if is_log else r0
-            strong = ratio >= SPIKE_WARN_RATIO and zpk >= SPIKE_Z_STRONG
+            # Scale-free consequence: a loss with a high floor (an LM at 2.5 nats) cannot jump
+            # 3x, yet a jump that undoes a quarter of the progress made, or that lasts for
+            # several logged points, is an incident.
+            undone = (float(jump[peak]) / (start_lv - r0)
+                      if start_lv - r0 >= 4.0 * float(scale[a]) else 0.0)
+            # (A one-point blip that is gone at the next logged point is a bad batch the
+            # loss did not keep: the progress rule needs the jump on >= 2 points. A jump that
+            # never comes back is a level shift - a new data stage or a divergence - and is
+            # left to the 3x rule and to `divergence`.)
+            dur = rec - a if rec is not None else 0
+            strong = zpk >= SPIKE_Z_STRONG and (
+                ratio >= SPIKE_WARN_RATIO
+                or (undone >= SPIKE_UNDONE_FRACTION and dur >= 2)
+                or dur >= SPIKE_LONG_POINTS)
             if rank_i >= outstanding:
                 strong = False
             if rec is None and b_end >= len(t) and ratio < 10.0:
@@ -188,9 +211,14 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
             conf = float(min(1.0, 0.5 + 0.1 * math.log2(max(ratio, 1.0)) + 0.01 * zpk))
             onset = int(tr.steps[a])
             end = int(tr.steps[rec]) if rec is not None else None
+            why = ""
+            if strong and ratio < SPIKE_WARN_RATIO:
+                why = (f"; it undid {100 * undone:.0f}% of the progress made"
+                       if undone >= SPIKE_UNDONE_FRACTION and dur >= 2 else "")
+                why += f"; it lasted {dur} logged points" if dur >= SPIKE_LONG_POINTS else ""
             ev = [Evidence("loss", int(tr.steps[peak]), float(tr.values[peak]), ref_val,
                            note=f"median of the previous {window} logged points "
-                                f"(robust z = {zpk:.0f})")]
+                                f"(robust z = {zpk:.0f}){why}")]
             if rec is not None:
                 ev.append(Evidence("loss", end, float(tr.values[rec]), ref_val,
                                    note="first logged point back within noise of that median"))
@@ -239,13 +267,94 @@ def _merge_runs(runs: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
 
 
 # --------------------------------------------------------------------------- divergence
+#: Trend branch: a significant rise of at least this ratio over the final stretch.
+DIVERGE_TREND_RATIO = 1.15
+#: ... whose robust slope is at least this many standard errors above zero ...
+DIVERGE_TREND_Z = 4.0
+#: ... over at least this fraction of the run's steps.
+DIVERGE_TREND_MIN_FRACTION = 0.2
+
+#: Metric-name fragments of a reward/return (RL): a loss may rise while the policy improves.
+_REWARD_HINTS = ("reward", "return", "ep_rew", "episode_rew", "ep_ret")
+#: Generator / discriminator loss names: a GAN's losses rise and fall against each other.
+_GEN_HINTS = ("g_loss", "loss_g", "gen_loss", "loss_gen", "generator")
+_DISC_HINTS = ("d_loss", "loss_d", "disc_loss", "loss_disc", "discriminator", "critic")
+
+
+def _rise_expected(run: Run) -> str:
+    """Why a rising loss may be legitimate in this run ("" when nothing says so): a
+    reward/return-like metric is logged and improving (RL: the loss of a policy or value
+    function follows the data the policy now collects), or both generator- and
+    discriminator-like losses are logged (a GAN's losses trade off)."""
+    names = [m.lower() for m in run.metrics()]
+    if any(h in m for m in names for h in _GEN_HINTS) and \
+            any(h in m for m in names for h in _DISC_HINTS):
+        return "generator and discriminator losses are logged (a GAN: they trade off)"
+    for m in run.metrics():
+        if not any(h in m.lower() for h in _REWARD_HINTS) or "loss" in m.lower():
+            continue  # (a reward model's loss is a loss, not a reward)
+        t = Trace.of(run, m, None) or next(iter(traces(run, m)), None)
+        if t is None or len(t) < 8:
+            continue
+        q = max(2, len(t) // 4)
+        if median(t.values[-q:]) > median(t.values[:q]):
+            return f"{m} improved over the run (RL: the loss follows the data the policy sees)"
+    return ""
+
+
+def _epoch_sawtooth(run: Run, tr: Trace, t: np.ndarray, onset_step: int) -> str:
+    """Empty unless the loss also rose within an earlier epoch: then a rise that starts at an
+    epoch boundary is the per-epoch sawtooth (the loss drops when each epoch starts over data
+    the model has seen, then climbs back), not a divergence. Needs a logged ``epoch``."""
+    ep = Trace.of(run, "epoch", tr.rank) or Trace.of(run, "epoch", None)
+    if ep is None or len(ep) < 8:
+        return ""
+    whole = np.floor(ep.values + 1e-9)
+    bounds = ep.steps[1:][np.diff(whole) > 0]
+    if bounds.size < 2:
+        return ""
+    # The boundary the rise starts from (within 10% of the run), and the epoch before it.
+    near = np.flatnonzero(np.abs(bounds - onset_step) <= 0.1 * max(1, tr.span))
+    if near.size == 0 or int(near[0]) == 0:
+        return ""
+    b1 = int(bounds[int(near[0])])
+    b0 = int(bounds[int(near[0]) - 1])
+    i0, i1 = np.searchsorted(tr.steps, [b0, b1])
+    if i1 - i0 < 20:
+        return ""
+    y = blocks(tr.steps[i0:i1], t[i0:i1], max_blocks=40).median
+    if y.shape[0] < 8:
+        return ""
+    _, z = theil_sen_z(y)
+    if z >= DIVERGE_TREND_Z / 2:
+        return "the loss also rose within the previous epoch (a per-epoch sawtooth)"
+    return ""
+
+
+def _hinge_onset(lv: np.ndarray, lo: int, hi: int, is_log: bool) -> int:
+    """The change point of a flat-then-rising level: the index in ``[lo, hi]`` that best fits
+    ``lv[lo:]`` by a constant and then a line rising from it (a hinge, i.e. continuous
+    two-phase regression; Hinkley 1971). A log-space loss is fitted both in log space (an
+    exponential blow-up is a line there) and in linear space (a linear rise is), and the
+    better relative fit wins: a line fitted to the wrong shape pulls the hinge early."""
+    y = lv[lo:]
+    c, r = hinge_fit(y, hi - lo + 1)
+    if is_log:
+        c2, r2 = hinge_fit(np.exp(y - float(y.min())), hi - lo + 1)
+        if r2 < r:
+            c = c2
+    return lo + c
+
+
 @register_detector("divergence", requires=("loss",))
 def detect_divergence(run: Run) -> list[Finding] | NotRun:
-    """The loss level rose >= 1.5x above its running minimum and stayed there to the end.
+    """The loss level rose >= 1.5x above its running minimum and stayed there to the end, or
+    rose steadily (a significant robust slope) by >= 1.15x over the final >= 20% of the run.
 
     Levels are block medians (<= 200 blocks), so single spikes do not count; the rise must
     also beat 5x the block-to-block noise and, for losses that fell by orders of magnitude,
-    10% of the log-progress already made.
+    10% of the log-progress already made. The onset is the change point of a flat-then-rising
+    fit from the lowest level before the rise.
     """
     out: list[Finding] = []
     ran = False
@@ -265,29 +374,44 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
         if is_log:
             progress = max(0.0, float(lv[0] - cummin[-1]))
             theta = max(math.log(DIVERGE_RATIO), 5.0 * sig_b, 0.1 * progress)
+            theta_trend = max(math.log(DIVERGE_TREND_RATIO), 5.0 * sig_b, 0.1 * progress)
         else:
             scale_abs = max(abs(float(cummin[-1])), 1e-12)
+            progress = max(0.0, float(lv[0] - cummin[-1]))
             theta = max((DIVERGE_RATIO - 1.0) * scale_abs, 5.0 * sig_b)
+            theta_trend = max((DIVERGE_TREND_RATIO - 1.0) * scale_abs, 5.0 * sig_b,
+                              0.1 * progress)
         high = elev >= theta
-        if not high[-1]:
-            continue
         # The elevated suffix: every block from its start to the end is elevated.
-        k = nb - 1
+        k = nb
         while k > 0 and high[k - 1]:
             k -= 1
         n_blocks = nb - k
-        n_points = int(len(tr) - bl.start[k])
-        min_blocks = max(2, math.ceil(0.05 * nb))
-        if n_blocks < min_blocks or n_points < 3:
-            continue
-        # Walk back along the rising flank to where the rise began.
-        j = k
-        while j > 0 and elev[j - 1] >= theta / 3.0:
-            j -= 1
-        kmin = int(np.argmin(lv[:j])) if j > 0 else 0
+        trend_branch = not (n_blocks >= max(2, math.ceil(0.05 * nb))
+                            and int(len(tr) - bl.start[min(k, nb - 1)]) >= 3)
+        if trend_branch:
+            # Trend branch: a slow, sustained rise from the last block within noise of the
+            # running minimum (the change point) to the end.
+            near_min = np.flatnonzero(elev <= 2.0 * sig_b)
+            m = int(near_min[-1]) if near_min.size else 0
+            span = max(1, int(tr.steps[-1] - tr.steps[0]))
+            n_blocks = nb - m - 1
+            if n_blocks < 8 or int(tr.steps[-1] - bl.first_step[m]) < \
+                    DIVERGE_TREND_MIN_FRACTION * span:
+                continue
+            tail_q = max(2, n_blocks // 4)
+            if median(lv[-tail_q:]) - float(cummin[m]) < theta_trend:
+                continue
+            _, z = theil_sen_z(lv[m:])
+            if z < DIVERGE_TREND_Z:
+                continue
+            k = m + 1
+        # The lowest level before the rise, then the change point between it and the rise.
+        kmin = int(np.argmin(lv[:k])) if k > 0 else 0
+        j = _hinge_onset(lv, kmin, max(kmin, k - 1), is_log) if k - kmin >= 2 else k
         onset_i = int(bl.start[j])
         onset = int(tr.steps[onset_i])
-        end_lv = median(lv[k:])
+        end_lv = median(lv[k:]) if not trend_branch else median(lv[-max(2, (nb - k) // 4):])
         best = float(cummin[k - 1]) if k > 0 else float(lv[0])
         if is_log:
             ratio = math.exp(end_lv - best)
@@ -296,23 +420,36 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             ratio = (end_lv / best) if best > 0 else math.inf
             undone = end_lv >= float(lv[0]) and float(lv[0]) > best
         sev: Severity = "error" if (ratio >= DIVERGE_ERROR_RATIO or undone) else "warning"
+        legit = _rise_expected(run) or (
+            _epoch_sawtooth(run, tr, t, onset) if trend_branch else "")
+        if legit:
+            sev = "info"
         conf = float(min(1.0, 0.55 + 0.1 * math.log2(max(ratio, 1.0)) + 0.02 * n_blocks))
+        if trend_branch:
+            conf = min(conf, 0.7)
         inv = math.exp if is_log else float
-        ev = (
+        how = (f"median level of the last {n_blocks} blocks of {bl.size} points vs the lowest "
+               f"earlier block median") if not trend_branch else (
+               f"median of the last {max(2, (nb - k) // 4)} blocks of {bl.size} points, after "
+               f"a significant robust upward slope over {n_blocks} blocks (z >= "
+               f"{DIVERGE_TREND_Z:.0f}), vs the lowest earlier block median")
+        ev = [
             Evidence("loss", int(bl.first_step[kmin]), float(inv(lv[kmin])), None,
                      note=f"lowest level before the rise (median of a block of {bl.size} points)"),
             Evidence("loss", int(tr.steps[-1]), float(inv(end_lv)), float(inv(best)),
-                     note=f"median level of the last {n_blocks} blocks of {bl.size} points vs "
-                          f"the lowest earlier block median"),
-        )
+                     note=how),
+        ]
+        if legit:
+            ev.append(Evidence("loss", None, None, None, note=f"a rise may be expected: {legit}"))
         tail = " and ended above where it started" if undone else ""
+        verb = "rose steadily" if trend_branch else "rose"
         out.append(Finding(
             symptom="divergence", severity=sev, confidence=conf, onset_step=onset,
             end_step=None, rank=tr.rank, metric="loss",
-            summary=(f"loss rose from step {onset} to {ratio:.3g}x its best level "
+            summary=(f"loss {verb} from step {onset} to {ratio:.3g}x its best level "
                      f"({fmt(inv(best))} -> {fmt(inv(end_lv))}) and stayed up to the last "
                      f"logged step {int(tr.steps[-1])}{tail}"),
-            evidence=ev))
+            evidence=tuple(ev)))
     if not ran:
         return NotRun("needs at least 8 finite loss points")
     return out
@@ -329,12 +466,15 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
     """A logger dropped non-finite losses from its average (HF Trainer's
     ``logging_nan_inf_filter``, on by default). Two rules, from what the data shows:
 
-    (a) grad_norm is NaN/inf at a logged step whose loss is finite. One isolated point is an
-        fp16 overflow as often as not (info); two or more, or at the last point, is a warning
+    (a) grad_norm is NaN/inf at a logged step whose loss is finite. Isolated points with the
+        loss on trend are what fp16 loss scaling skipping overflow steps looks like (info);
+        >= 2 consecutive, a rising density, a loss reaction, or a last-point one is a warning
         (error when grad_norm stays non-finite to the end).
     (b) under the HF Trainer only: the logged loss drops to exactly 0.0 straight from a value
         >= 0.01 (the Trainer logs 0.0 when every step in the window was NaN), or the last
-        >= 4 logged losses are bit-identical after the loss had varied.
+        >= 4 logged losses are bit-identical after the loss had varied - unless that value is
+        at the logging resolution after losses already < 0.01 (a converged loss rounded to 4
+        decimals), or grad_norm is finite at those steps.
     """
     out: list[Finding] = []
     hf = _filter_known(run)
@@ -349,8 +489,9 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
             if masked.any():
                 idx = np.flatnonzero(masked)
                 at_end = bool(bad_g[-1])
+                why = _masked_grad_alarm(idx, bad_g, g.all_steps, tr)
                 sev: Severity = "error" if at_end and idx.size >= 2 else (
-                    "warning" if idx.size >= 2 or at_end else "info")
+                    "warning" if at_end or why else "info")
                 onset = int(g.all_steps[idx[0]])
                 lv = tr.value_at(onset)
                 out.append(Finding(
@@ -360,7 +501,11 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
                     metric="loss",
                     summary=(f"grad_norm was non-finite at {idx.size} logged step(s) from step "
                              f"{onset} while the logged loss stayed finite ({fmt(lv)}): the "
-                             f"logger likely averaged only the finite losses"),
+                             f"logger likely averaged only the finite losses"
+                             + (f" ({why})" if why else
+                                "" if at_end else
+                                "; isolated points with the loss on trend, as fp16 loss "
+                                "scaling skipping an overflow step looks")),
                     evidence=(
                         Evidence("grad_norm", onset, float(g.all_values[idx[0]]), None,
                                  note=f"{idx.size} of {len(g.all_values)} logged grad_norm "
@@ -389,8 +534,8 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
         while tail < len(v) - 1 and same[len(v) - 1 - tail]:
             tail += 1
         distinct_before = np.unique(v[: len(v) - tail - 1]).size
-        if tail >= 3 and distinct_before >= 5:
-            i = len(v) - tail - 1
+        i = len(v) - tail - 1
+        if tail >= 3 and distinct_before >= 5 and not _converged_flatline(v, i, tr, g):
             out.append(Finding(
                 symptom="nan_masked_in_logs", severity="warning", confidence=0.5,
                 onset_step=int(tr.steps[i]), rank=tr.rank, metric="loss",
@@ -401,3 +546,56 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
                                    note=f"{tail + 1} consecutive bit-identical logged values "
                                         f"after {distinct_before} distinct ones"),)))
     return out
+
+
+#: HF Trainer rounds the logged loss to 4 decimals: a converged loss repeats 0.0 or 0.0001.
+LOG_RESOLUTION = 5e-4
+
+
+def _converged_flatline(v: np.ndarray, i: int, tr: Trace, g: Trace | None) -> bool:
+    """True when bit-identical losses from index ``i`` on are explained without NaNs: the
+    value is at the logging resolution (|v| <= 5e-4) after losses that were already below
+    0.01 (a converged run fell there; a NaN-filtered window jumps there, which rule (b)'s
+    zero-jump catches), or grad_norm is logged and finite at those steps (a NaN loss makes a
+    NaN gradient)."""
+    if abs(float(v[i])) <= LOG_RESOLUTION and bool(np.all(np.abs(v[max(0, i - 5):i]) < 0.01)):
+        return True
+    if g is None:
+        return False
+    tail_steps = tr.steps[i:]
+    return bool(np.all(np.isin(tail_steps, g.steps)))
+
+
+def _masked_grad_alarm(idx: np.ndarray, bad_g: np.ndarray, g_steps: np.ndarray,
+                       tr: Trace) -> str:
+    """Why non-finite grad_norm points at finite-loss steps are more than fp16 loss scaling
+    skipping overflow steps (GradScaler skips the step and logs an inf/NaN norm at a few
+    isolated steps, with the loss on trend): "" when nothing says so, else the reason.
+    Reasons: >= 2 consecutive logged points; a rising density (>= 3 in the last quarter of
+    the log, at >= 3x the rate before); or the loss reacting within 2 logged points (>= 1.2x
+    or <= 1/1.2 the median of the 20 points before and beyond 4 of their robust sigmas, or
+    exactly 0.0)."""
+    if bool(np.any(bad_g[1:] & bad_g[:-1])):
+        return ">= 2 consecutive logged points"
+    n = bad_g.size
+    q = (3 * n) // 4
+    late = int(bad_g[q:].sum())
+    early = int(bad_g[:q].sum())
+    if late >= 3 and late / max(1, n - q) >= 3.0 * early / max(1, q):
+        return "more and more often towards the end"
+    for i in idx.tolist():
+        j = int(np.searchsorted(tr.steps, g_steps[i], side="left"))
+        if j < 5:
+            continue
+        before = tr.values[max(0, j - 20):j]
+        near = tr.values[j:j + 3]
+        if near.size == 0 or not bool(np.all(before > 0)):
+            continue
+        if bool(np.any(near <= 0.0)):
+            return f"the loss reacted near step {int(g_steps[i])}"
+        lb = np.log(before)
+        # Beyond both 1.2x and the loss's own noise (4 robust sigmas of the 20 before).
+        tol = max(math.log(1.2), 4.0 * robust_sigma(lb))
+        if float(np.max(np.abs(np.log(near) - median(lb)))) >= tol:
+            return f"the loss reacted near step {int(g_steps[i])}"
+    return ""

@@ -13,7 +13,14 @@ import numpy as np
 
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
-from trainmedic.diagnose.stats import blocks, diff_sigma, log_if_positive, median
+from trainmedic.diagnose.stats import (
+    blocks,
+    diff_sigma,
+    log_if_positive,
+    median,
+    row_median,
+    theil_sen_z,
+)
 from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
 
@@ -27,12 +34,13 @@ PLATEAU_MIN_FRACTION = 0.25
 MAX_CHANCE_CLASSES = 1000
 
 
-def chance_classes(level: float) -> int | None:
+def chance_classes(level: float, se: float = 0.0) -> int | None:
     """``k`` when ``level`` is within tolerance of ``ln k`` for an integer 2 <= k <= 1000.
 
     Cross-entropy of a classifier that predicts the uniform distribution over k classes is
-    exactly ln k. The tolerance is min(0.003, 0.05 x the gap to ln(k+1)): 0.003 for k <= 16
-    (ln 4 = 1.3863), 0.0005 for k = 100, so a chance match by coincidence stays under ~10%.
+    exactly ln k. The tolerance is max(0.003, 3 x ``se``) (``se``: the standard error of
+    ``level``, so a noisy but long flat run still matches), capped at a quarter of the gap to
+    the nearer of ln(k-1), ln(k+1) so that the match stays specific to one k.
     ``level`` should be the median of the whole flat stretch (a precise estimate).
     """
     if not math.isfinite(level) or level < math.log(2) - 0.01:
@@ -40,7 +48,10 @@ def chance_classes(level: float) -> int | None:
     k = max(2, round(math.exp(level)))
     if k > MAX_CHANCE_CLASSES:
         return None
-    tol = min(0.003, 0.05 * (math.log(k + 1) - math.log(k)))
+    gap = math.log(k + 1) - math.log(k)
+    if k > 2:
+        gap = min(gap, math.log(k) - math.log(k - 1))
+    tol = min(max(0.003, 3.0 * se), 0.25 * gap)
     return k if abs(level - math.log(k)) <= tol else None
 
 
@@ -58,14 +69,36 @@ def _rel(a: float, b: float, is_log: bool) -> float:
 
 
 # --------------------------------------------------------------------------- flat_loss
+#: A fall of the loss is "significant" at this many standard errors.
+FLAT_SIGNIFICANT_Z = 3.0
+
+
+def _fall_z(t: np.ndarray, size: int) -> tuple[float, float]:
+    """Total change of a robust (Theil-Sen) line through the means of consecutive blocks of
+    ``size`` points of ``t``, and its z-score (negative = falling); (0, 0) with fewer than 10
+    blocks. One line through every point is far more precise than comparing the first and
+    last 10%. Block means (not medians) keep the efficiency of the mean; the line and its
+    noise estimate (``theil_sen_z``) stay robust to outlier blocks."""
+    nb = t.shape[0] // size
+    if nb < 10:
+        return 0.0, 0.0
+    slope, z = theil_sen_z(t[: nb * size].reshape(nb, size).mean(axis=1))
+    return slope * (nb - 1), z
+
+
 @register_detector("flat_loss", requires=("loss",))
 def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
-    """The loss never fell more than 3% below its starting level (block medians, first 10%
-    of points) and ends within 3% of it, over >= 8 logged points, and the noise is small
-    enough that a 3% fall would have shown (standard error of the start-end difference
-    <= 1.5%). At chance (level = ln k,
-    on train or validation loss) or with lr = 0 it is an error; from a run that starts late
-    (a resume) it is info; otherwise a warning."""
+    """The loss never fell more than 3% below its starting level and ends within 3% of it,
+    over >= 8 logged points, and the noise is small enough that a 3% fall would have shown
+    (standard error of the start-end difference <= 1.5%). Start, best and end are estimated
+    at the same precision: the start and the end are medians of the first and last 10% of
+    block medians, the best is the lowest sliding window of that same size, and it must beat
+    the start by 3% + z standard errors (z = sqrt(2 ln #windows), the expected extreme of that
+    many noise draws) to count as a fall. A fall under 3% that a robust trend line shows to be
+    significant (>= 3 standard errors) is info ("slow learning"). At chance (level = ln k, on
+    train or validation loss) or with lr = 0 it is an error (with lr = 0, whenever the loss
+    shows no significant fall, however noisy); from a run that starts late (a resume) it is
+    info; otherwise a warning."""
     out: list[Finding] = []
     ran = False
     for tr in traces(run, "loss"):
@@ -75,18 +108,40 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         lv, _, is_log, bsize = _levels(tr, max_blocks=min(100, max(4, len(tr) // 2)))
         nb = len(lv)
         head = max(1, math.ceil(0.1 * nb))
-        # Only claim "flat" when the data could have shown a fall of FLAT_REL: the standard
-        # error of (start level - end level) must be under half of it. With few, noisy points
-        # a real improvement can hide in the noise.
         t_all, _ = log_if_positive(tr.values)
-        sig = diff_sigma(t_all) if is_log else diff_sigma(t_all) / max(abs(median(t_all)), 1e-12)
-        if 1.2533 * sig * math.sqrt(2.0 / (head * bsize)) > FLAT_REL / 2:
-            continue
+        scale = 1.0 if is_log else max(abs(median(t_all)), 1e-12)
+        sig = diff_sigma(t_all) / scale
+        # Standard error of a median of `head` block medians of `bsize` points (a median of
+        # medians: 1.2533^2 x sigma / sqrt(points) for blocks > 1 point).
+        eff = 1.2533 * (1.2533 if bsize > 1 else 1.0)
+        se_win = eff * sig / math.sqrt(head * bsize)
+        # The trend is fitted after the first 10% (the start level's window): a quick drop
+        # in the first few points (the init transient) does not make a stuck run "learning".
+        change, z_change = _fall_z(t_all[head * bsize:] / scale, bsize)
+        falling = z_change <= -FLAT_SIGNIFICANT_Z
+        lr = Trace.of(run, "lr", tr.rank) or Trace.of(run, "lr", None)
+        lr_zero = lr is not None and len(lr) > 0 and bool(np.all(np.abs(lr.values) <= 1e-12))
         first = median(lv[:head])
         last = median(lv[-head:])
-        best_drop = _rel(first, float(lv.min()), is_log)
+        nwin = nb - head + 1
+        if head > 1:
+            win = np.lib.stride_tricks.sliding_window_view(lv, head)
+            best_lv = float(row_median(win).min())
+        else:
+            best_lv = float(lv.min())
+        z_ext = math.sqrt(2.0 * math.log(nwin)) if nwin > 1 else 0.0
+        best_drop = _rel(first, best_lv, is_log)
         end_change = abs(_rel(first, last, is_log))
-        if best_drop >= FLAT_REL or end_change >= FLAT_REL:
+        fell = best_drop >= FLAT_REL + z_ext * se_win or end_change >= FLAT_REL
+        # Only claim "flat" when the data could have shown a fall of FLAT_REL: the standard
+        # error of (start level - end level) must be under half of it. With few, noisy points
+        # a real improvement can hide in the noise. With lr = 0 the model cannot learn, so
+        # the absence of a significant fall is enough.
+        precise = 1.2533 * sig * math.sqrt(2.0 / (head * bsize)) <= FLAT_REL / 2
+        if lr_zero:
+            if falling or fell:
+                continue
+        elif fell or not precise:
             continue
         inv = math.exp if is_log else float
         lvl = float(inv(last))
@@ -97,18 +152,27 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
             val is not None and len(val)) else None
         k = chance_classes(val_level) if val_level is not None else None
         k_src = "val_loss"
-        if k is None:
-            k, k_src = chance_classes(median(tr.values)), "loss"
-        lr = Trace.of(run, "lr", tr.rank) or Trace.of(run, "lr", None)
-        lr_zero = lr is not None and len(lr) > 0 and bool(np.all(np.abs(lr.values) <= 1e-12))
+        if k is None and not falling:
+            # Standard error of the whole-run median (linear units: the loss is ~ln k).
+            se_med = 1.2533 * diff_sigma(tr.values) / math.sqrt(len(tr))
+            k, k_src = chance_classes(median(tr.values), se_med), "loss"
         late_start = tr.steps[0] > max(10 * tr.interval, 0.2 * max(1, int(tr.steps[-1])))
+        if k is not None:
+            falling = False  # the model predicts uniformly: whatever the train trend shows
         sev: Severity = "error" if (k is not None or lr_zero) else (
-            "info" if late_start else "warning")
+            "info" if late_start or falling else "warning")
         ev = [Evidence("loss", int(tr.steps[0]), float(inv(first)), None,
                        note=f"median of the first {head} block(s) of the run"),
               Evidence("loss", int(tr.steps[-1]), lvl, float(inv(first)),
-                       note=f"median of the last {head} block(s) vs the first; best block "
-                            f"was only {100 * best_drop:.1f}% below the start")]
+                       note=f"median of the last {head} block(s) vs the first; the best "
+                            f"window of {head} block(s) was only {100 * best_drop:.1f}% below "
+                            f"the start")]
+        if falling:
+            ev.append(Evidence("loss", int(tr.steps[-1]), None, None,
+                               note=f"a robust trend line falls {100 * abs(change):.2g}"
+                                    f"{'% (log)' if is_log else '% of the level'} over the "
+                                    f"run ({abs(z_change):.1f} standard errors): slow "
+                                    f"learning, not none"))
         chance = ""
         if k is not None:
             ref = val_level if k_src == "val_loss" else median(tr.values)
@@ -119,13 +183,15 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         if lr_zero:
             ev.append(Evidence("lr", int(lr.steps[0]) if lr else None, 0.0, None,
                                note="every logged lr is 0"))
+        slow = "; it is falling slowly (significant trend)" if falling else ""
         out.append(Finding(
-            symptom="flat_loss", severity=sev, confidence=0.9 if k is not None else 0.75,
+            symptom="flat_loss", severity=sev, confidence=0.9 if k is not None else (
+                0.5 if falling else 0.75),
             onset_step=int(tr.steps[0]), end_step=int(tr.steps[-1]), rank=tr.rank,
             metric="loss",
             summary=(f"loss stayed at {fmt(lvl)} (within {100 * FLAT_REL:.0f}% of its start) "
                      f"over {len(tr)} logged points, steps {int(tr.steps[0])}-"
-                     f"{int(tr.steps[-1])}{chance}"),
+                     f"{int(tr.steps[-1])}{chance}{slow}"),
             evidence=tuple(ev)))
     if not ran:
         return NotRun("needs at least 8 finite loss points")
@@ -236,6 +302,8 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
             amp = max(math.log(1.3), 6.0 * sig_block)
         else:
             amp = max(0.3 * median(np.abs(lv)), 6.0 * sig_block)
+        if not amp > 0:
+            continue  # a constant loss (e.g. exactly 0.0 on every row) cannot swing
         piv = _zigzag(lv, amp)
         reversals = len(piv) - 2
         if reversals < 4:
@@ -246,6 +314,8 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
         if abs(float(lv[piv[-1]] - lv[piv[0]])) > 0.5 * float(swings.sum()):
             continue
         med_swing = median(swings)
+        if not med_swing > 0:
+            continue
         big = math.exp(med_swing) >= 2.0 if is_log else med_swing >= median(np.abs(lv))
         sev: Severity = "warning" if big and reversals >= 4 else "info"
         if not big and reversals < 6:
