@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import logging
 import math
 import pathlib
@@ -144,7 +145,10 @@ def _clear_store(run_dir: pathlib.Path) -> None:
 def _return_freed_memory() -> None:
     """Hand freed heap pages back to the OS (glibc ``malloc_trim``), so ``rss_mb`` starts from
     the memory really in use. Without it, a demo run in a long-lived process (a test session,
-    a notebook) first refills pages an earlier run freed, and a leak hides for a while."""
+    a notebook) first refills pages an earlier run freed, and a leak hides for a while.
+    Collect cyclic garbage first: objects an earlier run left in reference cycles would
+    otherwise be freed by the collector *during* this run, and the leak would refill them."""
+    gc.collect()
     try:
         import ctypes
         import ctypes.util
