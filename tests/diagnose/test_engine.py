@@ -169,3 +169,30 @@ def test_hf_nan_filter_is_the_root_over_nonfinite_grad() -> None:
     assert f.severity == "error" and f.onset_step == int(steps[150])
     assert any("nonfinite_grad" in e.note for e in f.evidence)
     assert "logging_nan_inf_filter=False" in f.interventions[0].action
+
+
+def test_no_curve_shape_findings_on_nan_masked_losses() -> None:
+    """HF's NaN filter logs 0.0 once the loss is NaN: a 'plateau' on those zeros is not a
+    fact about training, so the engine drops curve-shape findings after the masking onset."""
+    import math
+
+    import numpy as np
+
+    from trainmedic.diagnose.engine import diagnose
+    from trainmedic.run.series import Run
+
+    rng = np.random.default_rng(0)
+    steps = np.arange(10, 1010, 10)
+    loss = np.array([2.0 * math.exp(-s / 200) + 0.6 for s in steps]) * np.exp(
+        rng.normal(0, 0.02, steps.size))
+    loss[steps >= 650] = 0.0
+    grad = rng.lognormal(0.0, 0.1, steps.size)
+    grad[steps >= 640] = np.nan
+    run = Run(source="hf-nan-filter")
+    run.meta["framework"] = "huggingface"
+    run.add("loss", steps, loss)
+    run.add("grad_norm", steps, grad)
+    symptoms = {f.symptom: f for f in diagnose(run).findings}
+    assert "nan_masked_in_logs" in symptoms
+    assert symptoms["nan_masked_in_logs"].onset_step == 640
+    assert not {"plateau", "flat_loss", "oscillation"} & set(symptoms), symptoms

@@ -55,6 +55,7 @@ def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
         else:
             findings.extend(res)
     findings = _fold_incidents(findings, run)
+    findings = _drop_shapes_of_masked_losses(findings)
     findings = _fold_ranks(findings, run)
     routed = []
     for f in findings:
@@ -69,6 +70,27 @@ def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
     notes = [n.detail for n in run.notes]
     return Diagnosis(source=run.source, metrics_seen=run.metrics(), findings=routed,
                      checks_not_run=not_run, notes=notes)
+
+
+#: Findings about the *shape* of the loss curve, meaningless once the logged loss stopped
+#: being the real loss (NaN, or a logger's stand-in for NaN).
+_CURVE_SHAPES = frozenset({"plateau", "flat_loss", "oscillation"})
+_LOSS_GONE = frozenset({"nonfinite_loss", "nan_masked_in_logs"})
+
+
+def _drop_shapes_of_masked_losses(findings: list[Finding]) -> list[Finding]:
+    """Drop plateau/flat/oscillation findings that start at or after the loss went non-finite
+    (or was masked by a NaN filter) on the same rank: they describe values that are not a
+    loss, e.g. HF's 0.0 stand-ins, and would send the user after the wrong problem."""
+    gone: dict[int | None, int] = {}
+    for f in findings:
+        if f.symptom in _LOSS_GONE and f.metric in ("", "loss") and f.onset_step is not None:
+            gone[f.rank] = min(f.onset_step, gone.get(f.rank, f.onset_step))
+    if not gone:
+        return findings
+    return [f for f in findings
+            if not (f.symptom in _CURVE_SHAPES and f.rank in gone and f.onset_step is not None
+                    and f.onset_step >= gone[f.rank])]
 
 
 def _run_one(det: Detector, run: Run) -> list[Finding] | CheckNotRun:
