@@ -22,6 +22,7 @@ from trainmedic.diagnose.finding import (
     Finding,
     Intervention,
 )
+from trainmedic.run.names import CANONICAL
 from trainmedic.run.series import ImportNote, Run
 
 __all__ = [
@@ -239,6 +240,13 @@ def summarize_run(diagnosis: Diagnosis, run: Run | None) -> RunSummary:
                           ranks)
     firsts = [int(s.steps.min()) for s in run.series.values() if len(s)]
     lasts = [int(s.steps.max()) for s in run.series.values() if len(s)]
-    metrics = list(diagnosis.metrics_seen) or run.metrics()
+    metrics = _canonical_first(list(diagnosis.metrics_seen) or run.metrics())
     return RunSummary(diagnosis.source or run.source, min(firsts) if firsts else None,
                       max(lasts) if lasts else None, run.num_points, metrics, run.ranks())
+
+
+def _canonical_first(metrics: list[str]) -> list[str]:
+    """Canonical metrics in DESIGN.md's order, then the rest as given: in a log with 150
+    per-entity eval metrics, the header must still show loss and val_loss first."""
+    rank = {m: i for i, m in enumerate(CANONICAL)}
+    return sorted(metrics, key=lambda m: rank.get(m, len(rank)))  # stable: the rest keep order
