@@ -55,6 +55,14 @@ def _trace(run: Run, metric: str, rank: int | None) -> Trace | None:
     return t
 
 
+def _need(run: Run, metric: str, rank: int | None) -> Trace:
+    """The metric's trace for a check; ``_NoData`` (cause kept unchecked) when it has none."""
+    t = _trace(run, metric, rank)
+    if t is None:
+        raise _NoData()
+    return t
+
+
 def _onset(f: Finding, run: Run) -> int:
     if f.onset_step is not None:
         return f.onset_step
@@ -63,9 +71,7 @@ def _onset(f: Finding, run: Run) -> int:
 
 # --------------------------------------------------------------------------- lr checks
 def _lr_high_at_onset(f: Finding, run: Run) -> tuple[Verdict, str]:
-    lr = _trace(run, "lr", f.rank)
-    if lr is None:
-        raise _NoData()
+    lr = _need(run, "lr", f.rank)
     s = _onset(f, run)
     now = lr.value_at(s)
     upto = lr.values[lr.steps <= s]
@@ -83,9 +89,7 @@ def _lr_high_at_onset(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 
 def _lr_starts_at_peak(f: Finding, run: Run) -> tuple[Verdict, str]:
-    lr = _trace(run, "lr", f.rank)
-    if lr is None:
-        raise _NoData()
+    lr = _need(run, "lr", f.rank)
     first, peak = float(lr.values[0]), float(lr.values.max())
     if peak > 0 and first >= 0.9 * peak:
         return "supports", f"lr started at {fmt(first)}, already {100 * first / peak:.0f}% " \
@@ -94,9 +98,7 @@ def _lr_starts_at_peak(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 
 def _lr_rising_at_end(f: Finding, run: Run) -> tuple[Verdict, str]:
-    lr = _trace(run, "lr", f.rank)
-    if lr is None:
-        raise _NoData()
+    lr = _need(run, "lr", f.rank)
     last = float(lr.values[-1])
     earlier = lr.value_at(int(lr.steps[-1] - max(lr.interval * 3, 0.1 * max(1, lr.span))))
     if earlier is not None and last > 1.01 * earlier:
@@ -105,18 +107,14 @@ def _lr_rising_at_end(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 
 def _lr_zero(f: Finding, run: Run) -> tuple[Verdict, str]:
-    lr = _trace(run, "lr", f.rank)
-    if lr is None:
-        raise _NoData()
+    lr = _need(run, "lr", f.rank)
     if bool(np.all(np.abs(lr.values) <= 1e-12)):
         return "supports", "every logged lr is 0"
     return "contradicts", f"lr is non-zero (max {fmt(float(lr.values.max()))})"
 
 
 def _lr_tiny(f: Finding, run: Run) -> tuple[Verdict, str]:
-    lr = _trace(run, "lr", f.rank)
-    if lr is None:
-        raise _NoData()
+    lr = _need(run, "lr", f.rank)
     peak = float(np.abs(lr.values).max())
     if 0 < peak <= 1e-6:
         return "supports", f"peak lr is only {fmt(peak)}"
@@ -124,9 +122,7 @@ def _lr_tiny(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 
 def _lr_annealed(f: Finding, run: Run) -> tuple[Verdict, str]:
-    lr = _trace(run, "lr", f.rank)
-    if lr is None:
-        raise _NoData()
+    lr = _need(run, "lr", f.rank)
     peak = float(lr.values.max())
     s = _onset(f, run)
     at = lr.value_at(s)
@@ -147,9 +143,7 @@ def _lr_not_decayed(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 
 def _lr_end_near_zero(f: Finding, run: Run) -> tuple[Verdict, str]:
-    lr = _trace(run, "lr", f.rank)
-    if lr is None:
-        raise _NoData()
+    lr = _need(run, "lr", f.rank)
     peak, end = float(lr.values.max()), float(lr.values[-1])
     if peak > 0 and end <= 0.01 * peak:
         return "supports", f"lr ended at {fmt(end)}, under 1% of its peak {fmt(peak)}"
@@ -164,9 +158,7 @@ def _spike_recovered(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 
 def _loss_rising_before_onset(f: Finding, run: Run) -> tuple[Verdict, str]:
-    lt = _trace(run, "loss", f.rank)
-    if lt is None:
-        raise _NoData()
+    lt = _need(run, "loss", f.rank)
     s = _onset(f, run)
     before = lt.values[lt.steps < s]
     if before.size < 6:
@@ -206,9 +198,7 @@ def _loss_fell(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 # --------------------------------------------------------------------------- other checks
 def _grad_spike_at_onset(f: Finding, run: Run) -> tuple[Verdict, str]:
-    g = _trace(run, "grad_norm", f.rank)
-    if g is None:
-        raise _NoData()
+    g = _need(run, "grad_norm", f.rank)
     s = _onset(f, run)
     w = 2 * g.interval
     near = g.values[(g.steps >= s - w) & (g.steps <= s + w)]
@@ -237,9 +227,7 @@ def _grad_or_update_zero(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 
 def _param_norm_constant(f: Finding, run: Run) -> tuple[Verdict, str]:
-    p = _trace(run, "param_norm", f.rank)
-    if p is None:
-        raise _NoData()
+    p = _need(run, "param_norm", f.rank)
     lo, hi = float(p.values.min()), float(p.values.max())
     if hi - lo <= 1e-9 * max(abs(hi), 1.0):
         return "supports", f"param_norm never changed ({fmt(hi)})"
@@ -247,9 +235,7 @@ def _param_norm_constant(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 
 def _loss_scale_logged(f: Finding, run: Run) -> tuple[Verdict, str]:
-    ls = _trace(run, "loss_scale", f.rank)
-    if ls is None:
-        raise _NoData()
+    ls = _need(run, "loss_scale", f.rank)
     return "supports", f"a loss scale is logged (fp16 with GradScaler; last " \
                        f"{fmt(float(ls.all_values[-1]))})"
 
@@ -284,9 +270,7 @@ def _outliers_periodic(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 
 def _data_time_high_at_outliers(f: Finding, run: Run) -> tuple[Verdict, str]:
-    d = _trace(run, "data_time_s", f.rank)
-    if d is None:
-        raise _NoData()
+    d = _need(run, "data_time_s", f.rank)
     e = f.evidence[0] if f.evidence else None
     if e is None or e.step is None or e.value is None:
         return "contradicts", "no outlier step to compare"
@@ -298,9 +282,7 @@ def _data_time_high_at_outliers(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 
 def _data_time_rose(f: Finding, run: Run) -> tuple[Verdict, str]:
-    d = _trace(run, "data_time_s", f.rank)
-    if d is None:
-        raise _NoData()
+    d = _need(run, "data_time_s", f.rank)
     s = _onset(f, run)
     a = d.level(int(d.steps[0]), s)
     b = d.level(s, int(d.steps[-1]))
