@@ -84,11 +84,15 @@ class Trace:
         return median(self.values[a:b])
 
 
-def traces(run: Run, metric: str) -> list[Trace]:
-    """One ``Trace`` per rank on which ``metric`` has at least one point."""
+def traces(run: Run, metric: str, *, min_points: int = 0) -> list[Trace]:
+    """One ``Trace`` per rank on which ``metric`` is logged with at least ``min_points``
+    finite points (0: every rank that logs it, even all-NaN, for the non-finite detectors).
+
+    A detector that gets an empty list returns ``NotRun`` saying how many points it needs.
+    """
     out = []
     for rank in run.ranks():
         t = Trace.of(run, metric, rank)
-        if t is not None:
+        if t is not None and len(t) >= min_points:
             out.append(t)
     return out

@@ -104,12 +104,9 @@ def detect_overfitting(run: Run) -> list[Finding] | NotRun:
     not alarming).
     """
     out: list[Finding] = []
-    ran = False
-    for vt in traces(run, "val_loss"):
+    trs = traces(run, "val_loss", min_points=3)
+    for vt in trs:
         n = len(vt)
-        if n < 3:
-            continue
-        ran = True
         t, is_log = log_if_positive(vt.values)
         m = int(np.argmin(t))
         after = t[m + 1:]
@@ -189,6 +186,6 @@ def detect_overfitting(run: Run) -> list[Finding] | NotRun:
                      f"and rose {100 * rel:.1f}% over the next {after.size} evaluations "
                      f"({train_note}); best step {best_step}"),
             evidence=tuple(ev)))
-    if not ran:
+    if not trs:
         return NotRun("needs at least 3 finite val_loss points")
     return out

@@ -189,12 +189,9 @@ def detect_vanishing(run: Run) -> list[Finding] | NotRun:
     Warning when the loss did not fall over the same stretch (or is not logged); info when it
     did (tiny gradients at a tiny loss are convergence)."""
     out: list[Finding] = []
-    ran = False
-    for g in traces(run, "grad_norm"):
+    trs = traces(run, "grad_norm", min_points=10)
+    for g in trs:
         n = len(g)
-        if n < 10:
-            continue
-        ran = True
         v = g.values
         q = max(2, n // 5)
         early = median(np.abs(v[1:1 + q]))
@@ -230,7 +227,7 @@ def detect_vanishing(run: Run) -> list[Finding] | NotRun:
             evidence=(Evidence("grad_norm", int(g.steps[-1]), late, early,
                                note=f"median of the last {q} points vs the first {q} "
                                     f"(after the first)"),)))
-    if not ran:
+    if not trs:
         return NotRun("needs at least 10 finite grad_norm points")
     return out
 

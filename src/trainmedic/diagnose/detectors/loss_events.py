@@ -153,11 +153,8 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
     finding says whether (and when) the loss came back to that level. A jump that stays up is
     folded into ``divergence`` by the engine when that fires too."""
     out: list[Finding] = []
-    ran = False
-    for tr in traces(run, "loss"):
-        if len(tr) < 10:
-            continue
-        ran = True
+    trs = traces(run, "loss", min_points=10)
+    for tr in trs:
         t, is_log = log_if_positive(tr.values)
         window = min(SPIKE_WINDOW, max(5, len(tr) // 4))
         cand, ref, scale, jump = _spike_candidates(t, is_log, window)
@@ -239,7 +236,7 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
                 summary=(f"loss jumped {ratio:.3g}x its running median at step {onset}"
                          f"{back_txt}{more}"),
                 evidence=tuple(ev)))
-    if not ran:
+    if not trs:
         return NotRun("needs at least 10 finite loss points")
     return out
 
@@ -357,11 +354,8 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
     fit from the lowest level before the rise.
     """
     out: list[Finding] = []
-    ran = False
-    for tr in traces(run, "loss"):
-        if len(tr) < 8:
-            continue
-        ran = True
+    trs = traces(run, "loss", min_points=8)
+    for tr in trs:
         t, is_log = log_if_positive(tr.values)
         bl = blocks(tr.steps, t, max_blocks=200 if len(tr) >= 600 else max(8, len(tr) // 3))
         lv = bl.median
@@ -450,7 +444,7 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
                      f"({fmt(inv(best))} -> {fmt(inv(end_lv))}) and stayed up to the last "
                      f"logged step {int(tr.steps[-1])}{tail}"),
             evidence=tuple(ev)))
-    if not ran:
+    if not trs:
         return NotRun("needs at least 8 finite loss points")
     return out
 

@@ -100,11 +100,8 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
     shows no significant fall, however noisy); from a run that starts late (a resume) it is
     info; otherwise a warning."""
     out: list[Finding] = []
-    ran = False
-    for tr in traces(run, "loss"):
-        if len(tr) < 8:
-            continue
-        ran = True
+    trs = traces(run, "loss", min_points=8)
+    for tr in trs:
         lv, _, is_log, bsize = _levels(tr, max_blocks=min(100, max(4, len(tr) // 2)))
         nb = len(lv)
         head = max(1, math.ceil(0.1 * nb))
@@ -193,7 +190,7 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
                      f"over {len(tr)} logged points, steps {int(tr.steps[0])}-"
                      f"{int(tr.steps[-1])}{chance}{slow}"),
             evidence=tuple(ev)))
-    if not ran:
+    if not trs:
         return NotRun("needs at least 8 finite loss points")
     return out
 
@@ -205,11 +202,8 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
     max(1%, 2 block sigmas) for >= 25% of the run's steps (and >= 5 blocks). Always info:
     a plateau is often the schedule doing its job; the router checks lr to say which."""
     out: list[Finding] = []
-    ran = False
-    for tr in traces(run, "loss"):
-        if len(tr) < 12:
-            continue
-        ran = True
+    trs = traces(run, "loss", min_points=12)
+    for tr in trs:
         lv, bsteps, is_log, _ = _levels(tr, max_blocks=min(100, max(6, len(tr) // 3)))
         nb = len(lv)
         if nb < 6:
@@ -234,7 +228,7 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
             evidence=(Evidence("loss", onset, float(inv(lv[k])), float(inv(float(lv[0]))),
                                note="first block median within noise of the best level; "
                                     "reference = first block median"),)))
-    if not ran:
+    if not trs:
         return NotRun("needs at least 12 finite loss points")
     return out
 
@@ -283,12 +277,9 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
     (>= 4 reversals) are a warning; smaller ones need >= 6 reversals and are info; and any of
     them is info when the logged lr itself cycles (>= 2 reversals of >= 2x)."""
     out: list[Finding] = []
-    ran = False
-    for tr in traces(run, "loss"):
+    trs = traces(run, "loss", min_points=30)
+    for tr in trs:
         n = len(tr)
-        if n < 30:
-            continue
-        ran = True
         t, is_log = log_if_positive(tr.values)
         bl = blocks(tr.steps, t, size=max(3, math.ceil(n / 200)))
         lv = bl.median
@@ -336,6 +327,6 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
                                     f"{'x' if is_log else ''}; threshold = max(30%, 6 block "
                                     f"sigmas)" + ("; lr follows a cyclic schedule, so "
                                                   "swings are expected" if cyclic else "")),)))
-    if not ran:
+    if not trs:
         return NotRun("needs at least 30 finite loss points")
     return out

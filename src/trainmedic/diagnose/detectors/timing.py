@@ -140,11 +140,8 @@ def detect_step_time_outliers(run: Run) -> list[Finding] | NotRun:
     on a shared CPU) on sub-millisecond steps from counting as a problem: nothing that costs
     less than a second over the whole run is worth a user's attention."""
     out: list[Finding] = []
-    ran = False
-    for st in traces(run, "step_time_s"):
-        if len(st) < 20:
-            continue
-        ran = True
+    trs = traces(run, "step_time_s", min_points=20)
+    for st in trs:
         skip = warmup_skip(len(st))
         v, s = st.values[skip:], st.steps[skip:]
         # Non-positive step times are logging bugs (see detect_input_bound): dropped.
@@ -184,7 +181,7 @@ def detect_step_time_outliers(run: Run) -> list[Finding] | NotRun:
             evidence=(Evidence("step_time_s", int(s[worst]), float(v[worst]), med,
                                note=f"slowest step vs the median of all steps after the "
                                     f"first {skip}"),)))
-    if not ran:
+    if not trs:
         return NotRun("needs at least 20 step_time_s points")
     return out
 
