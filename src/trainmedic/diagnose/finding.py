@@ -8,7 +8,7 @@ says whether it was checked against that metric's data.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 __all__ = [
@@ -187,7 +187,3 @@ class Diagnosis:
             "notes": list(self.notes),
         }
 
-
-def finding_as_dict(f: Finding) -> dict[str, Any]:
-    """Plain-dict form via dataclasses (kept for callers that want every field)."""
-    return asdict(f)

@@ -12,7 +12,7 @@ resume the re-run steps replace the abandoned ones).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,10 +142,6 @@ class Run:
     def per_rank(self, metric: str) -> Mapping[int | None, Series]:
         """``{rank: raw series}`` for ``metric``."""
         return {r: s for (m, r), s in self.series.items() if m == metric}
-
-    def iter_series(self) -> Iterator[tuple[str, int | None, Series]]:
-        for (m, r), s in self.series.items():
-            yield m, r, s
 
     @property
     def num_points(self) -> int:
