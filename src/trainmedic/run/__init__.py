@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from trainmedic.run.series import ImportNote, Run, Series
+from trainmedic.run.series import ImportNote, Run, RunEvent, Series
 
-__all__ = ["Run", "Series", "ImportNote", "load_run"]
+__all__ = ["Run", "RunEvent", "Series", "ImportNote", "load_run"]
 
 
 def load_run(*paths: str, mapping: dict[str, str] | None = None) -> Run:

@@ -394,6 +394,7 @@ def _merge_into(total: Run, part: Run, part_path: str) -> None:
                 f"with the same values; read once", path=part_path))
             continue
         total.add(metric, s.steps, s.values, rank)
+    total.events.extend(part.events)
     for k, v in part.meta.items():
         if k == "sources":
             total.meta.setdefault("sources", []).extend(v)
@@ -561,7 +562,8 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
 
 def _remap_store_run(run: Run, mapping: dict[str, str]) -> Run:
     """Apply a user mapping to a run store's (already canonical) metric names."""
-    out = Run(source=run.source, meta=dict(run.meta), notes=list(run.notes))
+    out = Run(source=run.source, meta=dict(run.meta), notes=list(run.notes),
+              events=list(run.events))
     inverse = {src: canon for canon, src in mapping.items()}
     for (metric, rank), s in run.series.items():
         out.series[(inverse.get(metric, metric), rank)] = s

@@ -81,6 +81,21 @@ class ImportNote:
     line: int | None = None
 
 
+@dataclass(frozen=True)
+class RunEvent:
+    """Something that happened at one step and is not a number: a non-finite step localized
+    by the NaN guard (``kind="nonfinite"``), a finding raised live, a stop requested.
+
+    ``data`` is the JSON object the writer recorded (e.g. ``{"module": "blocks.0.attn",
+    "where": "forward", ...}`` for ``nonfinite``).
+    """
+
+    step: int
+    kind: str
+    data: Mapping[str, Any]
+    rank: int | None = None
+
+
 @dataclass
 class Run:
     """All series of one training run, keyed by ``(metric, rank)``.
@@ -95,6 +110,7 @@ class Run:
     series: dict[tuple[str, int | None], Series] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     notes: list[ImportNote] = field(default_factory=list)
+    events: list[RunEvent] = field(default_factory=list)
 
     # -- construction -----------------------------------------------------------------
     def add(self, metric: str, steps: Iterable[int] | np.ndarray,
@@ -115,6 +131,13 @@ class Run:
         for k, v in other.meta.items():
             self.meta.setdefault(k, v)
         self.notes.extend(other.notes)
+        self.events.extend(other.events)
+
+    def events_of(self, kind: str, rank: int | None = None, *,
+                  any_rank: bool = True) -> list[RunEvent]:
+        """The events of ``kind`` (on ``rank``, or on every rank when ``any_rank``), by step."""
+        out = [e for e in self.events if e.kind == kind and (any_rank or e.rank == rank)]
+        return sorted(out, key=lambda e: e.step)
 
     # -- queries ----------------------------------------------------------------------
     def metrics(self) -> list[str]:

@@ -8,6 +8,7 @@ Layout of ``<run_dir>``:
   rank's crash.
 * Tables: ``metrics(step, metric_id, value)`` in long format (one row per scalar, in log
   order, so the order itself stays evidence of a resume), ``metric_names(id, name)``, and
+  ``events(step, kind, data)`` (JSON data: what the NaN guard localized, live findings), and
   ``meta(key, value)`` with JSON values (start time, rank, world size, host, version, and
   whatever the user adds with :meth:`RunStore.set_meta`). The view ``metrics_long`` joins
   the names in, for people reading the file with the ``sqlite3`` shell.
@@ -51,7 +52,7 @@ from trainmedic.errors import (
     UnreadableInputError,
     UnrecognizedInputError,
 )
-from trainmedic.run.series import Run, Series
+from trainmedic.run.series import Run, RunEvent, Series
 
 try:  # POSIX advisory locks; on Windows two writers are not detected (documented below).
     import fcntl
@@ -90,6 +91,7 @@ CREATE TABLE IF NOT EXISTS metrics (
     metric_id INTEGER NOT NULL REFERENCES metric_names(id),
     value REAL
 );
+CREATE TABLE IF NOT EXISTS events (step INTEGER NOT NULL, kind TEXT NOT NULL, data TEXT NOT NULL);
 CREATE VIEW IF NOT EXISTS metrics_long AS
     SELECT m.rowid AS seq, m.step AS step, n.name AS metric, m.value AS value
     FROM metrics AS m JOIN metric_names AS n ON n.id = m.metric_id;
@@ -300,6 +302,13 @@ class RunStore:
             return
         self._items.append(("meta", merged))
 
+    def event(self, step: int, kind: str, data: Mapping[str, Any] | None = None) -> None:
+        """Record a non-numeric event at ``step`` (``kind`` a short code, ``data`` JSON-able)."""
+        if not self._enabled or self._closed or self._error is not None:
+            return
+        self._items.append(("event", (int(step), str(kind), dict(data or {}))))
+        self._wake.set()  # rare and important: commit it soon
+
     @staticmethod
     def _check_meta_keys(meta: Mapping[str, Any]) -> None:
         clash = sorted(set(meta) & RESERVED_META)
@@ -365,6 +374,12 @@ class RunStore:
                             "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                             [(k, json.dumps(v, default=str)) for k, v in item[1].items()])
                         conn.execute("COMMIT")
+                    elif item[0] == "event":
+                        self._commit(conn, rows)
+                        rows = []
+                        step, kind, data = item[1]
+                        conn.execute("INSERT INTO events(step, kind, data) VALUES (?, ?, ?)",
+                                     (step, kind, json.dumps(data, default=str)))
                     elif item[0] == "flush":
                         events.append(item[1])
                     else:
@@ -500,6 +515,10 @@ def read_store(path: pathlib.Path) -> Run:
             # One query in insertion order; NULL (a NaN when written) becomes NaN.
             rows = conn.execute(
                 "SELECT step, metric_id, value FROM metrics ORDER BY rowid").fetchall()
+            has_events = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' "
+                                      "AND name='events'").fetchone() is not None
+            event_rows = (conn.execute("SELECT step, kind, data FROM events ORDER BY rowid")
+                          .fetchall() if has_events else [])
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
@@ -519,6 +538,13 @@ def read_store(path: pathlib.Path) -> Run:
     else:
         rank = None
     run = Run(source=str(path), meta={**meta, "format": "trainmedic.store"})
+    for step, kind, raw in event_rows:
+        try:
+            data = json.loads(raw)
+        except (TypeError, ValueError):
+            data = {"raw": raw}
+        run.events.append(RunEvent(int(step), str(kind),
+                                   data if isinstance(data, dict) else {"value": data}, rank))
     if rows:
         arr = np.array(rows, dtype=np.float64)  # None → nan
         steps = arr[:, 0].astype(np.int64)
