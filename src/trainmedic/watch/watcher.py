@@ -1,44 +1,52 @@
-"""The minimal live watcher: per-step telemetry of a PyTorch loop into the run store.
+"""The live watcher: per-step telemetry of a PyTorch loop, recorded into the run store.
 
 >>> from trainmedic.watch import watch                              # doctest: +SKIP
->>> with watch(model, optimizer, run_dir="runs/exp1") as w:
+>>> with watch(model, optimizer, run_dir="runs/exp1", stop_on={"divergence"}) as w:
 ...     for x, y in w.wrap_loader(loader):      # times the wait for each batch
 ...         optimizer.zero_grad()
 ...         loss = loss_fn(model(x), y)
 ...         loss.backward()
-...         optimizer.step()                     # the grad norm is taken just before this
-...         w.step(loss, batch_size=len(x))
+...         optimizer.step()                     # grad norm (and the NaN check) just before it
+...         w.step(loss, batch_size=len(x), replay=lambda: loss_fn(model(x), y))
+...         if w.should_stop:                    # a live finding in stop_on, or runs/exp1/STOP
+...             break
 ...     w.log({"val_loss": evaluate(model)})     # any other metric, at the current step
 
-Per step it records ``loss``, ``lr`` (``optimizer.param_groups[0]["lr"]``), ``grad_norm``
-(global L2 norm over the model's gradients, taken in an optimizer step pre-hook, i.e. after
-backward and after any clipping: pass ``grad_norm=`` the value ``clip_grad_norm_`` returns to
-record the pre-clip norm), ``step_time_s`` (wall time of the step: from the request for its
-first batch when the loader is wrapped, else from the previous ``step()`` call, to this
-``step()``; evaluation between steps is not counted),
-``data_time_s`` (time spent waiting in the wrapped loader during that step), ``rss_mb``, and
-on CUDA ``mem_alloc_mb``/``mem_peak_mb``; ``samples_per_s`` when ``batch_size`` is given and
-``loss_scale`` when a ``GradScaler`` is given (the scale after this step's ``update()``: it
-halves on a step whose gradients overflowed).
+Per step: ``loss``; ``lr`` (``optimizer.param_groups[0]["lr"]``); ``grad_norm`` (global L2
+norm of the model's gradients, taken in an optimizer step pre-hook, i.e. after backward and
+after any clipping: pass ``grad_norm=`` the value ``clip_grad_norm_`` returns to record the
+pre-clip norm); ``step_time_s`` (on CPU the wall time from the request for the step's first
+batch when the loader is wrapped, else from the previous ``step()``, to this ``step()``;
+evaluation between steps is not counted; on CUDA the GPU time between consecutive
+``step()`` calls, from CUDA events); ``data_time_s`` (time waiting in the wrapped loader);
+``compute_time_s`` (training forward passes, see :mod:`trainmedic.watch.clock`); ``rss_mb``;
+on CUDA ``mem_alloc_mb``, ``mem_reserved_mb``, ``mem_peak_mb``; ``samples_per_s`` and
+``tokens_per_s`` when ``batch_size`` / ``tokens`` are given; ``loss_scale`` with a
+``GradScaler`` (the scale after this step's ``update()``). Every ``param_every`` steps:
+``param_norm`` and ``update_ratio``. Every ``layer_every`` steps: ``layer/<module>/<stat>``.
 
-No host-device sync per step: values that live on a GPU (loss, grad norm, loss scale) stay
-there and are fetched together every ``fetch_every`` steps with one ``tolist()``; on CPU they
-are read at once (unless ``fetch_every`` > 1 is asked for). The full watcher (per-layer
-stats, NaN guard, callbacks) is a later issue; this class keeps its hooks
-(``_on_pre_optimizer_step``, ``_pending``) open for it.
+No host-device sync per step: values that live on a GPU stay there and are fetched together
+every ``fetch_every`` steps with one ``tolist()``. The only exception is ``nan_policy="skip"``
+or ``"raise"`` on an accelerator, which reads one flag per step (it must know before
+``optimizer.step()`` whether to drop the update); the default there is ``"record"``.
+See :class:`~trainmedic.watch.config.WatchConfig` for every option.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import pathlib
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from trainmedic.errors import ConfigError
 from trainmedic.run.store import RunStore
+from trainmedic.watch.clock import ForwardClock, elapsed_s
+from trainmedic.watch.config import WatchConfig
 from trainmedic.watch.host_memory import rss_mb
 
 if TYPE_CHECKING:
@@ -50,6 +58,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _MB = float(2**20)
+_MAX_LOCALIZATIONS = 3
 
 
 class TimedLoader(Generic[T]):
@@ -79,7 +88,12 @@ class TimedLoader(Generic[T]):
 
 
 class Watcher:
-    """Records one training loop's telemetry into a :class:`RunStore`. Use :func:`watch`."""
+    """Records one training loop's telemetry into a :class:`RunStore`. Use :func:`watch`.
+
+    ``config`` or the same fields as keyword arguments (see :class:`WatchConfig`);
+    ``rank``/``world_size`` default to torch.distributed's (or torchrun's environment);
+    ``start_step`` numbers the first step (after a resume); ``scaler`` is a ``GradScaler``.
+    """
 
     def __init__(
         self,
@@ -87,22 +101,30 @@ class Watcher:
         optimizer: torch.optim.Optimizer | None,
         *,
         run_dir: str | os.PathLike[str],
+        config: WatchConfig | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         start_step: int = 0,
         scaler: Any | None = None,
-        fetch_every: int | None = None,
         meta: Mapping[str, Any] | None = None,
-        flush_rows: int = 512,
-        flush_interval_s: float = 1.0,
+        **options: Any,
     ) -> None:
         import torch
 
-        if start_step < 0:
-            raise ConfigError(f"start_step must be >= 0, got {start_step}")
-        if fetch_every is not None and fetch_every < 1:
-            raise ConfigError(f"fetch_every must be >= 1, got {fetch_every}")
+        if config is not None and options:
+            raise ConfigError(f"pass either config= or keyword options, not both (got "
+                              f"{sorted(options)} with a config)")
+        try:
+            cfg = config if config is not None else WatchConfig(**options)
+        except TypeError as exc:
+            raise ConfigError(f"watch(): {exc}; see trainmedic.watch.WatchConfig for the "
+                              f"options") from None
+        if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
+            raise ConfigError(f"start_step must be an integer >= 0, got {start_step!r}")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self._torch = torch
+        self.config = cfg
         self.model = model
         self.optimizer = optimizer
         self.scaler = scaler
@@ -112,23 +134,89 @@ class Watcher:
             if world_size == 1:
                 rank = None
         self._params = self._collect_params()
+        if model is not None and not self._params:
+            n = sum(1 for _ in model.parameters())
+            raise ConfigError(
+                f"watch(): the model has no trainable parameters ({n} parameters, none with "
+                f"requires_grad=True); unfreeze some, or pass the module that is trained")
         self._device = self._params[0].device if self._params else torch.device("cpu")
         self._cuda = self._device.type == "cuda"
-        # On CPU a value is read as soon as it exists; on an accelerator it waits for a batch.
-        self.fetch_every = fetch_every if fetch_every is not None else (50 if self._cuda else 1)
+        self.fetch_every = cfg.fetch_every if cfg.fetch_every is not None else (
+            50 if self._cuda else 1)
+        policy = cfg.nan_policy
+        if policy == "auto":
+            policy = "record" if self._device.type != "cpu" else "skip"
+        self.nan_policy = policy
         self.store = RunStore(run_dir, rank=rank, world_size=world_size, meta=meta,
-                              flush_rows=flush_rows, flush_interval_s=flush_interval_s)
+                              flush_rows=cfg.flush_rows, flush_interval_s=cfg.flush_interval_s)
         self.run_dir = self.store.run_dir
+        try:
+            self._setup(start_step)
+        except BaseException:
+            for h in getattr(self, "_hooks", []):
+                h.remove()
+            clock = getattr(self, "_forward", None)
+            if clock is not None:
+                clock.remove()
+            self.store.close()
+            raise
+
+    def _setup(self, start_step: int) -> None:
+        """Everything after the store is open: hooks, clocks, layer health, live alerts."""
+        torch = self._torch
+        cfg = self.config
+        model, optimizer = self.model, self.optimizer
         self._step = int(start_step)
         self._data_wait_s = 0.0
         self._t_last = time.perf_counter()
         self._t_request: float | None = None
         self._grad_norm_now: torch.Tensor | None = None
-        self._pending: list[tuple[int, dict[str, torch.Tensor]]] = []
-        self._hook = None
+        self._pending: list[tuple[int, dict[str, Any]]] = []
+        self._hooks: list[Any] = []
         self._closed = False
+        # NaN guard state for the step in flight.
+        self._skipped_update = False
+        self._hook_fired = False
+        self._rng_state: Any = None
+        self._nonfinite_events = 0
+        # update_ratio: a copy of the parameters taken before the update on measured steps.
+        self._before_update: list[torch.Tensor] | None = None
+        self._param_stats: dict[str, torch.Tensor] = {}
+        self._last_step_event: Any = None
+        self._stop_reason: str | None = None
+        self._stop_handled = False
+        self._check_arguments()
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
-            self._hook = optimizer.register_step_pre_hook(self._on_pre_optimizer_step)
+            self._hooks.append(optimizer.register_step_pre_hook(self._on_pre_optimizer_step))
+            self._hooks.append(optimizer.register_step_post_hook(self._on_post_optimizer_step))
+        self._forward: ForwardClock | None = None
+        if model is not None:
+            guard = self.nan_policy in ("skip", "raise")
+            self._forward = ForwardClock(model, cuda=self._cuda,
+                                         on_forward_start=self._capture_rng if guard else None)
+        self._layers: Any = None
+        self._layers_armed = False
+        if cfg.layer_every is not None and model is not None:
+            from trainmedic.watch.layer_health import LayerHealth
+
+            self._layers = LayerHealth(model, every=cfg.layer_every,
+                                       max_modules=cfg.layer_max_modules)
+            order = getattr(self._layers, "module_order", None)
+            if order is not None:
+                self.store.set_meta(layer_order=list(order))
+            if self._layers.scheduled(self._step):
+                self._layers.arm()
+                self._layers_armed = True
+        self._alerts: Any = None
+        stop_file = self._stop_file_path(cfg.stop_file)
+        if cfg.alert_every is not None:
+            from trainmedic.watch.alerts import LiveAlerts
+
+            self._alerts = LiveAlerts(
+                every=cfg.alert_every or 100, window=cfg.alert_window,
+                on_finding=cfg.on_finding, stop_on=cfg.stop_on, stop_file=stop_file,
+                rank=self.store.rank, source=str(self.store.path),
+                record_event=self.store.event)
         if self._cuda:
             torch.cuda.reset_peak_memory_stats(self._device)
 
@@ -138,22 +226,41 @@ class Watcher:
         """The step the next :meth:`step` call records (``log`` uses the last one)."""
         return self._step
 
+    @property
+    def should_stop(self) -> bool:
+        """True once a live finding in ``stop_on`` or the stop file asked the run to stop."""
+        return self._stop_reason is not None
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why :attr:`should_stop` is set, or ``None``."""
+        return self._stop_reason
+
+    @property
+    def findings(self) -> list[Any]:
+        """Every live finding raised so far (empty without live alerts)."""
+        return list(self._alerts.findings) if self._alerts is not None else []
+
     def wrap_loader(self, iterable: Iterable[T]) -> TimedLoader[T]:
         """Iterate ``iterable`` through this to record ``data_time_s`` per step."""
         return TimedLoader(iterable, self)
 
-    def step(self, loss: Any, *, batch_size: int | None = None,
+    def step(self, loss: Any, *, batch_size: int | None = None, tokens: int | None = None,
              grad_norm: Any | None = None, step: int | None = None,
-             **extra: Any) -> None:
+             replay: Callable[[], Any] | None = None, **extra: Any) -> None:
         """Close one optimizer step: record its loss and the telemetry gathered during it.
 
-        ``loss`` may be a tensor (detached here, never kept with its graph) or a number.
-        ``step`` overrides the internal counter (e.g. after a resume); ``extra`` records more
-        scalars for this step under their own names.
+        ``loss`` may be a scalar tensor (detached here, never kept with its graph) or a
+        number. ``tokens``: tokens in this step's batch (for ``tokens_per_s``). ``replay``:
+        a closure recomputing the loss of this step's batch (``lambda: loss_fn(model(x), y)``)
+        that the NaN guard calls, only when the step was non-finite, to name the first module
+        that produced a non-finite value. ``step`` overrides the internal counter (e.g. after
+        a resume); ``extra`` records more scalars for this step under their own names.
         """
         if self._closed:
             return
         torch = self._torch
+        loss = self._check_loss(loss)
         now = time.perf_counter()
         start = self._t_request if self._t_request is not None else self._t_last
         step_time_s = now - start
@@ -162,16 +269,31 @@ class Watcher:
         if step is not None:
             self._step = int(step)
         s = self._step
-        host: dict[str, float | None] = {
-            "step_time_s": step_time_s,
-            "data_time_s": self._data_wait_s,
-            "rss_mb": rss_mb(),
-        }
-        self._data_wait_s = 0.0
-        if batch_size is not None and step_time_s > 0:
-            host["samples_per_s"] = batch_size / step_time_s
-        lr = self._lr()
+        host: dict[str, float | None] = {"data_time_s": self._data_wait_s, "rss_mb": rss_mb()}
         device: dict[str, Any] = {}
+        self._data_wait_s = 0.0
+        if self._cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            if self._last_step_event is not None:
+                device["step_time_s"] = [(self._last_step_event, ev)]
+            self._last_step_event = ev
+        else:
+            host["step_time_s"] = step_time_s
+            for name, count in (("samples_per_s", batch_size), ("tokens_per_s", tokens)):
+                if count is not None and step_time_s > 0:
+                    host[name] = count / step_time_s
+        if self._cuda:  # rates from the GPU step time, computed at fetch
+            for name, count in (("samples_per_s", batch_size), ("tokens_per_s", tokens)):
+                if count is not None and "step_time_s" in device:
+                    device[name] = ("rate", float(count))
+        if self._forward is not None:
+            fwd = self._forward.take()
+            if isinstance(fwd, list):
+                device["compute_time_s"] = fwd
+            elif fwd is not None:
+                host["compute_time_s"] = fwd
+        lr = self._lr()
         if lr is not None:
             if isinstance(lr, torch.Tensor) and self._defers(lr):
                 device["lr"] = lr.detach().reshape(())
@@ -202,13 +324,36 @@ class Watcher:
                 host["loss_scale"] = float(self.scaler.get_scale())
         if self._cuda:
             host["mem_alloc_mb"] = torch.cuda.memory_allocated(self._device) / _MB
+            host["mem_reserved_mb"] = torch.cuda.memory_reserved(self._device) / _MB
             host["mem_peak_mb"] = torch.cuda.max_memory_allocated(self._device) / _MB
-        self.store.log(s, host)
+        if self._param_stats:
+            for name, value in self._param_stats.items():
+                if self._defers(value):
+                    device[name] = value
+                else:
+                    host[name] = value.item()
+            self._param_stats = {}
+        if self._layers is not None:
+            stats = self._layers.collect() if self._layers_armed else {}
+            self._layers_armed = False
+            for name, value in stats.items():
+                if self._defers(value):
+                    device[name] = value
+                else:
+                    host[name] = value.item()
+        self._nan_guard(s, host, device, replay)
+        self._record(s, host)
         if device:
             self._pending.append((s, device))
             if len(self._pending) >= self.fetch_every:
                 self._fetch()
         self._step = s + 1
+        self._skipped_update = False
+        self._hook_fired = False
+        if self._layers is not None and self._layers.scheduled(self._step):
+            self._layers.arm()
+            self._layers_armed = True
+        self._after_step(s)
 
     def log(self, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
         """Record other scalars (``val_loss``, ...) at ``step`` (default: the last step)."""
@@ -221,22 +366,37 @@ class Watcher:
         dev = {k: v.detach().reshape(()) for k, v in metrics.items()
                if isinstance(v, torch.Tensor) and self._defers(v)}
         if host:
-            self.store.log(s, host)
+            self._record(s, host)
         if dev:
             self._pending.append((s, dev))
             if len(self._pending) >= self.fetch_every:
                 self._fetch()
 
-    def close(self) -> None:
-        """Fetch what is pending, remove the hook, close the store. Idempotent."""
+    def flush(self) -> None:
+        """Fetch pending device values and commit everything recorded so far."""
         if self._closed:
             return
-        self._closed = True
+        self._fetch()
+        self.store.flush()
+
+    def close(self) -> None:
+        """Fetch what is pending, run the last live-alert pass, remove every hook and close
+        the store. Idempotent."""
+        if self._closed:
+            return
         try:
             self._fetch()
+            if self._alerts is not None:
+                self._alerts.close(final_step=max(self._step - 1, 0))
         finally:
-            if self._hook is not None:
-                self._hook.remove()
+            self._closed = True
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
+            if self._forward is not None:
+                self._forward.remove()
+            if self._layers is not None:
+                self._layers.disarm()
             self.store.close()
 
     def __enter__(self) -> Watcher:
@@ -246,7 +406,7 @@ class Watcher:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    # -- internals --------------------------------------------------------------------
+    # -- checks -----------------------------------------------------------------------
     def _collect_params(self) -> list[torch.Tensor]:
         if self.model is not None:
             return [p for p in self.model.parameters() if p.requires_grad]
@@ -254,11 +414,57 @@ class Watcher:
             return [p for g in self.optimizer.param_groups for p in g["params"]]
         return []
 
+    def _check_arguments(self) -> None:
+        """A model with nothing to train is refused; an optimizer stepping parameters the
+        model does not hold (a stale copy: the classic "loss never moves" bug) is recorded
+        as an event and logged, since the run may still mean it (e.g. a frozen teacher)."""
+        if self.model is None or self.optimizer is None:
+            return
+        in_model = {id(p) for p in self.model.parameters()}
+        opt_params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        foreign = [p for p in opt_params if id(p) not in in_model]
+        if not foreign:
+            return
+        n_el = sum(int(p.numel()) for p in foreign)
+        msg = (f"{len(foreign)} of the optimizer's {len(opt_params)} parameters "
+               f"({n_el:,} values) are not parameters of the watched model: the optimizer "
+               f"updates tensors the model does not use (built over a copy of the model?)")
+        logger.warning("trainmedic: %s", msg)
+        self.store.event(self._step, "optimizer_params_not_in_model",
+                         {"foreign": len(foreign), "optimizer_params": len(opt_params),
+                          "foreign_values": n_el, "detail": msg})
+
+    def _check_loss(self, loss: Any) -> Any:
+        torch = self._torch
+        if isinstance(loss, torch.Tensor):
+            if loss.numel() != 1:
+                raise ConfigError(
+                    f"w.step(loss): loss must be a scalar tensor, got shape "
+                    f"{tuple(loss.shape)}; reduce it first (loss.mean()) or pass a number")
+            return loss
+        if loss is None:
+            return None
+        if isinstance(loss, (str, bytes)):
+            raise ConfigError(f"w.step(loss): loss must be a scalar tensor or a number, got "
+                              f"{type(loss).__name__} {loss!r}")
+        try:
+            return float(loss)
+        except (TypeError, ValueError):
+            raise ConfigError(f"w.step(loss): loss must be a scalar tensor or a number, got "
+                              f"{type(loss).__name__}") from None
+
     def _defers(self, value: Any) -> bool:
         """Hold a tensor for the batched fetch (an accelerator tensor, or ``fetch_every > 1``)
         rather than reading it now (a CPU tensor: ``item()`` costs no sync)."""
         return bool(value.device.type != "cpu" or self.fetch_every > 1)
 
+    def _stop_file_path(self, stop_file: str | pathlib.Path | None) -> pathlib.Path | None:
+        if stop_file is None:
+            return None
+        path = pathlib.Path(stop_file)
+        return path if path.is_absolute() else self.run_dir / path
+
+    # -- loader and hooks -------------------------------------------------------------
     def _batch_requested(self, t: float) -> None:
         # The step starts when its first batch is asked for, so work done between steps
         # (evaluation, logging, a checkpoint save after step()) is not charged to a step.
@@ -268,6 +474,14 @@ class Watcher:
     def _add_data_wait(self, seconds: float) -> None:
         self._data_wait_s += seconds
 
+    def _capture_rng(self) -> None:
+        # The RNG state at the start of a training forward, so a replay draws the same
+        # dropout masks. torch.get_rng_state() copies ~5 kB; the CUDA one is seed + offset
+        # on the host (no sync).
+        torch = self._torch
+        cuda = torch.cuda.get_rng_state(self._device) if self._cuda else None
+        self._rng_state = (torch.get_rng_state(), cuda)
+
     def _lr(self) -> Any:
         if self.optimizer is None or not self.optimizer.param_groups:
             return None
@@ -275,7 +489,45 @@ class Watcher:
 
     def _on_pre_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # After backward (and after any clipping), before the update changes anything.
-        self._grad_norm_now = self._grad_norm()
+        self._hook_fired = True
+        gn = self._grad_norm()
+        self._grad_norm_now = gn
+        if self._layers is not None and self._layers_armed:
+            self._layers.on_grads()
+        if gn is not None and self.nan_policy in ("skip", "raise"):
+            # The one read the guard needs: free on CPU, a sync on an accelerator.
+            if not bool(self._torch.isfinite(gn)):
+                self._drop_update()
+                return
+        every = self.config.param_every
+        if every is not None and self._step % every == 0 and self._params:
+            with self._torch.no_grad():
+                self._before_update = [p.detach().clone() for p in self._params]
+
+    def _on_post_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        before, self._before_update = self._before_update, None
+        if before is None:
+            return
+        torch = self._torch
+        with torch.no_grad():
+            after = [p.detach() for p in self._params]
+            delta = torch._foreach_sub(after, before)
+            param_norm = _global_norm(torch, torch._foreach_norm(after))
+            update_norm = _global_norm(torch, torch._foreach_norm(delta))
+        self._param_stats = {"param_norm": param_norm,
+                             "update_ratio": update_norm / param_norm.clamp_min(1e-30)}
+
+    def _drop_update(self) -> None:
+        """Skip this optimizer step: torch optimizers leave a parameter whose ``.grad`` is
+        ``None`` untouched (no update, no moment or step-count change), so the parameters
+        stay exactly those that produced the non-finite gradient, for the replay."""
+        self._skipped_update = True
+        for p in self._params:
+            p.grad = None
+        if self.optimizer is not None:
+            for g in self.optimizer.param_groups:
+                for p in g["params"]:
+                    p.grad = None
 
     def _grad_norm(self) -> torch.Tensor | None:
         torch = self._torch
@@ -287,10 +539,89 @@ class Watcher:
                 norms = torch._foreach_norm(grads)  # one fused kernel per device and dtype
             except (AttributeError, RuntimeError):
                 norms = [torch.linalg.vector_norm(g) for g in grads]
-            dev = norms[0].device
-            if any(n.device != dev or n.dtype != torch.float32 for n in norms):
-                norms = [n.to(dev, torch.float32) for n in norms]  # mixed devices/dtypes
-            return torch.linalg.vector_norm(torch.stack(norms))
+            return _global_norm(torch, norms)
+
+    # -- the NaN guard ----------------------------------------------------------------
+    def _nan_guard(self, s: int, host: dict[str, float | None], device: dict[str, Any],
+                   replay: Callable[[], Any] | None) -> None:
+        """Record (and, by policy, localize or raise on) a non-finite step. Nothing runs on a
+        healthy step beyond reading two host floats that were read anyway."""
+        if self.nan_policy == "record" and not self._cuda:
+            bad = _nonfinite_names(host)
+            if bad:
+                self._record_nonfinite(s, bad, None, "record")
+            return
+        if self.nan_policy not in ("skip", "raise"):
+            return  # "record" on an accelerator: found in the fetched values (_fetch)
+        loss_bad = "loss" in _nonfinite_names(host)
+        if not self._skipped_update and not loss_bad:
+            return
+        bad = ["grad_norm"] if self._skipped_update else []
+        if loss_bad:
+            bad.insert(0, "loss")
+        # The parameters still hold the state that produced the non-finite value when the
+        # update was dropped here, or when no update ran this step (a GradScaler skipped it).
+        same_state = self._skipped_update or not self._hook_fired
+        localization = None
+        # Localizing replays a forward and backward: done for the first few events only, so
+        # a run that stays non-finite is not slowed to a crawl.
+        if (replay is not None and same_state and self.model is not None
+                and self._nonfinite_events < _MAX_LOCALIZATIONS):
+            from trainmedic.watch.nan_guard import localize_nonfinite
+
+            localization = localize_nonfinite(self.model, replay, step=s,
+                                              rng_state=self._rng_state)
+        self._record_nonfinite(s, bad, localization, self.nan_policy,
+                               skipped=self._skipped_update)
+        if self.nan_policy == "raise":
+            from trainmedic.watch.nan_guard import NonFiniteError
+
+            self._fetch()
+            self.store.flush()
+            where = f"; {localization.detail}" if localization is not None else ""
+            raise NonFiniteError(f"step {s}: non-finite {' and '.join(bad)}{where}",
+                                 localization=localization)
+
+    def _record_nonfinite(self, s: int, bad: Sequence[str], localization: Any, policy: str,
+                          *, skipped: bool = False) -> None:
+        self._nonfinite_events += 1
+        data: dict[str, Any] = {"metrics": bad, "policy": policy, "update_skipped": skipped}
+        if localization is not None:
+            data.update(localization.as_dict())
+        else:
+            data.setdefault("where", "not_localized")
+            data["module"] = None
+            data["detail"] = ("not localized: " + (
+                "pass replay= to w.step() so the guard can rerun the batch"
+                if policy in ("skip", "raise") else
+                f"nan_policy={policy!r} lets the update run, so the state that produced it "
+                f"is gone; use nan_policy='skip' to localize"))
+        self.store.event(s, "nonfinite", data)
+        if self._nonfinite_events <= 10:
+            logger.warning("trainmedic: step %d: non-finite %s (%s)%s", s, " and ".join(bad),
+                           "update skipped" if skipped else "recorded",
+                           f"; {data['detail']}" if data.get("detail") else "")
+
+    # -- recording --------------------------------------------------------------------
+    def _record(self, s: int, row: Mapping[str, Any]) -> None:
+        self.store.log(s, row)
+        if self._alerts is not None:
+            self._alerts.feed(s, row)
+
+    def _after_step(self, s: int) -> None:
+        alerts = self._alerts
+        if alerts is None:
+            return
+        alerts.after_step(s)
+        if self._stop_reason is None and alerts.stop_reason is not None:
+            self._stop_reason = alerts.stop_reason
+            logger.warning("trainmedic: stop requested: %s", self._stop_reason)
+            self.store.event(s, "stop_requested", {"reason": self._stop_reason})
+        if self._stop_reason is not None and not self._stop_handled:
+            self._stop_handled = True
+            if self.config.on_stop is not None:
+                self._fetch()
+                self.config.on_stop(self._stop_reason)
 
     def _fetch(self) -> None:
         """Bring pending device values to the host with one transfer and record them."""
@@ -298,16 +629,49 @@ class Watcher:
             return
         torch = self._torch
         pending, self._pending = self._pending, []
-        first = next(iter(pending[0][1].values()))
-        flat = [v.to(first.device, torch.float64) for _, d in pending for v in d.values()]
-        values = torch.stack(flat).tolist()
+        tensors = [v for _, d in pending for v in d.values() if isinstance(v, torch.Tensor)]
+        values: list[float] = []
+        if tensors:
+            dev = tensors[0].device
+            flat = [v.to(dev, torch.float64) for v in tensors]
+            values = torch.stack(flat).tolist()  # the one sync; events below are complete
         i = 0
         for s, d in pending:
-            row = {}
-            for name in d:
-                row[name] = values[i]
-                i += 1
-            self.store.log(s, row)
+            row: dict[str, float] = {}
+            for name, v in d.items():
+                if isinstance(v, torch.Tensor):
+                    row[name] = values[i]
+                    i += 1
+                elif isinstance(v, list):  # CUDA event pairs
+                    row[name] = elapsed_s(v)
+            for name, v in d.items():
+                if isinstance(v, tuple) and v and v[0] == "rate":
+                    t = row.get("step_time_s")
+                    if t:
+                        row[name] = v[1] / t
+            if self._cuda and self.nan_policy == "record":
+                bad = _nonfinite_names(row)
+                if bad:
+                    self._record_nonfinite(s, bad, None, "record")
+            self._record(s, row)
+
+
+def _nonfinite_names(row: Mapping[str, float | None]) -> list[str]:
+    """Which of the loss and the grad norm in ``row`` are non-finite."""
+    out: list[str] = []
+    for k in ("loss", "grad_norm"):
+        v = row.get(k)
+        if v is not None and not math.isfinite(v):
+            out.append(k)
+    return out
+
+
+def _global_norm(torch: Any, norms: list[Any]) -> Any:
+    """L2 norm of per-tensor norms, in float32 on the first tensor's device."""
+    dev = norms[0].device
+    if any(n.device != dev or n.dtype != torch.float32 for n in norms):
+        norms = [n.to(dev, torch.float32) for n in norms]  # mixed devices/dtypes
+    return torch.linalg.vector_norm(torch.stack(norms))
 
 
 def watch(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None, *,

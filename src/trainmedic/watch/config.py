@@ -1,0 +1,118 @@
+"""What the watcher records, and how often: :class:`WatchConfig`.
+
+Every field has a default an engineer can leave on for a whole run; the costly parts
+(per-layer health) are off unless asked for. ``watch(model, opt, run_dir=..., **fields)``
+accepts the same names as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainmedic.errors import ConfigError
+
+__all__ = ["WatchConfig", "NAN_POLICIES"]
+
+#: What the NaN guard does when the loss or the gradient norm is non-finite.
+NAN_POLICIES = ("auto", "skip", "raise", "record")
+
+
+@dataclass(kw_only=True, frozen=True)
+class WatchConfig:
+    """The watcher's schedule and policies. A bad field raises ``ConfigError`` naming it."""
+
+    fetch_every: int | None = None
+    """Steps between batched device-to-host fetches of values that live on an accelerator
+    (loss, grad norm, loss scale, CUDA-event timings). ``None``: 50 on an accelerator (one
+    transfer per 50 steps, so the watcher adds no host-device sync to a step that does not
+    fetch), 1 on CPU (reading a CPU tensor costs no sync)."""
+
+    param_every: int | None = 50
+    """Steps between measurements of ``param_norm`` and ``update_ratio`` (the global
+    ||ΔW|| / ||W|| of one optimizer step; ~1e-3 is the usual healthy order, Karpathy's
+    "update/data ratio"). It copies the parameters once on those steps. ``None``: never."""
+
+    layer_every: int | None = None
+    """Steps between per-layer health measurements (``layer/<module>/<stat>``: grad and weight
+    norms, activation mean/std/abs-max, dead and saturated unit fractions). ``None``: off
+    (see ``benchmarks/watch_overhead.py`` for what it costs)."""
+
+    layer_max_modules: int = 256
+    """At most this many modules are measured per layer-health step (evenly chosen, first
+    and last always kept)."""
+
+    nan_policy: str = "auto"
+    """What to do on a step whose loss or gradient norm is non-finite. ``"skip"``: drop the
+    optimizer update (every ``.grad`` set to ``None`` before ``optimizer.step()``), record the
+    event and localize it (with ``replay=`` given to ``step``); ``"raise"``: the same, then
+    raise ``NonFiniteError``; ``"record"``: only record. ``"auto"``: ``"skip"`` on CPU, where
+    checking is free, and ``"record"`` on an accelerator, where checking every step costs a
+    host-device sync (choose ``"skip"`` there to pay it)."""
+
+    alert_every: int | None = 100
+    """Steps between live detector passes over the recent window (run off the training
+    thread); findings go to logging and ``on_finding``. ``None``: no live alerts."""
+
+    alert_window: int = 2000
+    """Steps of history each live detector pass looks at."""
+
+    on_finding: Callable[[Any], None] | None = None
+    """Called with each new live ``Finding`` (from the alert thread)."""
+
+    stop_on: Collection[str] = ()
+    """Symptom codes (e.g. ``{"divergence", "nonfinite_loss"}``) whose live finding sets
+    ``should_stop``."""
+
+    stop_file: str | pathlib.Path | None = "STOP"
+    """A file whose appearance sets ``should_stop`` (relative paths are under ``run_dir``):
+    ``touch runs/exp1/STOP`` asks a long run to save and stop at the next step boundary.
+    ``None``: no flag file."""
+
+    on_stop: Callable[[str], None] | None = None
+    """Called once on the training thread, at the first step boundary after a stop was asked
+    for, with the reason (save a checkpoint here)."""
+
+    flush_rows: int = 512
+    """Store rows queued before the writer thread is woken."""
+
+    flush_interval_s: float = 1.0
+    """Seconds between store commits at most (a crash loses at most this much)."""
+
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Reserved for integrations; not read by the watcher."""
+
+    def __post_init__(self) -> None:
+        for name in ("fetch_every", "param_every", "layer_every", "alert_every"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
+        if self.layer_max_modules < 2:
+            raise ConfigError(f"layer_max_modules must be >= 2, got {self.layer_max_modules}")
+        if self.nan_policy not in NAN_POLICIES:
+            raise ConfigError(f"nan_policy must be one of {', '.join(NAN_POLICIES)}; "
+                              f"got {self.nan_policy!r}")
+        if self.alert_every is not None and self.alert_window < 2 * self.alert_every:
+            raise ConfigError(f"alert_window ({self.alert_window}) must be at least twice "
+                              f"alert_every ({self.alert_every})")
+        if isinstance(self.stop_on, str):
+            raise ConfigError(f"stop_on must be a collection of symptom codes, got the string "
+                              f"{self.stop_on!r}; write stop_on={{{self.stop_on!r}}}")
+        if self.stop_on:
+            from trainmedic.diagnose.registry import SYMPTOMS
+
+            unknown = sorted(set(self.stop_on) - set(SYMPTOMS))
+            if unknown:
+                raise ConfigError(f"stop_on: unknown symptom code(s) {unknown}; valid codes: "
+                                  f"{', '.join(sorted(SYMPTOMS))}")
+        if self.flush_rows < 1:
+            raise ConfigError(f"flush_rows must be >= 1, got {self.flush_rows}")
+        if not self.flush_interval_s > 0:
+            raise ConfigError(f"flush_interval_s must be > 0, got {self.flush_interval_s}")
+        for name in ("on_finding", "on_stop"):
+            fn = getattr(self, name)
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"{name} must be callable, got {fn!r}")

@@ -1,0 +1,233 @@
+"""The full watcher's per-step additions, policies and bad input, on tiny real loops."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from trainmedic.errors import ConfigError
+from trainmedic.run.loader import load_paths
+from trainmedic.run.store import StoreLockedError, read_store
+from trainmedic.watch import WatchConfig, watch
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+@pytest.fixture(autouse=True)
+def _single_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    torch.manual_seed(0)
+
+
+def _model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+
+def _train(w, model, opt, steps: int, *, nan_at: int | None = None, replay: bool = False):
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    for i in range(steps):
+        xx = x.clone()
+        if i == nan_at:
+            xx[0, 0] = float("nan")
+        opt.zero_grad()
+        loss = F.mse_loss(model(xx), y)
+        loss.backward()
+        opt.step()
+        w.step(loss, batch_size=32, tokens=320,
+               replay=(lambda xx=xx: F.mse_loss(model(xx), y)) if replay else None)
+
+
+def test_param_norm_and_update_ratio_match_an_oracle(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    expected: dict[int, tuple[float, float]] = {}
+    with watch(model, opt, run_dir=tmp_path, param_every=3, alert_every=None) as w:
+        for i in range(7):
+            before = [p.detach().clone() for p in model.parameters()]
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            after = [p.detach() for p in model.parameters()]
+            pn = math.sqrt(sum(float((a ** 2).sum()) for a in after))
+            un = math.sqrt(sum(float(((a - b) ** 2).sum())
+                               for a, b in zip(after, before, strict=True)))
+            expected[i] = (pn, un / pn)
+            w.step(loss)
+    run = read_store(tmp_path / "metrics.sqlite")
+    pn, ur = run.get("param_norm"), run.get("update_ratio")
+    assert pn is not None and ur is not None
+    assert pn.steps.tolist() == [0, 3, 6] == ur.steps.tolist()
+    np.testing.assert_allclose(pn.values, [expected[s][0] for s in (0, 3, 6)], rtol=1e-5)
+    np.testing.assert_allclose(ur.values, [expected[s][1] for s in (0, 3, 6)], rtol=1e-4)
+
+
+def test_rates_compute_time_and_defaults(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, opt, run_dir=tmp_path, alert_every=None) as w:
+        assert w.nan_policy == "skip" and w.fetch_every == 1  # CPU defaults
+        _train(w, model, opt, 5)
+        with torch.no_grad():
+            model(torch.randn(4, 8))  # evaluation forwards are not compute time
+    run = read_store(tmp_path / "metrics.sqlite")
+    for metric in ("tokens_per_s", "samples_per_s", "compute_time_s", "step_time_s"):
+        s = run.get(metric)
+        assert s is not None and s.steps.tolist() == list(range(5)), metric
+    ratio = run.get("tokens_per_s").values / run.get("samples_per_s").values  # type: ignore[union-attr]
+    np.testing.assert_allclose(ratio, 10.0)
+    ct, st = run.get("compute_time_s").values, run.get("step_time_s").values  # type: ignore[union-attr]
+    assert (ct > 0).all() and (ct <= st).all()
+
+
+def test_config_validation_names_the_field(tmp_path: pathlib.Path) -> None:
+    for kwargs, field in (({"param_every": 0}, "param_every"),
+                          ({"layer_every": -5}, "layer_every"),
+                          ({"nan_policy": "ignore"}, "nan_policy"),
+                          ({"stop_on": "divergence"}, "stop_on"),
+                          ({"stop_on": {"diverging"}}, "stop_on"),
+                          ({"alert_every": 100, "alert_window": 150}, "alert_window"),
+                          ({"on_stop": 3}, "on_stop")):
+        with pytest.raises(ConfigError, match=field):
+            WatchConfig(**kwargs)
+    with pytest.raises(ConfigError, match="no_such_option"):
+        watch(_model(), None, run_dir=tmp_path, no_such_option=1)
+    with pytest.raises(ConfigError, match="either config= or"):
+        watch(_model(), None, run_dir=tmp_path, config=WatchConfig(), param_every=3)
+
+
+def test_loss_that_is_not_a_scalar_is_refused(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    with watch(model, None, run_dir=tmp_path, alert_every=None) as w:
+        with pytest.raises(ConfigError, match=r"scalar tensor, got shape \(4, 1\)"):
+            w.step(model(torch.randn(4, 8)))
+        with pytest.raises(ConfigError, match="got str"):
+            w.step("0.5")
+        w.step(torch.tensor([0.5]))  # one element is a scalar
+    assert read_store(tmp_path / "metrics.sqlite").get("loss").values.tolist() == [0.5]  # type: ignore[union-attr]
+
+
+def test_model_with_no_trainable_parameters_is_refused(tmp_path: pathlib.Path) -> None:
+    model = _model().requires_grad_(False)
+    with pytest.raises(ConfigError, match="no trainable parameters"):
+        watch(model, None, run_dir=tmp_path)
+    with pytest.raises(ConfigError, match="torch.nn.Module"):
+        watch("model", None, run_dir=tmp_path)  # type: ignore[arg-type]
+
+
+def test_optimizer_over_a_copy_of_the_model_is_recorded(tmp_path: pathlib.Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    import copy
+
+    model = _model()
+    opt = torch.optim.SGD(copy.deepcopy(model).parameters(), lr=0.1)
+    with watch(model, opt, run_dir=tmp_path, alert_every=None) as w:
+        _train(w, model, opt, 3)
+    assert "not parameters of the watched model" in caplog.text
+    run = load_paths([tmp_path])
+    ev = run.events_of("optimizer_params_not_in_model")
+    assert len(ev) == 1 and ev[0].data["foreign"] == 4
+
+
+def test_skip_policy_drops_the_update_and_keeps_the_state(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    with watch(model, opt, run_dir=tmp_path, alert_every=None, nan_policy="skip") as w:
+        _train(w, model, opt, 3)
+        state_before = {k: v.clone() for k, v in model.state_dict().items()}
+        steps_before = [int(opt.state[p]["step"]) for p in model.parameters()]
+        _train(w, model, opt, 1, nan_at=0)
+        for k, v in model.state_dict().items():
+            assert torch.equal(v, state_before[k]), k  # bitwise: no update ran
+        assert [int(opt.state[p]["step"]) for p in model.parameters()] == steps_before
+        _train(w, model, opt, 2)  # training goes on
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    run = load_paths([tmp_path])
+    (ev,) = run.events_of("nonfinite")
+    assert ev.step == 3 and ev.data["update_skipped"] is True
+    assert set(ev.data["metrics"]) == {"loss", "grad_norm"}
+    assert math.isnan(run.get("loss").values[3])  # type: ignore[union-attr]
+
+
+def test_record_policy_lets_the_update_run(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, opt, run_dir=tmp_path, alert_every=None, nan_policy="record") as w:
+        _train(w, model, opt, 2, nan_at=1)
+    assert not all(torch.isfinite(p).all() for p in model.parameters())
+    (ev,) = load_paths([tmp_path]).events_of("nonfinite")
+    assert ev.step == 1 and ev.data["update_skipped"] is False and ev.data["module"] is None
+
+
+def test_a_failed_start_leaves_nothing_behind(tmp_path: pathlib.Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainmedic.watch import watcher as watcher_mod
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    # Fails after the store, the optimizer hooks and the forward clock are set up.
+    monkeypatch.setattr(watcher_mod.Watcher, "_stop_file_path", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        watch(model, opt, run_dir=tmp_path)
+    monkeypatch.undo()
+    assert not model._forward_hooks and not model._forward_pre_hooks
+    assert not opt._optimizer_step_pre_hooks and not opt._optimizer_step_post_hooks
+    with watch(model, opt, run_dir=tmp_path, alert_every=None) as w:  # the lock was released
+        w.step(1.0)
+
+
+def test_two_watchers_on_one_run_dir_are_refused(tmp_path: pathlib.Path) -> None:
+    with watch(_model(), None, run_dir=tmp_path, alert_every=None) as w:
+        w.step(1.0)
+        with pytest.raises(StoreLockedError, match="another writer"):
+            watch(_model(), None, run_dir=tmp_path, alert_every=None)
+        w.step(2.0)
+    with watch(_model(), None, run_dir=tmp_path, alert_every=None, rank=1,
+               world_size=2) as other:  # another rank: its own file, side by side
+        other.step(5.0)
+    assert read_store(tmp_path / "metrics.sqlite").get("loss").values.tolist() == [1.0, 2.0]  # type: ignore[union-attr]
+
+
+def test_a_crash_mid_run_keeps_what_was_flushed(tmp_path: pathlib.Path) -> None:
+    code = f"""
+import os, torch
+from trainmedic.watch import watch
+m = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+w = watch(m, opt, run_dir={str(tmp_path)!r}, flush_interval_s=0.05, alert_every=None)
+for i in range(40):
+    opt.zero_grad(); loss = m(torch.randn(8, 4)).pow(2).mean(); loss.backward(); opt.step()
+    w.step(loss)
+    if i == 29:
+        w.flush()
+        os._exit(9)   # no close(), no atexit: a kill
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 9, proc.stderr
+    run = load_paths([tmp_path])
+    assert run.get("loss").steps.tolist() == list(range(30))  # type: ignore[union-attr]
+
+
+def test_unwritable_run_dir_warns_and_training_goes_on(
+        tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, opt, run_dir=blocker / "run", alert_every=None) as w:
+        _train(w, model, opt, 3)
+    assert "training goes on without recording" in caplog.text
+    assert not w.store.enabled
