@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from trainmedic.cli.options import FAIL_ON_CHOICES, exit_code_for
+from trainmedic.cli.presenter import progress_bar
 
 __all__ = ["demo"]
 
@@ -52,7 +50,7 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
     if steps is not None:
         kwargs["steps"] = steps
     config = DemoConfig(**kwargs)  # type: ignore[arg-type]
-    with _progress(f"training the demo model (fault: {fault})") as progress:
+    with progress_bar(f"training the demo model (fault: {fault})") as progress:
         run_dir = run_demo(config, progress=progress)
     run = load_run(str(run_dir))
     result = run_detectors(run)
@@ -60,22 +58,3 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
 
     present(result, run, as_json=as_json, html=html or str(Path(run_dir) / "report.html"))
     raise click.exceptions.Exit(exit_code_for(result.worst(), fail_on))
-
-
-@contextmanager
-def _progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar on a terminal; nothing when stderr is piped."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label, total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update

@@ -38,9 +38,11 @@ def _register() -> None:
     # body so that `trainmedic diagnose` on a log never pays for torch.
     from trainmedic.cli.demo import demo
     from trainmedic.cli.diagnose import diagnose
+    from trainmedic.cli.export import export
 
     cli.add_command(diagnose)
     cli.add_command(demo)
+    cli.add_command(export)
 
 
 _register()

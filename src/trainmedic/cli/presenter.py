@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +16,7 @@ if TYPE_CHECKING:
     from trainmedic.diagnose.finding import Diagnosis
     from trainmedic.run.series import Run
 
-__all__ = ["present"]
+__all__ = ["present", "progress_bar"]
 
 
 def present(diagnosis: Diagnosis, run: Run, *, as_json: bool, html: str | None,
@@ -47,3 +49,22 @@ def present(diagnosis: Diagnosis, run: Run, *, as_json: bool, html: str | None,
 
     if html:
         click.echo(f"HTML report: {html}", err=as_json)
+
+
+@contextmanager
+def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on a terminal; nothing when stderr is piped."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
