@@ -226,6 +226,17 @@ def _grad_or_update_zero(f: Finding, run: Run) -> tuple[Verdict, str]:
     return "contradicts", "no gradient metric"
 
 
+def _optimizer_params_foreign(f: Finding, run: Run) -> tuple[Verdict, str]:
+    # The watcher compares the optimizer's parameters with the model's at start and records
+    # an event when some are not the model's; meta says the comparison ran.
+    events = run.events_of("optimizer_params_not_in_model")
+    if events:
+        d = events[0].data
+        return "supports", (f"the watcher found {d.get('foreign')} of the optimizer's "
+                            f"{d.get('optimizer_params')} parameters outside the model")
+    return "contradicts", "the watcher found every optimizer parameter in the model"
+
+
 def _param_norm_constant(f: Finding, run: Run) -> tuple[Verdict, str]:
     p = _need(run, "param_norm", f.rank)
     lo, hi = float(p.values.min()), float(p.values.max())
@@ -320,6 +331,7 @@ CHECKS: dict[str, CheckFn] = {
     "grad_spikes_isolated": _grad_spikes_isolated,
     "grad_or_update_zero": _grad_or_update_zero,
     "param_norm_constant": _param_norm_constant,
+    "optimizer_params_foreign": _optimizer_params_foreign,
     "loss_scale_logged": _loss_scale_logged,
     "hf_trainer_run": _hf_trainer_run,
     "kept_tensors_show": _kept_tensors_show,
@@ -334,6 +346,8 @@ CHECKS: dict[str, CheckFn] = {
 def _metric_present(run: Run, rule: CauseRule) -> bool:
     if rule.check == "grad_or_update_zero":
         return run.has("grad_norm") or run.has("update_ratio")
+    if rule.check == "optimizer_params_foreign":
+        return bool(run.meta.get("optimizer_params_checked"))
     if rule.check == "kept_tensors_show":
         return run.has("mem_alloc_mb") or run.has("mem_peak_mb") or run.has("rss_mb")
     return rule.metric is None or run.has(rule.metric)

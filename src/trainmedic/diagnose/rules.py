@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from trainmedic.diagnose.finding import Likelihood
 
-__all__ = ["CauseRule", "InterventionRule", "CAUSES", "INTERVENTIONS", "INFO_INTERVENTIONS"]
+__all__ = ["CauseRule", "InterventionRule", "CAUSES", "INTERVENTIONS", "INFO_INTERVENTIONS",
+           "LOCALIZED_CAUSES", "LOCALIZED_SYMPTOMS"]
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -94,6 +95,41 @@ INTERVENTIONS: dict[str, InterventionRule] = {
                "F.cross_entropy/logsigmoid instead of log(softmax))",
         displaced_cost="none measurable",
         verify="loss stays finite past step {onset}"),
+    "stabilize_forward": InterventionRule(
+        action="make {module}'s forward overflow-safe: scale attention scores by "
+               "1/sqrt(head_dim) and take the softmax in fp32 (F.scaled_dot_product_attention "
+               "does both), normalize its input (LayerNorm, QK-norm), and clamp the inputs of "
+               "exp/div/log inside it",
+        displaced_cost="a code change; an fp32 softmax costs a little memory and time in that "
+                       "module",
+        verify="the NaN guard stays silent past step {onset} and {module}'s output abs-max "
+               "stays far below its dtype's maximum"),
+    "guard_backward": InterventionRule(
+        action="put the eps inside {module}'s sqrt/norm/pow/division (torch.sqrt(x + eps), "
+               "x / (norm + eps) with the norm taken of x + eps): their gradient at 0 is inf "
+               "even when the forward value is finite",
+        displaced_cost="none measurable; a bias of order eps in the value",
+        verify="the NaN guard stays silent past step {onset}"),
+    "restore_checkpoint": InterventionRule(
+        action="resume from the last checkpoint before step {onset} whose parameters are all "
+               "finite, with a lower lr or gradient clipping so that the update which "
+               "corrupted them does not recur",
+        displaced_cost="re-runs the steps since that checkpoint",
+        verify="every parameter stays finite past step {onset}"),
+    "check_data": InterventionRule(
+        action="find and drop the non-finite samples: check torch.isfinite(x).all() on each "
+               "batch in the collate function, or filter them out in preprocessing",
+        displaced_cost="one isfinite reduction per batch on the CPU; drops the bad samples",
+        verify="no batch with NaN/inf reaches the model; the loss stays finite past step "
+               "{onset}",
+        changes_semantics=True),
+    "replay_check": InterventionRule(
+        action="make the replay match the step: run the closure under the same autocast and "
+               "loss scale as the step, turn on torch.use_deterministic_algorithms(True), and "
+               "look at the other ranks' NaN-guard events (a NaN all-reduced from another rank "
+               "does not reproduce on this one)",
+        displaced_cost="deterministic kernels can be slower; only while investigating",
+        verify="the NaN guard names a module at the next non-finite step"),
     "disable_nan_filter": InterventionRule(
         action="set TrainingArguments(logging_nan_inf_filter=False) so NaN losses show in "
                "the log, and re-run from the last checkpoint before step {onset}",
@@ -251,8 +287,8 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                   metric="lr", check="lr_high_at_onset", interventions=("lower_lr",)),
         CauseRule(cause="a log/div/sqrt of zero or a negative number in the loss, or a NaN "
                         "in an input batch", likelihood="medium",
-                  to_check="replay the steps around the onset with anomaly detection to name "
-                           "the module",
+                  to_check="record the run with trainmedic.watch, whose NaN guard replays the "
+                           "step and names the module",
                   interventions=("nan_guard", "check_loss_math")),
     ),
     "loss_spike": (
@@ -292,6 +328,11 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                         "{k} classes", likelihood="high", metric="loss", check="at_chance",
                   interventions=("check_labels", "check_optimizer")),
         CauseRule(cause="learning rate is 0", likelihood="high", metric="lr", check="lr_zero",
+                  interventions=("check_optimizer",)),
+        CauseRule(cause="the optimizer updates tensors the model does not use (it was built "
+                        "over a copy of the model, or before the model was re-created)",
+                  likelihood="high", check="optimizer_params_foreign",
+                  to_check="run under trainmedic.watch(model, optimizer) to check this",
                   interventions=("check_optimizer",)),
         CauseRule(cause="no gradient reaches the parameters (frozen, detached, or not in the "
                         "optimizer)", likelihood="high", metric="grad_norm",
@@ -472,4 +513,69 @@ INFO_INTERVENTIONS: dict[str, tuple[str, ...]] = {
     "loss_spike": ("watch_only",),
     "nonfinite_grad": ("watch_only",),
     "plateau": ("plateau_expected",),
+}
+
+
+#: Symptoms whose causes come from LOCALIZED_CAUSES when the NaN guard localized the step.
+LOCALIZED_SYMPTOMS = ("nonfinite_loss", "nonfinite_grad")
+
+_FP16 = CauseRule(cause="fp16 overflow: values beyond the fp16 range (65504)", likelihood="high",
+                  metric="loss_scale", check="loss_scale_logged",
+                  to_check="log loss_scale (GradScaler.get_scale()) to check for fp16",
+                  interventions=("bf16",))
+_LR_HIGH = CauseRule(cause="learning rate too high at the onset", likelihood="medium",
+                     metric="lr", check="lr_high_at_onset", interventions=("lower_lr",))
+_ROSE = CauseRule(cause="the loss diverged before it overflowed (the step before was already "
+                        "rising)", likelihood="high", metric="loss",
+                  check="loss_rising_before_onset", interventions=("lower_lr", "clip_grad"))
+
+#: Causes of a non-finite loss or gradient once the NaN guard said where it broke
+#: (``diagnose.localization.localized_kind``), replacing CAUSES[symptom]: the guard's replay
+#: is the data check ("nan_guard_localized"), and only the logged-metric causes that can
+#: explain that kind of break stay. Action strings may also use {module}.
+LOCALIZED_CAUSES: dict[str, tuple[CauseRule, ...]] = {
+    "forward": (
+        CauseRule(cause="an overflow in the forward of the module the NaN guard named: "
+                        "activations beyond the dtype's range (attention logits, an exp, a "
+                        "division) from finite inputs", likelihood="high",
+                  check="nan_guard_localized",
+                  interventions=("stabilize_forward", "lower_lr", "clip_grad")),
+        _FP16, _ROSE, _LR_HIGH,
+    ),
+    "backward": (
+        CauseRule(cause="a non-finite gradient made in the backward of the module the NaN "
+                        "guard named, from a finite output gradient (a sqrt, norm, pow or "
+                        "division at 0)", likelihood="high", check="nan_guard_localized",
+                  interventions=("guard_backward",)),
+        _FP16,
+    ),
+    "loss": (
+        CauseRule(cause="the loss function: the model's output was finite but the loss or its "
+                        "gradient was not (a log of 0, a division by 0, a NaN label)",
+                  likelihood="high", check="nan_guard_localized",
+                  interventions=("check_loss_math",)),
+    ),
+    "state": (
+        CauseRule(cause="an earlier update blew up: parameters were already non-finite before "
+                        "the step (too high a learning rate, or a gradient spike that was not "
+                        "clipped)", likelihood="high", check="nan_guard_localized",
+                  interventions=("restore_checkpoint", "lower_lr", "clip_grad")),
+        CauseRule(cause="a gradient spike reached the weights", likelihood="medium",
+                  metric="grad_norm", check="grad_spike_at_onset",
+                  to_check="log grad_norm to check this", interventions=("clip_grad",)),
+        _LR_HIGH,
+    ),
+    "data": (
+        CauseRule(cause="the batch itself held NaN/inf (corrupt or unnormalized samples)",
+                  likelihood="high", check="nan_guard_localized",
+                  interventions=("check_data", "skip_batch")),
+    ),
+    "not_reproduced": (
+        CauseRule(cause="the NaN guard's replay of the step from the same state stayed finite: "
+                        "a non-deterministic kernel, autocast or loss scaling missing from the "
+                        "replay closure, or a NaN all-reduced from another rank",
+                  likelihood="medium", check="nan_guard_localized",
+                  interventions=("replay_check",)),
+        _FP16, _LR_HIGH,
+    ),
 }

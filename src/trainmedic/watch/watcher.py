@@ -420,6 +420,7 @@ class Watcher:
         as an event and logged, since the run may still mean it (e.g. a frozen teacher)."""
         if self.model is None or self.optimizer is None:
             return
+        self.store.set_meta(optimizer_params_checked=True)
         in_model = {id(p) for p in self.model.parameters()}
         opt_params = [p for g in self.optimizer.param_groups for p in g["params"]]
         foreign = [p for p in opt_params if id(p) not in in_model]
