@@ -231,3 +231,21 @@ def test_unwritable_run_dir_warns_and_training_goes_on(
         _train(w, model, opt, 3)
     assert "training goes on without recording" in caplog.text
     assert not w.store.enabled
+
+
+def test_stop_file_without_live_alerts_and_on_stop(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    reasons: list[str] = []
+    with watch(model, opt, run_dir=tmp_path, alert_every=None, on_stop=reasons.append) as w:
+        _train(w, model, opt, 150)
+        assert not w.should_stop
+        (tmp_path / "STOP").touch()
+        steps = 0
+        while not w.should_stop:
+            _train(w, model, opt, 1)
+            steps += 1
+        assert steps == 51 and w.current_step == 201  # looked for every 100 steps: at 200
+    assert len(reasons) == 1 and "STOP" in reasons[0] and w.stop_reason == reasons[0]
+    (ev,) = load_paths([tmp_path]).events_of("stop_requested")
+    assert ev.step == 200

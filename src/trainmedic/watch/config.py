@@ -59,8 +59,13 @@ class WatchConfig:
     alert_window: int = 2000
     """Steps of history each live detector pass looks at."""
 
+    alert_min_severity: str = "warning"
+    """The least severe live finding that alerts (``"info"``, ``"warning"``, ``"error"``):
+    info-level findings (a plateau) are normal on a healthy run and would only be noise."""
+
     on_finding: Callable[[Any], None] | None = None
-    """Called with each new live ``Finding`` (from the alert thread)."""
+    """Called with each new live ``Finding``, on the alert thread (the last pass, at
+    ``close()``, runs on the thread that closes the watcher)."""
 
     stop_on: Collection[str] = ()
     """Symptom codes (e.g. ``{"divergence", "nonfinite_loss"}``) whose live finding sets
@@ -68,8 +73,9 @@ class WatchConfig:
 
     stop_file: str | pathlib.Path | None = "STOP"
     """A file whose appearance sets ``should_stop`` (relative paths are under ``run_dir``):
-    ``touch runs/exp1/STOP`` asks a long run to save and stop at the next step boundary.
-    ``None``: no flag file."""
+    ``touch runs/exp1/STOP`` asks a long run to save and stop at the next step boundary. It is
+    looked for every ``alert_every`` steps (every 100 with live alerts off). ``None``: no flag
+    file."""
 
     on_stop: Callable[[str], None] | None = None
     """Called once on the training thread, at the first step boundary after a stop was asked
@@ -98,6 +104,9 @@ class WatchConfig:
         if self.alert_every is not None and self.alert_window < 2 * self.alert_every:
             raise ConfigError(f"alert_window ({self.alert_window}) must be at least twice "
                               f"alert_every ({self.alert_every})")
+        if self.alert_min_severity not in ("info", "warning", "error"):
+            raise ConfigError(f"alert_min_severity must be info, warning or error; got "
+                              f"{self.alert_min_severity!r}")
         if isinstance(self.stop_on, str):
             raise ConfigError(f"stop_on must be a collection of symptom codes, got the string "
                               f"{self.stop_on!r}; write stop_on={{{self.stop_on!r}}}")

@@ -59,6 +59,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 _MB = float(2**20)
 _MAX_LOCALIZATIONS = 3
+_STOP_FILE_EVERY = 100
 
 
 class TimedLoader(Generic[T]):
@@ -147,6 +148,7 @@ class Watcher:
         if policy == "auto":
             policy = "record" if self._device.type != "cpu" else "skip"
         self.nan_policy = policy
+        self._meta = dict(meta or {})
         self.store = RunStore(run_dir, rank=rank, world_size=world_size, meta=meta,
                               flush_rows=cfg.flush_rows, flush_interval_s=cfg.flush_interval_s)
         self.run_dir = self.store.run_dir
@@ -209,6 +211,7 @@ class Watcher:
                 self._layers_armed = True
         self._alerts: Any = None
         stop_file = self._stop_file_path(cfg.stop_file)
+        self._stop_file = stop_file
         if cfg.alert_every is not None:
             from trainmedic.watch.alerts import LiveAlerts
 
@@ -216,7 +219,8 @@ class Watcher:
                 every=cfg.alert_every or 100, window=cfg.alert_window,
                 on_finding=cfg.on_finding, stop_on=cfg.stop_on, stop_file=stop_file,
                 rank=self.store.rank, source=str(self.store.path),
-                record_event=self.store.event)
+                record_event=self.store.event, min_severity=cfg.alert_min_severity,
+                meta=dict(self._meta))
         if self._cuda:
             torch.cuda.reset_peak_memory_stats(self._device)
 
@@ -611,11 +615,15 @@ class Watcher:
 
     def _after_step(self, s: int) -> None:
         alerts = self._alerts
-        if alerts is None:
-            return
-        alerts.after_step(s)
-        if self._stop_reason is None and alerts.stop_reason is not None:
-            self._stop_reason = alerts.stop_reason
+        reason: str | None = None
+        if alerts is not None:
+            alerts.after_step(s)
+            reason = alerts.stop_reason
+        elif self._stop_file is not None and s % _STOP_FILE_EVERY == 0 \
+                and self._stop_file.exists():
+            reason = f"stop file {self._stop_file} found at step {s}"
+        if self._stop_reason is None and reason is not None:
+            self._stop_reason = reason
             logger.warning("trainmedic: stop requested: %s", self._stop_reason)
             self.store.event(s, "stop_requested", {"reason": self._stop_reason})
         if self._stop_reason is not None and not self._stop_handled:
