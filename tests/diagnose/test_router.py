@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from trainmedic.diagnose.finding import Evidence, Finding
-from trainmedic.diagnose.router import CHECKS, route
-from trainmedic.diagnose.rules import CAUSES, INTERVENTIONS
+from trainmedic.diagnose.router import CHECKS, FACT_CHECKS, route
+from trainmedic.diagnose.rules import CAUSES, INTERVENTIONS, LOCALIZED_CAUSES
 from trainmedic.run.series import Run
 
 METRIC_WORDS = {"lr": ("learning rate", "lr "), "grad_norm": ("gradient",),
@@ -29,14 +29,14 @@ def loss_run(n: int = 1000) -> Run:
 
 
 def test_tables_are_consistent() -> None:
-    for symptom, rules in CAUSES.items():
+    for symptom, rules in [*CAUSES.items(), *LOCALIZED_CAUSES.items()]:
         assert rules, symptom
         for r in rules:
             assert r.check is None or r.check in CHECKS or r.check == "finding_metric_is", r
             for key in r.interventions:
                 assert key in INTERVENTIONS, key
             if r.check is not None and r.check != "finding_metric_is":
-                assert r.metric is not None or r.check == "hf_trainer_run", r
+                assert r.metric is not None or r.check in FACT_CHECKS, r
     for ir in INTERVENTIONS.values():
         assert ir.action and ir.displaced_cost and ir.verify
 

@@ -249,3 +249,34 @@ def test_stop_file_without_live_alerts_and_on_stop(tmp_path: pathlib.Path) -> No
     assert len(reasons) == 1 and "STOP" in reasons[0] and w.stop_reason == reasons[0]
     (ev,) = load_paths([tmp_path]).events_of("stop_requested")
     assert ev.step == 200
+
+
+def test_backward_only_nan_is_not_called_a_masking_logger(tmp_path: pathlib.Path) -> None:
+    from trainmedic.diagnose.engine import diagnose
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+
+    def loss_of(bad: bool) -> torch.Tensor:
+        out = F.mse_loss(model(x), y)
+        if bad:  # sqrt at 0: a finite forward whose gradient is inf * 0 = NaN
+            out = out + torch.sqrt((model(x) - model(x).detach()).pow(2)).mean()
+        return out
+
+    with watch(model, opt, run_dir=tmp_path, alert_every=None) as w:
+        for i in range(40):
+            opt.zero_grad()
+            loss = loss_of(i in (25, 26))
+            loss.backward()
+            opt.step()
+            w.step(loss, replay=lambda i=i: loss_of(i in (25, 26)))
+    run = load_paths([tmp_path])
+    assert math.isfinite(run.get("loss").values[25])  # type: ignore[union-attr]
+    assert math.isnan(run.get("grad_norm").values[25])  # type: ignore[union-attr]
+    events = run.events_of("nonfinite")
+    assert [e.step for e in events] == [25, 26]
+    assert events[0].data["where"] == "backward"
+    symptoms = {f.symptom for f in diagnose(run).findings}
+    assert "nan_masked_in_logs" not in symptoms
+    assert "nonfinite_grad" in symptoms

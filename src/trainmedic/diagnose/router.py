@@ -20,7 +20,15 @@ import numpy as np
 
 from trainmedic.diagnose.detectors.loss_events import HF_FRAMEWORKS
 from trainmedic.diagnose.finding import Cause, Finding, Intervention, Likelihood
-from trainmedic.diagnose.rules import CAUSES, INFO_INTERVENTIONS, INTERVENTIONS, CauseRule
+from trainmedic.diagnose.localization import finding_event, localized_kind, module_label
+from trainmedic.diagnose.rules import (
+    CAUSES,
+    INFO_INTERVENTIONS,
+    INTERVENTIONS,
+    LOCALIZED_CAUSES,
+    LOCALIZED_SYMPTOMS,
+    CauseRule,
+)
 from trainmedic.diagnose.stats import median
 from trainmedic.diagnose.trace import Trace, fmt
 from trainmedic.run.series import Run
@@ -258,6 +266,13 @@ def _hf_trainer_run(f: Finding, run: Run) -> tuple[Verdict, str]:
     return "supports", "the pattern matches a NaN filter (framework not recorded)"
 
 
+def _nan_guard_localized(f: Finding, run: Run) -> tuple[Verdict, str]:
+    ev = finding_event(f, run)
+    if ev is None:
+        return "contradicts", "the NaN guard localized no step of this incident"
+    return "supports", f"NaN guard replay of step {ev.step}: {ev.data.get('detail', '')}"
+
+
 def _finding_metric_is(f: Finding, run: Run, rule: CauseRule) -> tuple[Verdict, str]:
     if rule.metric == f.metric:
         return "supports", f"the symptom was measured on {f.metric}"
@@ -340,7 +355,13 @@ CHECKS: dict[str, CheckFn] = {
     "data_time_rose": _data_time_rose,
     "replayed_many": _replayed_many,
     "replayed_one": _replayed_one,
+    "nan_guard_localized": _nan_guard_localized,
 }
+
+
+#: Checks that judge a cause by what the run recorded besides its metrics (store events,
+#: import meta), so their rules name no metric.
+FACT_CHECKS = frozenset({"hf_trainer_run", "optimizer_params_foreign", "nan_guard_localized"})
 
 
 def _metric_present(run: Run, rule: CauseRule) -> bool:
@@ -398,14 +419,26 @@ def _context(f: Finding, run: Run) -> dict[str, str]:
     end = f.end_step if f.end_step is not None else onset
     lt = _trace(run, f.metric or "loss", f.rank)
     interval = int(lt.interval) if lt is not None else 1
+    ev = finding_event(f, run) if f.symptom in LOCALIZED_SYMPTOMS else None
     return {"onset": str(onset), "end": str(end), "best": str(onset),
             "skip_from": str(max(0, onset - interval)), "skip_to": str(end),
-            "k": _chance_k(f)}
+            "k": _chance_k(f), "module": module_label(ev.data if ev else {})}
+
+
+def _rules(finding: Finding, run: Run) -> tuple[CauseRule, ...]:
+    """The symptom's cause rules; for a non-finite finding the NaN guard localized, the rules
+    for the kind of break it saw (rules.LOCALIZED_CAUSES)."""
+    if finding.symptom in LOCALIZED_SYMPTOMS:
+        ev = finding_event(finding, run)
+        kind = localized_kind(ev.data) if ev is not None else None
+        if kind is not None:
+            return LOCALIZED_CAUSES[kind]
+    return CAUSES.get(finding.symptom, ())
 
 
 def route(finding: Finding, run: Run) -> Finding:
     """The finding with its ranked causes and interventions filled in (never raises)."""
-    rules = CAUSES.get(finding.symptom, ())
+    rules = _rules(finding, run)
     kept: list[tuple[Cause, CauseRule, int]] = []
     for order, rule in enumerate(rules):
         try:

@@ -231,10 +231,19 @@ INTERVENTIONS: dict[str, InterventionRule] = {
         displaced_cost="a refactor of the Dataset",
         verify="rss_mb is flat after the first epoch"),
     "check_node": InterventionRule(
-        action="inspect the slow rank's host/GPU: nvidia-smi clocks and temperature, other "
-               "processes, PCIe/NVLink topology; swap the node out to confirm",
+        action="compare the slow rank's device and host with the others': GPU model, clocks, "
+               "temperature and throttle reasons (nvidia-smi -q -d PERFORMANCE,CLOCK,"
+               "TEMPERATURE), other processes on that device or host; swap the node out to "
+               "confirm",
         displaced_cost="operator time",
-        verify="the rank's compute_time_s matches the others"),
+        verify="the rank's compute_time_s is within 10% of the other ranks'"),
+    "rank_input_pipeline": InterventionRule(
+        action="on the slow rank: raise DataLoader num_workers and prefetch_factor "
+               "(persistent_workers=True), check that host's storage read speed and CPU load, "
+               "and check that the sampler does not give that rank heavier samples",
+        displaced_cost="host RAM and CPU per extra worker; operator time",
+        verify="the rank's data_time_s is below 10% of the step, and step_time_s falls on "
+               "every rank"),
     "balance_batches": InterventionRule(
         action="balance work per rank: bucket sequences by length, equal shapes per rank",
         displaced_cost="changes batch composition",
@@ -265,6 +274,33 @@ INTERVENTIONS: dict[str, InterventionRule] = {
                "schedule",
         displaced_cost="none",
         verify="validation metrics have also stopped improving"),
+    "leaky_activation": InterventionRule(
+        action="replace the dying ReLUs by LeakyReLU(0.01) or GELU, whose gradient for "
+               "negative inputs is not zero, so a unit pushed negative can come back",
+        displaced_cost="a code change; a fresh run (or re-initialize the dead units)",
+        verify="layer/<module>/dead_frac stays below 10% over the run",
+        changes_semantics=True),
+    "relu_init": InterventionRule(
+        action="He (Kaiming) initialization for ReLU layers (torch.nn.init.kaiming_normal_, "
+               "nonlinearity='relu') with biases at 0 or a small positive value, and inputs "
+               "normalized to zero mean and unit variance (He et al. 2015; Lu et al. 2019)",
+        displaced_cost="a code change; a fresh run",
+        verify="layer/<module>/dead_frac is near 0 at the first measurement and stays low",
+        changes_semantics=True),
+    "saturation_init": InterventionRule(
+        action="Xavier/Glorot initialization for tanh/sigmoid layers "
+               "(torch.nn.init.xavier_uniform_, gain=nn.init.calculate_gain('tanh')), inputs "
+               "normalized to zero mean and unit variance, and a LayerNorm before the "
+               "activation (Glorot & Bengio 2010; LeCun et al. 1998)",
+        displaced_cost="a code change; a fresh run",
+        verify="layer/<module>/saturated_frac stays below 25%",
+        changes_semantics=True),
+    "nonsaturating_activation": InterventionRule(
+        action="use a non-saturating activation (ReLU, GELU, SiLU) in hidden layers; keep "
+               "sigmoid/tanh for gates and outputs only",
+        displaced_cost="a code change; a fresh run",
+        verify="the layers' grad norms stay within 10x of each other across depth",
+        changes_semantics=True),
     "fix_init_or_arch": InterventionRule(
         action="check initialization and normalization (pre-LayerNorm, residual scaling), "
                "and non-saturating activations",
@@ -407,6 +443,41 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
         CauseRule(cause="parameters frozen or detached from the loss", likelihood="medium",
                   interventions=("check_optimizer",)),
     ),
+    "dead_units": (
+        # Not checked with lr_high_at_onset: units dead from the first measurement (born
+        # dead) have their onset at step 0, where every lr is "at its peak so far".
+        CauseRule(cause="learning rate too high: a large update pushed the units' "
+                        "pre-activations below 0 for every input, where ReLU passes no "
+                        "gradient to bring them back", likelihood="high", metric="lr",
+                  to_check="units that die after the start (not 'from the first "
+                           "measurement') with lr at or near its peak at the onset",
+                  interventions=("lower_lr", "longer_warmup", "leaky_activation")),
+        CauseRule(cause="initialization or input scale: units born dead (negative biases, "
+                        "weights not scaled for ReLU, unnormalized inputs)",
+                  likelihood="medium",
+                  to_check="see whether dead_frac was already high at the first measurement "
+                           "(the summary says 'from the first measurement')",
+                  interventions=("relu_init", "leaky_activation")),
+        CauseRule(cause="a gradient spike that moved the biases far negative (no clipping)",
+                  likelihood="medium", metric="grad_norm", check="grad_spike_at_onset",
+                  to_check="log grad_norm to check this", interventions=("clip_grad",)),
+    ),
+    "saturated_activations": (
+        CauseRule(cause="weights too large for the activation (init, or grown during "
+                        "training): pre-activations far outside tanh/sigmoid's linear range",
+                  likelihood="high",
+                  to_check="compare layer/<module>/weight_norm of the layer feeding it at the "
+                           "first measurement and at the onset",
+                  interventions=("saturation_init", "nonsaturating_activation")),
+        CauseRule(cause="learning rate too high: updates drive the pre-activations to the "
+                        "tails", likelihood="medium", metric="lr",
+                  to_check="saturation that starts after the first measurement with lr at "
+                           "or near its peak at the onset",
+                  interventions=("lower_lr", "longer_warmup")),
+        CauseRule(cause="inputs not normalized (large raw feature values)",
+                  likelihood="medium", to_check="check the input features' mean and std",
+                  interventions=("saturation_init",)),
+    ),
     "nonfinite_grad": (
         CauseRule(cause="fp16 overflow (GradScaler should skip the step and lower the scale)",
                   likelihood="high", metric="loss_scale", check="loss_scale_logged",
@@ -476,15 +547,21 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                   to_check="log mem_peak_mb to check this", interventions=("find_leak",)),
     ),
     "straggler": (
-        CauseRule(cause="the slow rank waits longer for data (disk, CPU contention on that "
-                        "host)", likelihood="high", metric="data_time_s",
+        # Under DDP the gradient all-reduce in backward makes every rank wait for the
+        # slowest, so the detector names the straggler by the work before the sync: its data
+        # wait (input pipeline) or its forward (compute).
+        CauseRule(cause="the slow rank's input pipeline: too few DataLoader workers for that "
+                        "host, slow or remote storage or CPU contention on that host, or a "
+                        "sampler that gives that rank heavier samples (longer sequences, "
+                        "larger images)", likelihood="high", metric="data_time_s",
                   check="finding_metric_is", to_check="log data_time_s per rank",
-                  interventions=("more_workers", "check_node")),
-        CauseRule(cause="the slow rank computes slower (thermal throttling, lower clocks, "
-                        "another process, topology)", likelihood="high",
-                  metric="compute_time_s", check="finding_metric_is",
-                  to_check="log compute_time_s (forward+backward before the all-reduce) per "
-                  "rank", interventions=("check_node",)),
+                  interventions=("rank_input_pipeline", "more_workers", "faster_storage")),
+        CauseRule(cause="the slow rank computes slower: heterogeneous hardware (another GPU "
+                        "model, lower clocks), thermal or power throttling, another process "
+                        "on that device, or uneven sample lengths giving it more work",
+                  likelihood="high", metric="compute_time_s", check="finding_metric_is",
+                  to_check="log compute_time_s (the forward, before the gradient sync) per "
+                           "rank", interventions=("check_node", "balance_batches")),
         CauseRule(cause="uneven work per rank (longer sequences or larger images)",
                   likelihood="medium", interventions=("balance_batches",)),
     ),
@@ -541,6 +618,14 @@ LOCALIZED_CAUSES: dict[str, tuple[CauseRule, ...]] = {
                   check="nan_guard_localized",
                   interventions=("stabilize_forward", "lower_lr", "clip_grad")),
         _FP16, _ROSE, _LR_HIGH,
+    ),
+    "growth": (
+        CauseRule(cause="the activations had grown until the module the NaN guard named "
+                        "overflowed on them (its input abs-max was beyond the square root of "
+                        "its dtype's range): the run was diverging, the module only showed it",
+                  likelihood="high", check="nan_guard_localized",
+                  interventions=("lower_lr", "clip_grad", "longer_warmup")),
+        _ROSE, _LR_HIGH, _FP16,
     ),
     "backward": (
         CauseRule(cause="a non-finite gradient made in the backward of the module the NaN "

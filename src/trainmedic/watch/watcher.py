@@ -165,7 +165,6 @@ class Watcher:
 
     def _setup(self, start_step: int) -> None:
         """Everything after the store is open: hooks, clocks, layer health, live alerts."""
-        torch = self._torch
         cfg = self.config
         model, optimizer = self.model, self.optimizer
         self._step = int(start_step)
@@ -194,6 +193,10 @@ class Watcher:
         self._forward: ForwardClock | None = None
         if model is not None:
             guard = self.nan_policy in ("skip", "raise")
+            if guard:
+                from trainmedic.watch.nan_guard import capture_rng_state
+
+                self._capture_rng_state = capture_rng_state
             self._forward = ForwardClock(model, cuda=self._cuda,
                                          on_forward_start=self._capture_rng if guard else None)
         self._layers: Any = None
@@ -222,7 +225,7 @@ class Watcher:
                 record_event=self.store.event, min_severity=cfg.alert_min_severity,
                 meta=dict(self._meta))
         if self._cuda:
-            torch.cuda.reset_peak_memory_stats(self._device)
+            self._torch.cuda.reset_peak_memory_stats(self._device)
 
     # -- public API -------------------------------------------------------------------
     @property
@@ -483,9 +486,7 @@ class Watcher:
         # The RNG state at the start of a training forward, so a replay draws the same
         # dropout masks. torch.get_rng_state() copies ~5 kB; the CUDA one is seed + offset
         # on the host (no sync).
-        torch = self._torch
-        cuda = torch.cuda.get_rng_state(self._device) if self._cuda else None
-        self._rng_state = (torch.get_rng_state(), cuda)
+        self._rng_state = self._capture_rng_state(self._device)
 
     def _lr(self) -> Any:
         if self.optimizer is None or not self.optimizer.param_groups:
@@ -574,8 +575,11 @@ class Watcher:
                 and self._nonfinite_events < _MAX_LOCALIZATIONS):
             from trainmedic.watch.nan_guard import localize_nonfinite
 
+            scale = None
+            if self.scaler is not None and self.scaler.is_enabled():
+                scale = self.scaler.get_scale()  # so an fp16 grad overflow replays as it was
             localization = localize_nonfinite(self.model, replay, step=s,
-                                              rng_state=self._rng_state)
+                                              rng_state=self._rng_state, loss_scale=scale)
         self._record_nonfinite(s, bad, localization, self.nan_policy,
                                skipped=self._skipped_update)
         if self.nan_policy == "raise":
@@ -597,7 +601,9 @@ class Watcher:
             data.setdefault("where", "not_localized")
             data["module"] = None
             data["detail"] = ("not localized: " + (
-                "pass replay= to w.step() so the guard can rerun the batch"
+                (f"only the first {_MAX_LOCALIZATIONS} non-finite steps are replayed"
+                 if self._nonfinite_events > _MAX_LOCALIZATIONS else
+                 "pass replay= to w.step() so the guard can rerun the batch")
                 if policy in ("skip", "raise") else
                 f"nan_policy={policy!r} lets the update run, so the state that produced it "
                 f"is gone; use nan_policy='skip' to localize"))

@@ -13,6 +13,11 @@ import math
 import numpy as np
 
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
+from trainmedic.diagnose.localization import (
+    localized_evidence,
+    localized_phrase,
+    nonfinite_event,
+)
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
     blocks,
@@ -69,7 +74,9 @@ def loss_like_metrics(run: Run) -> list[str]:
 @register_detector("nonfinite_loss")
 def detect_nonfinite_loss(run: Run) -> list[Finding] | NotRun:
     """Any NaN/inf in a loss series. Persistent (to the last point, or >= 3 in a row) is an
-    error; an isolated non-finite value followed by finite ones is a warning."""
+    error; an isolated non-finite value followed by finite ones is a warning. When the NaN
+    guard localized a step of the first non-finite stretch, the summary names the module and
+    where it broke, and the localization is evidence."""
     names = loss_like_metrics(run)
     if not names:
         return NotRun("log loss to enable this check", missing=("loss",))
@@ -116,12 +123,17 @@ def detect_nonfinite_loss(run: Run) -> list[Finding] | NotRun:
         severity: Severity = "error" if persistent_any else "warning"
         what = "stayed non-finite" if persistent_any else "recovered afterwards"
         metrics_txt = ", ".join(h[1] for h in hits[:4])
+        summary = (f"{primary[1]} became {fmt(float(primary[2].all_values[primary[3]]))} at "
+                   f"step {onset} and {what} ({metrics_txt})")
+        # The live watcher's NaN guard replayed the step: name where it broke.
+        event = nonfinite_event(run, rank, onset, None if persistent_any else end_step)
+        if event is not None:
+            summary += f"; {localized_phrase(event)}"
+            evidence[1:1] = localized_evidence(event)
         findings.append(Finding(
             symptom="nonfinite_loss", severity=severity, confidence=1.0, onset_step=onset,
             end_step=None if persistent_any else end_step, rank=rank, metric=primary[1],
-            summary=(f"{primary[1]} became {fmt(float(primary[2].all_values[primary[3]]))} at "
-                     f"step {onset} and {what} ({metrics_txt})"),
-            evidence=tuple(evidence)))
+            summary=summary, evidence=tuple(evidence)))
     return findings
 
 
@@ -472,11 +484,14 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
     """
     out: list[Finding] = []
     hf = _filter_known(run)
+    # trainmedic's own watcher records every step's loss unfiltered: a finite loss beside a
+    # NaN grad_norm there is a backward-only NaN (nonfinite_grad), not a masking logger.
+    unfiltered = run.meta.get("format") == "trainmedic.store"
     for tr in traces(run, "loss"):
         if len(tr.all_values) < 2:
             continue
         g = Trace.of(run, "grad_norm", tr.rank)
-        if g is not None and not bool(np.isfinite(g.all_values).all()):
+        if g is not None and not unfiltered and not bool(np.isfinite(g.all_values).all()):
             finite_loss_steps = tr.all_steps[np.isfinite(tr.all_values)]
             bad_g = ~np.isfinite(g.all_values)
             masked = bad_g & np.isin(g.all_steps, finite_loss_steps)

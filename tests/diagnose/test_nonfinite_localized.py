@@ -1,0 +1,160 @@
+"""A non-finite loss the NaN guard localized: the finding names the module and where it broke,
+carries the localization as measured evidence, and is routed to causes that fit that kind of
+break; without a localization it reads as before."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from trainmedic.diagnose.engine import diagnose
+from trainmedic.diagnose.localization import localized_kind, nonfinite_event
+from trainmedic.diagnose.registry import detectors
+from trainmedic.diagnose.rules import INTERVENTIONS, LOCALIZED_CAUSES
+from trainmedic.run.series import Run, RunEvent
+
+FORWARD: dict[str, Any] = {
+    "module": "blocks.1.attn", "where": "forward", "step": 120,
+    "detail": "output of `blocks.1.attn` (Attention) became inf (12 of 4096 values; first in "
+              "forward order) while its inputs were finite (input abs-max 7.5)",
+    "input_absmax": 7.5, "param_absmax": 0.9, "output_absmax": "inf",
+    "param_nonfinite": [], "dtype": "torch.float32"}
+
+
+def nan_run(bad_from: int = 120, bad_to: int | None = None, n: int = 200,
+            rank: int | None = None) -> Run:
+    """A falling loss that is NaN from ``bad_from`` (to the end, or through ``bad_to``)."""
+    steps = np.arange(n)
+    loss = 3.0 * np.exp(-steps / 80) + 1.0
+    last = n - 1 if bad_to is None else bad_to
+    loss[bad_from:last + 1] = np.nan
+    run = Run("r")
+    run.add("loss", steps, loss, rank=rank)
+    run.add("lr", steps, np.full(n, 1e-3), rank=rank)
+    return run
+
+
+def with_event(run: Run, step: int, data: dict[str, Any], rank: int | None = None) -> Run:
+    run.events.append(RunEvent(step, "nonfinite", dict(data, step=step), rank))
+    return run
+
+
+def detect(run: Run) -> Any:
+    det = next(d for d in detectors() if d.symptom == "nonfinite_loss")
+    (f,) = det.fn(run)  # type: ignore[misc]
+    return f
+
+
+def test_without_an_event_the_finding_reads_as_before() -> None:
+    f = detect(nan_run())
+    assert f.summary == "loss became nan at step 120 and stayed non-finite (loss)"
+    assert [e.metric for e in f.evidence] == ["loss"]
+
+
+def test_a_forward_localization_names_the_module_and_is_measured_evidence() -> None:
+    f = detect(with_event(nan_run(), 120, FORWARD))
+    assert f.summary.startswith("loss became nan at step 120 and stayed non-finite (loss); ")
+    assert f.summary.endswith(
+        "the first non-finite value appeared in the output of `blocks.1.attn` (forward)")
+    ev = f.evidence[1]
+    assert ev.metric == "layer/blocks.1.attn/output_absmax" and ev.step == 120
+    assert ev.value == math.inf and ev.reference == 7.5
+    assert ev.basis == "measured" and "forward (torch.float32)" in ev.note
+    assert f.evidence[0].metric == "loss"  # the first non-finite loss stays first
+
+
+@pytest.mark.parametrize(("data", "phrase"), [
+    ({"module": "blocks.0.ln2", "where": "forward", "input_absmax": 3.6e21,
+      "dtype": "torch.float32"},
+     "output of `blocks.0.ln2` (forward), on inputs that had grown to 3.6e+21"),
+    ({"module": "attn", "where": "forward", "input_absmax": 300.0, "dtype": "torch.float16"},
+     "output of `attn` (forward), on inputs that had grown to 300"),
+    ({"module": "attn", "where": "forward", "input_absmax": 300.0, "dtype": "torch.float32"},
+     "the first non-finite value appeared in the output of `attn` (forward)"),
+    ({"module": "norm", "where": "backward"},
+     "the first non-finite gradient appeared in the backward of `norm` (backward)"),
+    ({"module": None, "where": "loss"},
+     "the loss computation itself produced the non-finite value (loss)"),
+    ({"module": "head", "where": "input", "param_nonfinite": ["head.weight", "head.bias"],
+      "param_absmax": 12.5},
+     "parameters were already non-finite before step 120 (head.weight and 1 more): an "
+     "earlier update blew up (state)"),
+    ({"module": "", "where": "input", "param_nonfinite": []},
+     "the batch itself was non-finite when it reached the root module (input)"),
+    ({"module": None, "where": "not_reproduced"},
+     "the NaN guard's replay of that step stayed finite (not reproduced)"),
+])
+def test_each_kind_of_break_is_said(data: dict[str, Any], phrase: str) -> None:
+    f = detect(with_event(nan_run(), 120, {"detail": "d", **data}))
+    assert f.summary.endswith(phrase), f.summary
+
+
+def test_an_event_outside_the_first_non_finite_stretch_or_on_another_rank_is_not_used() -> None:
+    run = with_event(nan_run(120, 121), 90, FORWARD)  # before the NaN stretch
+    with_event(run, 160, FORWARD)  # after it recovered
+    assert "blocks.1.attn" not in detect(run).summary
+    other = with_event(nan_run(rank=0), 120, FORWARD, rank=1)
+    assert "blocks.1.attn" not in detect(other).summary
+    same = with_event(nan_run(rank=1), 121, FORWARD, rank=1)
+    assert "blocks.1.attn" in detect(same).summary
+
+
+def test_matching_takes_the_first_event_in_the_stretch() -> None:
+    run = nan_run()
+    with_event(run, 150, {"module": "later", "where": "forward", "detail": "d"})
+    with_event(run, 120, FORWARD)
+    ev = nonfinite_event(run, None, 120)
+    assert ev is not None and ev.data["module"] == "blocks.1.attn"
+    assert localized_kind({"where": "somewhere"}) is None
+
+
+# --------------------------------------------------------------------------- routing
+def routed(run: Run) -> Any:
+    return next(f for f in diagnose(run).findings if f.symptom == "nonfinite_loss")
+
+
+def test_routing_without_an_event_keeps_the_logged_metric_causes() -> None:
+    f = routed(nan_run())
+    causes = [c.cause for c in f.causes]
+    assert any("log/div/sqrt" in c for c in causes)
+    assert not any("NaN guard" in c for c in causes)
+
+
+def test_a_forward_overflow_routes_to_stabilizing_that_module() -> None:
+    f = routed(with_event(nan_run(), 120, FORWARD))
+    first = f.causes[0]
+    assert first.checked_against_data and first.likelihood == "high"
+    assert "overflow in the forward" in first.cause and "blocks.1.attn" in first.note
+    assert "log/div/sqrt" not in " ".join(c.cause for c in f.causes)
+    assert "make blocks.1.attn's forward overflow-safe" in f.interventions[0].action
+    assert all("{" not in i.action and "{" not in i.verify for i in f.interventions)
+
+
+@pytest.mark.parametrize(("data", "first_action"), [
+    ({"module": "blocks.0.ln2", "where": "forward", "input_absmax": 1e30},
+     "lower the peak learning rate"),
+    ({"module": "norm", "where": "backward"}, "put the eps inside norm's sqrt"),
+    ({"module": None, "where": "loss"}, "guard log/div/sqrt in the loss"),
+    ({"module": "head", "where": "input", "param_nonfinite": ["head.weight"]},
+     "resume from the last checkpoint before step 120 whose parameters are all finite"),
+    ({"module": "", "where": "input", "param_nonfinite": []}, "find and drop the non-finite"),
+    ({"module": None, "where": "not_reproduced"}, "make the replay match the step"),
+])
+def test_each_kind_of_break_routes_to_its_own_first_intervention(
+        data: dict[str, Any], first_action: str) -> None:
+    f = routed(with_event(nan_run(), 120, {"detail": "d", **data}))
+    assert f.interventions[0].action.startswith(first_action), f.interventions[0].action
+    assert f.causes[0].checked_against_data
+
+
+def test_localized_tables_are_consistent() -> None:
+    from trainmedic.diagnose.router import CHECKS
+
+    for kind, rules in LOCALIZED_CAUSES.items():
+        assert rules and rules[0].check == "nan_guard_localized", kind
+        for r in rules:
+            assert r.check in CHECKS, r
+            assert all(k in INTERVENTIONS for k in r.interventions), r
