@@ -89,13 +89,13 @@ def test_crashing_detector_becomes_check_not_run() -> None:
     def boom(run: Run) -> list[Finding] | NotRun:
         raise ZeroDivisionError("kaboom")
 
-    register_detector("dead_units")(boom)
+    register_detector("lr_schedule_anomaly")(boom)
     try:
         d = diagnose(Run("x"))
-        c = next(c for c in d.checks_not_run if c.symptom == "dead_units")
+        c = next(c for c in d.checks_not_run if c.symptom == "lr_schedule_anomaly")
         assert c.reason.startswith("internal error") and "kaboom" in c.reason
     finally:
-        unregister_detector("dead_units")
+        unregister_detector("lr_schedule_anomaly")
 
 
 def test_only_and_sorting_and_notes() -> None:

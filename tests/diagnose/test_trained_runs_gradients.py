@@ -10,7 +10,8 @@ CPU, the fault is in the training, never a number written into a log by hand.
   the whole gradient is exactly 0 from then on (after a few steps of flicker). The true onset
   is measured inside the model (a forward hook sees a hidden layer zero on every sample of
   the batch), not read off the log. A deep tanh MLP with N(0, 0.01) init, whose gradients
-  vanish through depth from step 0, is the case the global grad_norm cannot show (xfail).
+  vanish through depth from step 0, is the case the global grad_norm cannot show: it is
+  named from the per-layer grad norms (the first layer's over the last's).
 - NaN masked in logs: a hand-written binary cross-entropy ``-(y log p + (1-y) log(1-p))``
   without clamping. Once the model is confident, ``sigmoid`` rounds to exactly 1.0 in float32
   for a positive sample, ``(1-y) * log(1-p)`` is ``0 * -inf = NaN``, the NaN gradient poisons
@@ -185,18 +186,18 @@ def test_deep_tanh_with_tiny_init_does_not_learn_and_is_flat(tmp_path: pathlib.P
     assert not only(ok, "vanishing_gradients") and not only(ok, "flat_loss")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "vanishing_gradients compares the global grad_norm late vs early; here the gradients "
-    "vanish through depth from step 0: layer/0/grad_norm median ~2e-10 vs the head's ~5e-2 "
-    "(the global grad_norm, ~0.05, is the head's bias gradient, flat over the run). A rule "
-    "on the logged layer/*/grad_norm would catch it: median first-layer norm <= 1e-3 x the "
-    "last layer's (the same net with PyTorch's default init: ~0.5)."))
 def test_vanishing_through_depth_is_named_from_per_layer_grad_norms(
         tmp_path: pathlib.Path) -> None:
     _deep_tanh_run(tmp_path, init_std=0.01)
     run = load(tmp_path)
+    # The global grad_norm (~0.05, the head's bias gradient) stays flat over the run: only
+    # the per-layer rule sees it, layer/0/grad_norm ~1e-8 x the head's (layer/16).
     found = only(run, "vanishing_gradients")
     assert found and found[0].severity in WARNING_UP, describe(engine.diagnose(run))
+    f = found[0]
+    assert f.onset_step == 0, f  # vanished from the first step
+    assert "layer/0/grad_norm" in {e.metric for e in f.evidence}, f
+    assert "'0'" in f.summary and "'16'" in f.summary, f.summary
 
 
 # ------------------------------------------------------------------- nan_masked_in_logs

@@ -7,9 +7,10 @@ watcher records what happened into the run store exactly as it would for a user'
 fault      mechanism
 =========  ================================================================================
 none       AdamW, linear warm-up then cosine decay to 10 %, peak lr 3e-3: the boring default
-diverge    AdamW at lr 2.0 (~700x the healthy peak), warmed up over 10 % of the steps, then held:
-           the loss starts rising as soon as the lr passes ~0.2 (step 1-3), climbs to the
-           hundreds and stays there
+diverge    SGD with momentum 0.9 at lr 1.0, warmed up over 10 % of the steps, then held: the
+           weights grow geometrically, the loss climbs from step ~10 and overflows to inf/NaN
+           about step 23; the watcher's NaN guard drops every non-finite update and replays the
+           first ones to name the module where the first non-finite value appeared
 spike      three poisoned batches late in the run (corrupt labels: ordinary text in, one
            rare character as every label, a different one each time); the loss jumps ~3.5x
            and is back to normal the next step
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import gc
 import logging
 import math
@@ -52,7 +54,10 @@ FAULTS: tuple[str, ...] = ("none", "diverge", "spike", "flat", "overfit", "stall
 DEFAULT_STEPS = 200
 
 _PEAK_LR = 3e-3
-_DIVERGE_LR = 2.0
+_DIVERGE_LR = 1.0
+_DIVERGE_MOMENTUM = 0.9
+#: Per-layer health every this many steps: the demo shows the full watcher.
+_LAYER_EVERY = 25
 _STALL_SLEEP_S = 0.020
 _OVERFIT_TRAIN_FRACTION = 0.004
 _SPIKE_AT = (0.55, 0.7, 0.85)
@@ -200,11 +205,17 @@ def run_demo(config: DemoConfig, *,
         torch.manual_seed(cfg.seed)
         model = CharTransformer(len(vocab), context_len=T)
         peak = _DIVERGE_LR if cfg.fault == "diverge" else _PEAK_LR
+        optimizer: torch.optim.Optimizer
         if cfg.fault == "flat":
             # The bug: an optimizer built over a copy made before the "real" model was set up
             # (e.g. before loading weights or moving devices); it steps the copy only.
             stale = copy.deepcopy(model)
             optimizer = torch.optim.AdamW(stale.parameters(), lr=peak, weight_decay=0.01)
+        elif cfg.fault == "diverge":
+            # Plain SGD with momentum at a rate it cannot take: unlike Adam, whose step size
+            # is bounded by the lr, nothing stops the weights growing geometrically.
+            optimizer = torch.optim.SGD(model.parameters(), lr=peak,
+                                        momentum=_DIVERGE_MOMENTUM)
         else:
             optimizer = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
 
@@ -240,8 +251,15 @@ def run_demo(config: DemoConfig, *,
         meta = {"demo_fault": cfg.fault, "demo_seed": cfg.seed, "demo_steps": cfg.steps,
                 "model": "CharTransformer(d_model=64, n_layers=2)",
                 "batch_size": B, "context_len": T, "peak_lr": peak,
+                "optimizer": type(optimizer).__name__,
                 "config": {k: str(v) for k, v in dataclasses.asdict(cfg).items()}}
-        with watch(model, optimizer, run_dir=run_dir, meta=meta) as w:
+
+        def batch_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            logits = model(x)
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+        with watch(model, optimizer, run_dir=run_dir, meta=meta, layer_every=_LAYER_EVERY,
+                   nan_policy="skip") as w:
             for step, (x, y) in enumerate(w.wrap_loader(batches())):
                 for group in optimizer.param_groups:
                     group["lr"] = _lr_at(step, cfg.steps, peak, decay=cfg.fault != "diverge")
@@ -255,7 +273,9 @@ def run_demo(config: DemoConfig, *,
                     kept_for_metric.extend((logits, logits.softmax(-1)))
                     # "to pick the best weights at the end": a full copy every step
                     kept_for_metric.extend(p.detach().clone() for p in model.parameters())
-                w.step(loss, batch_size=B)
+                # replay: the NaN guard reruns this batch, only on a non-finite step.
+                w.step(loss, batch_size=B, tokens=B * T,
+                       replay=functools.partial(batch_loss, x, y))
                 if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
                     w.log({"val_loss": evaluate()})
                 if progress is not None:

@@ -96,6 +96,16 @@ def _lr_high_at_onset(f: Finding, run: Run) -> tuple[Verdict, str]:
     return "contradicts", f"lr at step {s} was {fmt(now)}, well below its peak {fmt(peak)}"
 
 
+def _lr_high_after_start(f: Finding, run: Run) -> tuple[Verdict, str]:
+    # A layer finding whose onset is its first measurement (units born dead or saturated
+    # at init) cannot be blamed on an update: every lr is "at its peak so far" at step 0.
+    t = _trace(run, f.metric, f.rank) if f.metric else None
+    if t is not None and len(t) and f.onset_step is not None \
+            and f.onset_step <= int(t.steps[0]):
+        return "contradicts", "affected from the first measurement (init, not an update)"
+    return _lr_high_at_onset(f, run)
+
+
 def _lr_starts_at_peak(f: Finding, run: Run) -> tuple[Verdict, str]:
     lr = _need(run, "lr", f.rank)
     first, peak = float(lr.values[0]), float(lr.values.max())
@@ -331,6 +341,7 @@ def _replayed_one(f: Finding, run: Run) -> tuple[Verdict, str]:
 CHECKS: dict[str, CheckFn] = {
     "lr_high_at_onset": _lr_high_at_onset,
     "lr_starts_at_peak": _lr_starts_at_peak,
+    "lr_high_after_start": _lr_high_after_start,
     "lr_rising_at_end": _lr_rising_at_end,
     "lr_zero": _lr_zero,
     "lr_tiny": _lr_tiny,

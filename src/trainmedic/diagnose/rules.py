@@ -444,13 +444,12 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                   interventions=("check_optimizer",)),
     ),
     "dead_units": (
-        # Not checked with lr_high_at_onset: units dead from the first measurement (born
-        # dead) have their onset at step 0, where every lr is "at its peak so far".
+        # lr_high_after_start, not lr_high_at_onset: units dead from the first measurement
+        # (born dead) have their onset at step 0, where every lr is "at its peak so far".
         CauseRule(cause="learning rate too high: a large update pushed the units' "
                         "pre-activations below 0 for every input, where ReLU passes no "
                         "gradient to bring them back", likelihood="high", metric="lr",
-                  to_check="units that die after the start (not 'from the first "
-                           "measurement') with lr at or near its peak at the onset",
+                  check="lr_high_after_start",
                   interventions=("lower_lr", "longer_warmup", "leaky_activation")),
         CauseRule(cause="initialization or input scale: units born dead (negative biases, "
                         "weights not scaled for ReLU, unnormalized inputs)",
@@ -470,9 +469,7 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                            "first measurement and at the onset",
                   interventions=("saturation_init", "nonsaturating_activation")),
         CauseRule(cause="learning rate too high: updates drive the pre-activations to the "
-                        "tails", likelihood="medium", metric="lr",
-                  to_check="saturation that starts after the first measurement with lr at "
-                           "or near its peak at the onset",
+                        "tails", likelihood="medium", metric="lr", check="lr_high_after_start",
                   interventions=("lower_lr", "longer_warmup")),
         CauseRule(cause="inputs not normalized (large raw feature values)",
                   likelihood="medium", to_check="check the input features' mean and std",

@@ -206,9 +206,6 @@ class Watcher:
 
             self._layers = LayerHealth(model, every=cfg.layer_every,
                                        max_modules=cfg.layer_max_modules)
-            order = getattr(self._layers, "module_order", None)
-            if order is not None:
-                self.store.set_meta(layer_order=list(order))
             if self._layers.scheduled(self._step):
                 self._layers.arm()
                 self._layers_armed = True
@@ -343,6 +340,9 @@ class Watcher:
         if self._layers is not None:
             stats = self._layers.collect() if self._layers_armed else {}
             self._layers_armed = False
+            layer_meta = self._layers.pop_meta() if stats else None
+            if layer_meta:  # module order as executed, types: what the detectors read
+                self.store.set_meta(**layer_meta)
             for name, value in stats.items():
                 if self._defers(value):
                     device[name] = value

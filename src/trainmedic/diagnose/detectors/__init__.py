@@ -10,6 +10,7 @@ from trainmedic.diagnose.detectors import (  # noqa: F401  (imported to register
     continuity,
     generalization,
     gradients,
+    layers,
     loss_events,
     loss_progress,
     memory,

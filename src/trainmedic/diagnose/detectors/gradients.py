@@ -8,10 +8,21 @@ normalizes the step anyway) is info; the same spike with a loss reaction is a wa
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.layers import (
+    MIN_LAYER_POINTS,
+    LayerTrace,
+    layer_ranks,
+    layer_traces,
+    layer_types,
+    recent_level,
+    sustained_onset,
+)
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
+from trainmedic.diagnose.localization import localized_evidence, localized_phrase, nonfinite_event
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
     blocks,
@@ -25,7 +36,8 @@ from trainmedic.diagnose.stats import (
 from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
 
-__all__ = ["GRAD_SPIKE_RATIO", "GRAD_GROWTH_RATIO", "VANISH_RATIO"]
+__all__ = ["GRAD_SPIKE_RATIO", "GRAD_GROWTH_RATIO", "VANISH_RATIO", "VANISH_DEPTH_RATIO",
+           "VANISH_DEPTH_INFO_RATIO"]
 
 #: A grad_norm point this many times its trailing median (and z >= 8) is a spike.
 GRAD_SPIKE_RATIO = 10.0
@@ -179,15 +191,64 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
             evidence=tuple(ev)))
     if not ran:
         return NotRun("needs at least 10 positive grad_norm points")
-    return out
+    return [_with_layer_growth(run, f) for f in out]
 
 
-@register_detector("vanishing_gradients", requires=("grad_norm",))
+def _with_layer_growth(run: Run, f: Finding) -> Finding:
+    """Name the layer whose grad norm grew most over the finding's stretch, when per-layer
+    grad norms were logged there: for spikes, the largest layer value measured within the
+    spike(s) (layer stats are taken every N steps, so a one-step spike is seen only when it
+    falls on a measured step); for sustained growth, the median after the onset; each over
+    the median of that layer's measurements before the onset."""
+    if f.onset_step is None:
+        return f
+    onset = f.onset_step
+    spikes = f.end_step is not None
+    hi = f.end_step if spikes else (run.last_step() or onset)
+    best: tuple[float, LayerTrace, int, float, float, int] | None = None
+    counted = 0
+    for lt in layer_traces(run, "grad_norm", f.rank, min_points=2):
+        st, v = lt.trace.steps, lt.trace.values
+        before = v[st < onset]
+        during = (st >= onset) & (st <= (hi if hi is not None else onset))
+        if before.size == 0 or not during.any():
+            continue
+        ref = median(before)
+        if not ref > 0:
+            continue
+        counted += 1
+        vals, at = v[during], st[during]
+        if spikes:
+            j = int(np.argmax(vals))
+            now, step = float(vals[j]), int(at[j])
+        else:
+            now, step = median(vals), int(at[-1])
+        growth = now / ref
+        if best is None or growth > best[0]:
+            best = (growth, lt, step, now, ref, int(before.size))
+    if best is None or not best[0] > 1.0:
+        return f
+    growth, lt, step, now, ref, nb = best
+    how = "largest value within the spike(s)" if spikes else "median after the onset"
+    ev = Evidence(lt.metric, step, now, ref,
+                  note=f"grew most of {counted} layer(s) measured around the onset "
+                       f"({growth:.3g}x): {how} vs the median of its {nb} measurement(s) "
+                       f"before step {onset}")
+    return replace(f, summary=f"{f.summary}; layer '{lt.module}' grew most ({growth:.3g}x)",
+                   evidence=(*f.evidence, ev))
+
+
+@register_detector("vanishing_gradients")
 def detect_vanishing(run: Run) -> list[Finding] | NotRun:
-    """The grad_norm level in the last 20% of points is <= 1/1000 of its level over the first
-    20% (after the first point), or grad_norm is exactly 0 on >= 3 consecutive logged points.
-    Warning when the loss did not fall over the same stretch (or is not logged); info when it
-    did (tiny gradients at a tiny loss are convergence)."""
+    """(a) Over time: the grad_norm level in the last 20% of points is <= 1/1000 of its level
+    over the first 20% (after the first point), or grad_norm is exactly 0 on >= 3
+    consecutive logged points. Warning when the loss did not fall over the same stretch (or
+    is not logged); info when it did (tiny gradients at a tiny loss are convergence).
+    (b) Through depth, from per-layer grad norms: the first weight layer's
+    ``layer/<m>/grad_norm`` over the last's, per measurement, has a recent level (median of
+    the last third, >= 3 measurements) <= 1e-4 - warning whatever the loss does (the early
+    layers do not learn even while the head fits); <= 1e-3 info. When both fire on a rank,
+    (b) is added to (a)'s evidence."""
     out: list[Finding] = []
     trs = traces(run, "grad_norm", min_points=10)
     for g in trs:
@@ -227,9 +288,96 @@ def detect_vanishing(run: Run) -> list[Finding] | NotRun:
             evidence=(Evidence("grad_norm", int(g.steps[-1]), late, early,
                                note=f"median of the last {q} points vs the first {q} "
                                     f"(after the first)"),)))
-    if not trs:
-        return NotRun("needs at least 10 finite grad_norm points")
+    depth_ran = False
+    for rank in layer_ranks(run, "grad_norm"):
+        depth = _depth_vanishing(run, rank)
+        if depth is None:
+            continue
+        depth_ran = True
+        if isinstance(depth, Finding):
+            out = _merge_depth(out, depth)
+    if not trs and not depth_ran:
+        if not run.has("grad_norm") and not layer_ranks(run, "grad_norm"):
+            return NotRun("log grad_norm (or per-layer layer/<module>/grad_norm) to enable "
+                          "this check", missing=("grad_norm",))
+        return NotRun("needs at least 10 finite grad_norm points, or per-layer grad norms "
+                      "of >= 2 layers at >= 3 common steps")
     return out
+
+
+#: The first weight layer's grad norm at or below this fraction of the last's: vanishing
+#: through depth (warning); at or below ``VANISH_DEPTH_INFO_RATIO``: info. Healthy inits keep
+#: per-layer gradient norms within about an order of magnitude across depth (Glorot & Bengio
+#: 2010, fig. 7: normalized init keeps the back-propagated gradient variance about constant;
+#: a pre-LN transformer, the demo's, measures 1-7; an 8-layer tanh MLP with PyTorch's default
+#: init ~0.5), while a too-small or saturating setup shrinks them by a factor per layer (the
+#: same tanh MLP at N(0, 0.01): ~1e-8; a 10-layer sigmoid MLP at the default init: ~5e-9).
+#: Plain deep MLPs at PyTorch's default init sit near 1e-3 (10 ReLU layers: ~1e-3; 3 sigmoid
+#: layers: ~2e-3, measured on random labels with SGD): worth knowing, not an alarm.
+VANISH_DEPTH_RATIO = 1e-4
+VANISH_DEPTH_INFO_RATIO = 1e-3
+
+
+def _weight_layers(run: Run, rank: int | None) -> list[LayerTrace]:
+    """Per-layer grad-norm traces in module order, normalization layers left out when the
+    module classes are known (a LayerNorm's affine pair is not a layer of the depth whose
+    gradient flow is in question, and its gradient is small by construction)."""
+    lts = layer_traces(run, "grad_norm", rank)
+    types = layer_types(run)
+    if types:
+        dense = [lt for lt in lts if "Norm" not in types.get(lt.module, "")]
+        if len(dense) >= 2:
+            return dense
+    return lts
+
+
+def _depth_vanishing(run: Run, rank: int | None) -> Finding | bool | None:
+    """The per-layer rule on one rank: a Finding, False (judged: no vanishing) or None
+    (too few layers or common measurements to judge)."""
+    lts = _weight_layers(run, rank)
+    if len(lts) < 2:
+        return None
+    first, last = lts[0], lts[-1]
+    steps, i, j = np.intersect1d(first.trace.steps, last.trace.steps, return_indices=True)
+    a, b = first.trace.values[i], last.trace.values[j]
+    ok = b > 0
+    steps, a, b = steps[ok], a[ok], b[ok]
+    if steps.size < MIN_LAYER_POINTS:
+        return None
+    ratio = a / b
+    level, k = recent_level(ratio)
+    if not level <= VANISH_DEPTH_INFO_RATIO:
+        return False
+    sev: Severity = "warning" if level <= VANISH_DEPTH_RATIO else "info"
+    thr = VANISH_DEPTH_RATIO if sev == "warning" else VANISH_DEPTH_INFO_RATIO
+    onset = sustained_onset(steps, -ratio, -thr)
+    fa, fb = median(a[-k:]), median(b[-k:])
+    since = "from the first measurement" if onset <= int(steps[0]) else f"from step {onset}"
+    return Finding(
+        symptom="vanishing_gradients", severity=sev, confidence=0.8 if sev == "warning" else 0.5,
+        onset_step=onset,
+        rank=rank, metric=first.metric,
+        summary=(f"gradients vanish through depth {since}: the first layer '{first.module}' "
+                 f"gets {fmt(level)}x the gradient norm of the last layer '{last.module}' "
+                 f"({fmt(fa)} vs {fmt(fb)}, median of the last {k} measurements)"),
+        evidence=(Evidence(first.metric, int(steps[-1]), fa, fb,
+                           note=f"median of the last {k} per-layer measurements; reference: "
+                                f"{last.metric} (the last layer in module order) over the "
+                                f"same steps; ratio {fmt(level)}"),))
+
+
+def _merge_depth(out: list[Finding], depth: Finding) -> list[Finding]:
+    """Add the per-layer finding to an over-time finding on the same rank, or append it."""
+    for n, f in enumerate(out):
+        if f.rank == depth.rank and f.metric == "grad_norm":
+            sev = f.severity if _SEV[f.severity] >= _SEV[depth.severity] else depth.severity
+            out[n] = replace(f, severity=sev, summary=f"{f.summary}; and {depth.summary}",
+                             evidence=f.evidence + depth.evidence)
+            return out
+    return [*out, depth]
+
+
+_SEV = {"info": 0, "warning": 1, "error": 2}
 
 
 @register_detector("nonfinite_grad", requires=("grad_norm",))
@@ -256,14 +404,19 @@ def detect_nonfinite_grad(run: Run) -> list[Finding] | NotRun:
         n_bad = int(bad.sum())
         extra = (" (the fp16 loss scale dropped at the same time: GradScaler skipped the step)"
                  if scaler_handled else "")
+        end = None if persistent else int(g.all_steps[runs[-1][1] - 1])
+        summary = f"grad_norm was non-finite at {n_bad} logged point(s) from step {first}{extra}"
+        evidence = [Evidence("grad_norm", first, float(g.all_values[runs[0][0]]), None,
+                             note=f"{n_bad} of {len(bad)} logged values are NaN/inf")]
+        # The NaN guard's replay, when the watcher recorded one (same window as the router).
+        event = nonfinite_event(run, g.rank, first, end)
+        if event is not None:
+            summary += f"; {localized_phrase(event)}"
+            evidence += localized_evidence(event)
         out.append(Finding(
             symptom="nonfinite_grad", severity=sev, confidence=1.0, onset_step=first,
-            end_step=None if persistent else int(g.all_steps[runs[-1][1] - 1]), rank=g.rank,
-            metric="grad_norm",
-            summary=(f"grad_norm was non-finite at {n_bad} logged point(s) from step "
-                     f"{first}{extra}"),
-            evidence=(Evidence("grad_norm", first, float(g.all_values[runs[0][0]]), None,
-                               note=f"{n_bad} of {len(bad)} logged values are NaN/inf"),)))
+            end_step=end, rank=g.rank, metric="grad_norm", summary=summary,
+            evidence=tuple(evidence)))
     return out
 
 

@@ -8,6 +8,7 @@ autotune and ``torch.compile`` run there, and every healthy run is slow at its s
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,9 +33,11 @@ INPUT_WARN_SHARE = 0.25
 INPUT_INFO_SHARE = 0.10
 #: A step this many times the median (and >= median + 10 sigmas) is an outlier.
 OUTLIER_RATIO = 3.0
-#: A rank this much slower than the median of the others is a straggler (warning at 20%).
+#: A straggler's excess, as a share of the step (data wait) or of the other ranks' value
+#: (compute): info at >= 10%, warning at >= 20%; it must be the slowest in >= 60% of blocks.
 STRAGGLER_INFO = 0.10
 STRAGGLER_WARN = 0.20
+STRAGGLER_CONSISTENT = 0.6
 #: Throughput drop that stays to the end: warning at >= 20%, info at >= 10%.
 THROUGHPUT_WARN = 0.20
 THROUGHPUT_INFO = 0.10
@@ -188,70 +191,213 @@ def detect_step_time_outliers(run: Run) -> list[Finding] | NotRun:
 
 # --------------------------------------------------------------------------- straggler
 _STRAGGLER_METRICS = ("compute_time_s", "data_time_s", "step_time_s")
+STRAGGLER_MIN_EXCESS_S = 0.001
+"""A straggler's median excess must be at least this: below a millisecond per step, OS
+scheduling and Python overhead on a shared host make ranks differ by that much with nothing
+wrong (measured: 0.07 ms between two idle gloo ranks on one 2-core host)."""
+STEP_STRAGGLER_MIN_EXCESS_S = 0.005
+"""The floor when only step_time_s is logged: synchronized ranks' step times are equal step
+by step, but their medians can differ by a millisecond or more (measured: 18.5 vs 17.1 ms with
+equal means) when the step time is bimodal."""
+STRAGGLER_MAX_CHANCE = 0.01
+"""The rank must be the slowest in more blocks than chance allows: with R equal ranks, the
+chance that any of them is the slowest in that many blocks (R times the binomial tail with
+p = 1/R, a Bonferroni bound: the rank tested is the one with the highest median) must be
+<= this."""
+
+_STRAGGLER_MAX_BLOCKS = 20
+
+
+@dataclass(frozen=True)
+class _Slowest:
+    """The slowest rank in one metric, and by how much."""
+
+    metric: str
+    rank: int
+    value: float
+    """Its median, after warm-up."""
+    others: float
+    """The median of the other ranks' medians."""
+    share: float
+    """Severity measure: the excess over ``others`` relative to the step (data wait), to the
+    others' value (compute, step time)."""
+    consistent: float
+    """Fraction of blocks of common steps in which it was the slowest."""
+
+    @property
+    def excess(self) -> float:
+        return self.value - self.others
+
+
+def _binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return float(sum(math.comb(n, i) * p**i * (1.0 - p) ** (n - i) for i in range(k, n + 1)))
+
+
+def _rank_medians(run: Run, metric: str, ranks: list[int]) -> dict[int, Trace]:
+    per: dict[int, Trace] = {}
+    for r in ranks:
+        t = Trace.of(run, metric, r)
+        if t is not None and len(t) >= 5:
+            per[r] = t
+    return per
+
+
+def _median_after_warmup(metric: str, t: Trace) -> float:
+    return median(_valid_durations(metric, t.values[warmup_skip(len(t)):]))
+
+
+def _consistency(per: dict[int, Trace], slow: int) -> float | None:
+    """Fraction of blocks (<= 20, after warm-up) of the steps all ranks logged in which
+    ``slow`` has the highest block median; None when it is not beyond chance (or there are
+    fewer than 10 common steps, where 1.0 is returned: too few to test)."""
+    common = per[slow].steps
+    for t in per.values():
+        common = np.intersect1d(common, t.steps, assume_unique=True)
+    common = common[warmup_skip(common.size):]
+    if common.size < 10:
+        return 1.0
+    mat = np.vstack([t.values[np.searchsorted(t.steps, common)] for t in per.values()])
+    order = list(per)
+    nb = min(_STRAGGLER_MAX_BLOCKS, common.size)
+    chunks = np.array_split(np.arange(common.size), nb)
+    k = sum(1 for c in chunks if order[int(np.argmax(row_median(mat[:, c])))] == slow)
+    if len(per) * _binomial_tail(k, nb, 1.0 / len(per)) > STRAGGLER_MAX_CHANCE:
+        return None
+    return k / nb
+
+
+def _slowest(run: Run, metric: str, ranks: list[int], step_ref: float | None,
+             floor_s: float) -> _Slowest | None:
+    per = _rank_medians(run, metric, ranks)
+    if len(per) < 2:
+        return None
+    meds = {r: _median_after_warmup(metric, t) for r, t in per.items()}
+    if any(not math.isfinite(m) for m in meds.values()):
+        return None
+    slow = max(meds, key=lambda r: meds[r])
+    others = median(np.array([m for r, m in meds.items() if r != slow]))
+    excess = meds[slow] - others
+    if excess < floor_s:
+        return None
+    if metric == "data_time_s":
+        # The other ranks wait at the gradient sync for this rank's extra data wait: its
+        # cost is that excess as a share of the (equalized) step. The others' own data wait
+        # is no reference: a prefetching loader waits ~0 s, which makes any ratio huge.
+        ref = step_ref if step_ref is not None else others
+    else:
+        # How much slower the rank computes: the node's slowdown factor.
+        ref = others
+    share = excess / ref if ref > 0 else math.inf
+    if share < STRAGGLER_INFO:
+        return None
+    consistent = _consistency(per, slow)
+    if consistent is None or consistent < STRAGGLER_CONSISTENT:
+        return None
+    return _Slowest(metric, slow, meds[slow], others, share, consistent)
+
+
+def _step_reference(run: Run, ranks: list[int]) -> float | None:
+    """The step time all ranks share under synchronous data parallelism: the median of the
+    ranks' median step_time_s, else of their data + compute time."""
+    meds = [_median_after_warmup("step_time_s", t)
+            for t in _rank_medians(run, "step_time_s", ranks).values()]
+    meds = [m for m in meds if math.isfinite(m) and m > 0]
+    if meds:
+        return median(np.array(meds))
+    d = _rank_medians(run, "data_time_s", ranks)
+    c = _rank_medians(run, "compute_time_s", ranks)
+    sums = [_median_after_warmup("data_time_s", d[r]) + _median_after_warmup("compute_time_s", c[r])
+            for r in d if r in c]
+    sums = [s for s in sums if math.isfinite(s) and s > 0]
+    return median(np.array(sums)) if sums else None
 
 
 @register_detector("straggler", requires_any=_STRAGGLER_METRICS)
 def detect_straggler(run: Run) -> list[Finding] | NotRun:
-    """With >= 2 ranks: a rank whose median compute_time_s (pre-sync), data_time_s or, failing
-    those, step_time_s is >= 10% above the median of the other ranks' medians and >= 5 ms,
-    and slowest in >= 60% of blocks. Warning at >= 20%. step_time_s is weak evidence under DDP
-    (the all-reduce makes every rank wait for the slowest), so it lowers the confidence."""
+    """With >= 2 ranks, the rank that holds the others up at the gradient sync.
+
+    Under DDP the all-reduce in backward makes every rank wait for the slowest, so step times
+    are equal across ranks; what differs is the work before the sync: the data wait
+    (``data_time_s``) and the forward (``compute_time_s``). A rank is a straggler in one of
+    them when its median (after warm-up) is >= 1 ms above the median of the other ranks'
+    medians, and that excess is >= 10% of the step for the data wait (the share of the run
+    every rank spends waiting for it), or >= 10% of the others' value for compute (how much
+    slower that rank computes); and it is the slowest in >= 60% of <= 20 blocks of common
+    steps, more often than chance (binomial tail <= 1% with each rank slowest at 1/R).
+    Warning at >= 20%. step_time_s is used only when neither is logged, with a 5 ms floor and
+    lower confidence. A rank whose forward is slower only by about another rank's extra data
+    wait is waiting for it in a collective inside the forward (DDP ``broadcast_buffers``,
+    FSDP all-gathers): that rank is not reported, the data straggler is."""
     ranks = [r for r in run.ranks() if r is not None]
     if len(ranks) < 2:
         return NotRun("needs per-rank timings from at least 2 ranks")
-    out: list[Finding] = []
-    for metric in _STRAGGLER_METRICS:
-        per: dict[int, Trace] = {}
-        for r in ranks:
-            t = Trace.of(run, metric, r)
-            if t is not None and len(t) >= 5:
-                per[r] = t
-        if len(per) < 2:
-            continue
-        meds = {r: median(_valid_durations(metric, t.values[warmup_skip(len(t)):]))
-                for r, t in per.items()}
-        if any(not math.isfinite(m) for m in meds.values()):
-            continue
-        slow = max(meds, key=lambda r: meds[r])
-        others = median(np.array([m for r, m in meds.items() if r != slow]))
-        excess = meds[slow] - others
-        if others <= 0 or excess / others < STRAGGLER_INFO or excess < 0.005:
-            continue
-        # Consistency: the rank is the slowest in most blocks of common steps.
-        common = per[slow].steps
-        for t in per.values():
-            common = np.intersect1d(common, t.steps, assume_unique=True)
-        consistent = 1.0
-        if common.size >= 10:
-            mat = np.vstack([t.values[np.searchsorted(t.steps, common)] for t in per.values()])
-            order = list(per)
-            nb = min(20, common.size // 3)
-            chunks = np.array_split(np.arange(common.size), nb)
-            slowest = [order[int(np.argmax(row_median(mat[:, c])))] for c in chunks]
-            consistent = sum(1 for r in slowest if r == slow) / len(slowest)
-        if consistent < 0.6:
-            continue
-        rel = excess / others
-        sev: Severity = "warning" if rel >= STRAGGLER_WARN else "info"
-        conf = 0.85 if metric != "step_time_s" else 0.55
-        ev = [Evidence(metric, None, meds[slow], others,
-                       note=f"median {metric} on rank {slow} vs the median of the other "
-                            f"ranks' medians; slowest in {100 * consistent:.0f}% of blocks")]
-        comm = {r: Trace.of(run, "comm_time_s", r) for r in per}
-        if all(c is not None and len(c) for c in comm.values()):
-            cm = {r: median(c.values) for r, c in comm.items() if c is not None}
-            ev.append(Evidence("comm_time_s", None, cm[slow],
-                               median(np.array([v for r, v in cm.items() if r != slow])),
-                               note="the straggler waits least in the collective: the others "
-                                    "wait for it"))
-        out.append(Finding(
-            symptom="straggler", severity=sev, confidence=conf,
-            onset_step=int(per[slow].steps[0]), rank=slow, metric=metric,
-            summary=(f"rank {slow} is {100 * rel:.0f}% slower in {metric} than the other "
-                     f"ranks ({fmt(meds[slow])} s vs {fmt(others)} s)"),
-            evidence=tuple(ev)))
-        break
-    return out
+    step_ref = _step_reference(run, ranks)
+    data = _slowest(run, "data_time_s", ranks, step_ref, STRAGGLER_MIN_EXCESS_S)
+    comp = _slowest(run, "compute_time_s", ranks, step_ref, STRAGGLER_MIN_EXCESS_S)
+    notes: dict[int, list[Evidence]] = {}
+    if data is not None and comp is not None and comp.rank != data.rank \
+            and comp.excess <= 1.1 * data.excess + STRAGGLER_MIN_EXCESS_S:
+        notes.setdefault(data.rank, []).append(Evidence(
+            "compute_time_s", None, comp.value, comp.others,
+            note=f"rank {comp.rank}'s forward is slower by about rank {data.rank}'s extra "
+                 f"data wait: it waits for rank {data.rank} in a collective inside the timed "
+                 "forward (e.g. DDP broadcast_buffers), so it is not a straggler itself"))
+        comp = None
+    found = [s for s in (comp, data) if s is not None]
+    if data is not None and comp is not None and comp.rank == data.rank:
+        # One finding per rank: the larger excess names it, the other is evidence.
+        main, extra = (comp, data) if comp.excess >= data.excess else (data, comp)
+        notes.setdefault(main.rank, []).append(_evidence(extra))
+        found = [main]
+    has_split = any(len(_rank_medians(run, m, ranks)) >= 2
+                    for m in ("data_time_s", "compute_time_s"))
+    if not found and not has_split:
+        st = _slowest(run, "step_time_s", ranks, step_ref, STEP_STRAGGLER_MIN_EXCESS_S)
+        found = [st] if st is not None else []
+    return [_straggler_finding(run, s, step_ref, notes.get(s.rank, [])) for s in found]
+
+
+def _evidence(s: _Slowest) -> Evidence:
+    return Evidence(s.metric, None, s.value, s.others,
+                    note=f"median {s.metric} on rank {s.rank} vs the median of the other "
+                         f"ranks' medians; slowest in {100 * s.consistent:.0f}% of blocks")
+
+
+def _straggler_finding(run: Run, s: _Slowest, step_ref: float | None,
+                       notes: list[Evidence]) -> Finding:
+    sev: Severity = "warning" if s.share >= STRAGGLER_WARN else "info"
+    ms = f"{1e3 * s.excess:.3g} ms"
+    if s.metric == "data_time_s":
+        of_step = (f", about {100 * s.share:.0f}% of each {fmt(step_ref)} s step"
+                   if step_ref is not None else "")
+        summary = (f"rank {s.rank}'s input pipeline holds the other ranks up: it waits "
+                   f"{fmt(s.value)} s per step for data vs {fmt(s.others)} s on the others, "
+                   f"and every rank waits for it at the gradient sync ({ms} per step"
+                   f"{of_step})")
+    elif s.metric == "compute_time_s":
+        slower = (f"{1 + s.share:.3g}x as long" if s.share >= 1
+                  else f"{100 * s.share:.0f}% longer")
+        summary = (f"rank {s.rank} computes slower than the other ranks: its forward takes "
+                   f"{slower} ({fmt(s.value)} s vs {fmt(s.others)} s), and every rank waits "
+                   f"for it at the gradient sync")
+    else:
+        summary = (f"rank {s.rank} is {100 * s.share:.0f}% slower in step_time_s than the "
+                   f"other ranks ({fmt(s.value)} s vs {fmt(s.others)} s); log data_time_s and "
+                   f"compute_time_s per rank to tell a slow input pipeline from slow compute")
+    ev = [_evidence(s), *notes]
+    comm = {r: Trace.of(run, "comm_time_s", r) for r in run.ranks() if r is not None}
+    if s.rank in comm and all(c is not None and len(c) for c in comm.values()):
+        cm = {r: median(c.values) for r, c in comm.items() if c is not None}
+        ev.append(Evidence("comm_time_s", None, cm[s.rank],
+                           median(np.array([v for r, v in cm.items() if r != s.rank])),
+                           note="the straggler waits least in the collective: the others "
+                                "wait for it"))
+    t = Trace.of(run, s.metric, s.rank)
+    onset = int(t.steps[0]) if t is not None else None
+    return Finding(
+        symptom="straggler", severity=sev, confidence=0.55 if s.metric == "step_time_s" else 0.85,
+        onset_step=onset, rank=s.rank, metric=s.metric, summary=summary, evidence=tuple(ev))
 
 
 # --------------------------------------------------------------------------- throughput
