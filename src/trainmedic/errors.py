@@ -13,6 +13,7 @@ __all__ = [
     "UnrecognizedInputError",
     "ConfigError",
     "RegistryError",
+    "MissingExtraError",
 ]
 
 
@@ -46,3 +47,7 @@ class ConfigError(TrainmedicError, ValueError):
 
 class RegistryError(TrainmedicError):
     """A rule was registered twice under one name, or looked up under an unknown one."""
+
+
+class MissingExtraError(TrainmedicError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""

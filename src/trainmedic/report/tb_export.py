@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from trainmedic.diagnose.finding import Diagnosis, Finding
-from trainmedic.errors import InputError, TrainmedicError
+from trainmedic.errors import InputError, MissingExtraError, TrainmedicError
 from trainmedic.report.csv_export import ExportedFile, Progress, WideTable, wide_table
 from trainmedic.report.wording import (
     cause_line,
@@ -80,7 +80,7 @@ def require_tensorboard() -> None:
         from tensorboard.plugins.text.summary_v2 import text_pb  # noqa: F401
         from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: F401
     except ImportError as exc:
-        raise TrainmedicError(f"--tensorboard needs TensorBoard, which is not installed: "
+        raise MissingExtraError(f"--tensorboard needs TensorBoard, which is not installed: "
                               f"{INSTALL_HINT}") from exc
 
 

@@ -397,9 +397,9 @@ class LayerHealth:
                 rows.append(2 * owner + 1)
         with torch.no_grad():
             try:
-                norms = list(torch._foreach_norm(tensors, 2, dtype=torch.float32))
+                norms = list(torch._foreach_norm(tensors, 2, dtype=torch.float64))
             except (AttributeError, RuntimeError, TypeError):
-                norms = [torch.linalg.vector_norm(t, dtype=torch.float32) for t in tensors]
+                norms = [torch.linalg.vector_norm(t, dtype=torch.float64) for t in tensors]
             dev = norms[0].device
             if any(t.device != dev for t in norms):
                 norms = [t.to(dev) for t in norms]  # a model spread over devices
@@ -410,7 +410,7 @@ class LayerHealth:
                 index = torch.tensor(rows, dtype=torch.long).to(dev, non_blocking=True)
                 self._index_cache = {key: index}  # one signature is the usual case
             present = sorted(set(rows))
-            out = torch.zeros(2 * len(self._modules), dtype=torch.float32, device=dev)
+            out = torch.zeros(2 * len(self._modules), dtype=torch.float64, device=dev)
             out.index_add_(0, index, sq).sqrt_()
         self._norms = out
         self._norm_rows = [(r, "grad_norm" if r % 2 else "weight_norm") for r in present]

@@ -518,8 +518,8 @@ class Watcher:
         with torch.no_grad():
             after = [p.detach() for p in self._params]
             delta = torch._foreach_sub(after, before)
-            param_norm = _global_norm(torch, torch._foreach_norm(after))
-            update_norm = _global_norm(torch, torch._foreach_norm(delta))
+            param_norm = _l2_norm(torch, after)
+            update_norm = _l2_norm(torch, delta)
         self._param_stats = {"param_norm": param_norm,
                              "update_ratio": update_norm / param_norm.clamp_min(1e-30)}
 
@@ -540,12 +540,7 @@ class Watcher:
         grads = [p.grad for p in self._params if p.grad is not None and not p.grad.is_sparse]
         if not grads:
             return None
-        with torch.no_grad():
-            try:
-                norms = torch._foreach_norm(grads)  # one fused kernel per device and dtype
-            except (AttributeError, RuntimeError):
-                norms = [torch.linalg.vector_norm(g) for g in grads]
-            return _global_norm(torch, norms)
+        return _l2_norm(torch, grads)
 
     # -- the NaN guard ----------------------------------------------------------------
     def _nan_guard(self, s: int, host: dict[str, float | None], device: dict[str, Any],
@@ -681,12 +676,23 @@ def _nonfinite_names(row: Mapping[str, float | None]) -> list[str]:
     return out
 
 
-def _global_norm(torch: Any, norms: list[Any]) -> Any:
-    """L2 norm of per-tensor norms, in float32 on the first tensor's device."""
-    dev = norms[0].device
-    if any(n.device != dev or n.dtype != torch.float32 for n in norms):
-        norms = [n.to(dev, torch.float32) for n in norms]  # mixed devices/dtypes
-    return torch.linalg.vector_norm(torch.stack(norms))
+def _l2_norm(torch: Any, tensors: list[Any]) -> Any:
+    """Global L2 norm of ``tensors``, accumulated in float64 on the first tensor's device.
+
+    float64 because a float32 sum of squares overflows once values pass ~1.8e19: a diverging
+    run's finite gradients would read as an infinite norm, and the NaN guard would take a
+    huge-but-finite step for a non-finite one. The reduction is memory-bound, so reading
+    float32 and accumulating in float64 costs about the same.
+    """
+    with torch.no_grad():
+        try:  # one fused kernel per device and dtype
+            norms = torch._foreach_norm(tensors, 2, dtype=torch.float64)
+        except (AttributeError, RuntimeError, TypeError):
+            norms = [torch.linalg.vector_norm(t, dtype=torch.float64) for t in tensors]
+        dev = norms[0].device
+        if any(n.device != dev for n in norms):
+            norms = [n.to(dev) for n in norms]  # parameters on several devices
+        return torch.linalg.vector_norm(torch.stack(norms))
 
 
 def watch(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
