@@ -6,22 +6,29 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/watch_overhead.py --rounds 40 --json
 
 The loop is the demo's: the 2-layer character transformer (d_model 64), batch 16 x 64
-characters, AdamW, on CPU with one torch thread. Variants, each with its own copy of the same
-model and the same batches:
+characters, AdamW, on CPU with one torch thread. Variants:
 
 * ``plain``: no instrumentation (the baseline);
 * ``watch``: ``trainmedic.watch`` with its defaults (per-step telemetry, param norm and
   update ratio every 50 steps, the NaN guard in "skip" mode, live alerts every 100 steps);
 * ``watch_no_guard``: the same with ``nan_policy="record"``: the guard's cost is the
   difference from ``watch``;
+* ``watch_no_alerts``: defaults without live alerts (their thread's share is the difference);
 * ``watch_layers50``: defaults plus per-layer health every 50 steps;
 * ``detect_anomaly``: ``torch.autograd.detect_anomaly()`` around forward and backward;
 * ``fwd_hooks``: a forward hook on every module reading abs-min/abs-max of its outputs to
   the host, the approach of HF transformers' ``DebugUnderflowOverflow``.
 
-Variants run interleaved: each round runs ``--steps-per-round`` (50) steps of every variant in
-a shuffled order, so machine noise hits all of them alike. The figure per variant is the
-median over rounds of (its mean step time in the round / plain's in the same round) - 1.
+Variants run interleaved on ONE model (two instances of the same model differ by up to 2.5%
+in step time here: memory placement): each round installs a variant's instrumentation, runs
+``--steps-per-round`` (100) steps, and removes it, every variant in a shuffled order, so machine
+noise hits all of them alike. The watcher's schedules continue across rounds (``start_step``),
+but its live-alert window restarts each round, so the cost of one alert pass over a full
+2000-step window is measured on its own and printed beside the table. The figure per variant is the
+median over rounds of (its mean step time in the round / plain's in the same round) - 1, in
+wall time (what a user pays, noise and GIL contention with the watcher's threads included)
+and in the training thread's CPU time (``time.thread_time``: the work added on that thread,
+blind to the VM's stalls, which make wall-time ratios here swing by +-2% between runs).
 Bars (issue 3): watch <= 1 %, watch_layers50 <= 3 %, the guard unmeasurable.
 """
 
@@ -44,77 +51,121 @@ sys.path.insert(0, str(HERE))
 
 from machine import describe, one_line  # noqa: E402
 
-VARIANTS = ("plain", "watch", "watch_no_guard", "watch_layers50", "detect_anomaly",
-            "fwd_hooks")
+VARIANTS = ("plain", "watch", "watch_no_guard", "watch_no_alerts", "watch_layers50",
+            "detect_anomaly", "fwd_hooks")
 
 
-class Variant:
-    """One training loop, advanced a round at a time."""
+class Trainer:
+    """The one model, optimizer and batch stream that every variant trains in turn.
 
-    def __init__(self, name: str, make_batch: Callable[[int], Any], vocab: int,
-                 run_root: Path) -> None:
+    One model for all variants, not one each: two instances of the same model differ by up
+    to ~2.5% in step time on this CPU (measured A/A: memory placement), more than the bar.
+    """
+
+    def __init__(self, make_batch: Callable[[int], Any], vocab: int) -> None:
         import torch
 
         from trainmedic.demo.model import CharTransformer
-        from trainmedic.watch import watch
 
-        self.name = name
-        self.make_batch = make_batch
         torch.manual_seed(0)
+        self.make_batch = make_batch
         self.model = CharTransformer(vocab, context_len=64)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.01)
         self.step_i = 0
-        self.watcher: Any = None
-        self.ctx: Callable[[], AbstractContextManager[Any]] = nullcontext
-        self.handles: list[Any] = []
-        self.sink: list[float] = []
-        if name.startswith("watch"):
-            kwargs: dict[str, Any] = {}
-            if name == "watch_no_guard":
-                kwargs["nan_policy"] = "record"
-            if name == "watch_layers50":
-                kwargs["layer_every"] = 50
-            self.watcher = watch(self.model, self.opt, run_dir=run_root / name, **kwargs)
-        elif name == "detect_anomaly":
-            self.ctx = lambda: torch.autograd.detect_anomaly(check_nan=True)
-        elif name == "fwd_hooks":
-            def hook(module: Any, args: Any, out: Any) -> None:
-                if isinstance(out, torch.Tensor) and out.is_floating_point():
-                    a = out.detach().abs()
-                    self.sink.append(float(a.min()))
-                    self.sink.append(float(a.max()))
-            self.handles = [m.register_forward_hook(hook) for m in self.model.modules()]
+        self.last_cpu_s = 0.0
 
-    def run(self, steps: int) -> float:
-        """Train ``steps`` steps; return the mean wall time per step in seconds."""
+    def run(self, steps: int, *, watcher: Any = None,
+            ctx: Callable[[], AbstractContextManager[Any]] = nullcontext) -> float:
+        """Train ``steps`` steps; return the mean wall time per step in seconds (and keep the
+        training thread's CPU time per step in ``last_cpu_s``)."""
         import torch.nn.functional as F
 
+        c0 = time.thread_time()
         t0 = time.perf_counter()
         for _ in range(steps):
             x, y = self.make_batch(self.step_i)
             self.opt.zero_grad(set_to_none=True)
-            with self.ctx():
+            with ctx():
                 logits = self.model(x)
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
                 loss.backward()
             self.opt.step()
-            if self.watcher is not None:
-                self.watcher.step(loss, batch_size=x.shape[0])
-            self.sink.clear()
+            if watcher is not None:
+                watcher.step(loss, batch_size=x.shape[0])
             self.step_i += 1
-        return (time.perf_counter() - t0) / steps
+        wall = (time.perf_counter() - t0) / steps
+        self.last_cpu_s = (time.thread_time() - c0) / steps
+        return wall
 
-    def close(self) -> None:
-        if self.watcher is not None:
-            self.watcher.close()
-        for h in self.handles:
-            h.remove()
+
+def run_round(name: str, trainer: Trainer, steps: int, run_root: Path) -> float:
+    """Install ``name``'s instrumentation (untimed), train ``steps`` steps (timed), remove it."""
+    import torch
+
+    from trainmedic.watch import watch
+
+    if name.startswith("watch"):
+        kwargs: dict[str, Any] = {}
+        if name == "watch_no_guard":
+            kwargs["nan_policy"] = "record"
+        if name == "watch_no_alerts":
+            kwargs["alert_every"] = None
+        if name == "watch_layers50":
+            kwargs["layer_every"] = 50
+        # start_step continues the schedules (param norm, layer health, alerts) across rounds.
+        with watch(trainer.model, trainer.opt, run_dir=run_root / name,
+                   start_step=trainer.step_i, **kwargs) as w:
+            return trainer.run(steps, watcher=w)
+    if name == "detect_anomaly":
+        return trainer.run(steps, ctx=lambda: torch.autograd.detect_anomaly(check_nan=True))
+    if name == "fwd_hooks":
+        sink: list[float] = []
+
+        def hook(module: Any, args: Any, out: Any) -> None:
+            if isinstance(out, torch.Tensor) and out.is_floating_point():
+                a = out.detach().abs()
+                sink.append(float(a.min()))
+                sink.append(float(a.max()))
+                if len(sink) > 10_000:
+                    sink.clear()
+
+        handles = [m.register_forward_hook(hook) for m in trainer.model.modules()]
+        try:
+            return trainer.run(steps)
+        finally:
+            for h in handles:
+                h.remove()
+    return trainer.run(steps)
+
+
+def alert_pass_ms(window: int = 2000) -> float:
+    """Median time of one live-alert pass over a full window of watcher-like rows."""
+    import numpy as np
+
+    from trainmedic.watch.alerts import LiveAlerts
+
+    rng = np.random.default_rng(0)
+    alerts = LiveAlerts(every=100, window=window, max_busy_fraction=None)
+    times = []
+    for s in range(3 * window):
+        alerts.feed(s, {"loss": 3 * np.exp(-s / 800) + 1 + 0.02 * rng.standard_normal(),
+                        "lr": 1e-3, "grad_norm": 1 + 0.1 * rng.standard_normal(),
+                        "step_time_s": 0.013, "data_time_s": 1e-5, "compute_time_s": 0.004,
+                        "rss_mb": 300.0, "samples_per_s": 1200.0})
+        before = alerts.passes
+        alerts.after_step(s)
+        if s >= window and (s + 1) % 100 == 0:
+            alerts.wait_idle(30)
+            if alerts.passes > before and alerts.last_pass_s is not None:
+                times.append(alerts.last_pass_s)
+    alerts.close()
+    return 1000 * statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=24)
-    ap.add_argument("--steps-per-round", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--steps-per-round", type=int, default=100)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -141,32 +192,37 @@ def main(argv: list[str] | None = None) -> int:
         names.insert(0, "plain")
     rng = random.Random(0)
     per_round: dict[str, list[float]] = {n: [] for n in names}
+    cpu_round: dict[str, list[float]] = {n: [] for n in names}
+    trainer = Trainer(make_batch, len(vocab))
     with tempfile.TemporaryDirectory() as tmp:
-        variants = [Variant(n, make_batch, len(vocab), Path(tmp)) for n in names]
-        for v in variants:  # warm-up: allocator, first-call costs, the store's first commit
-            v.run(20)
+        for n in names:  # warm-up: allocator, first-call costs, imports
+            run_round(n, trainer, 20, Path(tmp))
         for r in range(args.rounds):
-            order = variants[:]
+            order = names[:]
             rng.shuffle(order)
-            for v in order:
-                per_round[v.name].append(v.run(args.steps_per_round))
+            for n in order:
+                per_round[n].append(run_round(n, trainer, args.steps_per_round, Path(tmp)))
+                cpu_round[n].append(trainer.last_cpu_s)
             if not args.json:
                 print(f"\rround {r + 1}/{args.rounds}", end="", file=sys.stderr, flush=True)
-        for v in variants:
-            v.close()
     if not args.json:
         print(file=sys.stderr)
+    pass_ms = alert_pass_ms()
     base = per_round["plain"]
     result: dict[str, Any] = {"machine": describe(), "rounds": args.rounds,
-                              "steps_per_round": args.steps_per_round, "variants": {}}
+                              "steps_per_round": args.steps_per_round, "variants": {},
+                              "alert_pass_ms": pass_ms}
     for n in names:
         ratios = [a / b - 1.0 for a, b in zip(per_round[n], base, strict=True)]
         q = statistics.quantiles(ratios, n=4) if len(ratios) >= 4 else [min(ratios),
                                                                          0, max(ratios)]
+        cpu_ratios = [a / b - 1.0 for a, b in zip(cpu_round[n], cpu_round["plain"],
+                                                   strict=True)]
         result["variants"][n] = {
             "median_step_ms": 1000 * statistics.median(per_round[n]),
             "overhead_pct": 100 * statistics.median(ratios),
             "overhead_iqr_pct": [100 * q[0], 100 * q[-1]],
+            "thread_cpu_overhead_pct": 100 * statistics.median(cpu_ratios),
         }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -174,11 +230,16 @@ def main(argv: list[str] | None = None) -> int:
     print(one_line())
     print(f"demo transformer on CPU, 1 torch thread; {args.rounds} rounds x "
           f"{args.steps_per_round} steps per variant, interleaved")
-    print(f"{'variant':<16}{'step (ms)':>10}{'added':>10}{'IQR of added':>22}")
+    step_ms = result["variants"]["plain"]["median_step_ms"]
+    print(f"live alerts: one pass over a 2000-step window takes {pass_ms:.1f} ms, every 100 "
+          f"steps: {100 * pass_ms / (100 * step_ms):.2f}% of step time if it held the GIL "
+          f"throughout (it runs on its own thread)")
+    print(f"{'variant':<16}{'step (ms)':>10}{'added (wall)':>14}{'IQR of added':>20}"
+          f"{'added (thread CPU)':>20}")
     for n, v in result["variants"].items():
         lo, hi = v["overhead_iqr_pct"]
-        print(f"{n:<16}{v['median_step_ms']:>10.2f}{v['overhead_pct']:>9.1f}%"
-              f"{f'[{lo:+.1f}%, {hi:+.1f}%]':>22}")
+        print(f"{n:<16}{v['median_step_ms']:>10.2f}{v['overhead_pct']:>13.1f}%"
+              f"{f'[{lo:+.1f}%, {hi:+.1f}%]':>20}{v['thread_cpu_overhead_pct']:>19.1f}%")
     return 0
 
 

@@ -75,7 +75,7 @@ JOIN_TIMEOUT_S = 30.0
 #: training thread dearly (measured here: +18% step time on 0.22 ms steps of a tiny MLP with
 #: ~4 ms passes; with the cap, no measurable cost); on steps of 10 ms and more the cap never
 #: binds.
-MAX_BUSY_FRACTION = 0.02
+MAX_BUSY_FRACTION = 0.005
 #: Prefix of the evidence note with which the engine records a finding folded into a root
 #: (``trainmedic.diagnose.engine._fold_into``): the stop policy matches folded symptoms too,
 #: so ``stop_on={"divergence"}`` still stops when the divergence is folded into a NaN loss.

@@ -128,7 +128,7 @@ class TrainmedicCallback(TrainerCallback):
         self._summed = False
         self._samples = 0
         self._tokens = 0
-        self._grad_norm: torch.Tensor | None = None
+        self._grad_norm: torch.Tensor | float | None = None
         self._inputs: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         self._mark = time.perf_counter()
         self._warned_no_loss = False
@@ -322,7 +322,11 @@ class TrainmedicCallback(TrainerCallback):
         norm = w._grad_norm()
         scale = getattr(self._scaler, "_scale", None)
         if norm is not None and scale is not None and self._scaler.is_enabled():
-            norm = norm / scale.to(norm.device, norm.dtype)  # the Trainer unscales, then clips
+            # the Trainer unscales, then clips
+            if isinstance(norm, float):
+                norm = norm / float(scale)
+            else:
+                norm = norm / scale.to(norm.device, norm.dtype)
         self._grad_norm = norm
 
 

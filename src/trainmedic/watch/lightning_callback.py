@@ -113,7 +113,7 @@ class TrainmedicCallback(_Callback):
         # The optimizer step in flight (reset by _reset_step).
         self._losses: list[torch.Tensor] = []
         self._samples = 0
-        self._grad_norm: torch.Tensor | None = None
+        self._grad_norm: torch.Tensor | float | None = None
         self._lr: Any = None
         self._in_step = False
 

@@ -171,7 +171,7 @@ class Watcher:
         self._data_wait_s = 0.0
         self._t_last = time.perf_counter()
         self._t_request: float | None = None
-        self._grad_norm_now: torch.Tensor | None = None
+        self._grad_norm_now: torch.Tensor | float | None = None
         self._pending: list[tuple[int, dict[str, Any]]] = []
         self._hooks: list[Any] = []
         self._closed = False
@@ -182,7 +182,7 @@ class Watcher:
         self._nonfinite_events = 0
         # update_ratio: a copy of the parameters taken before the update on measured steps.
         self._before_update: list[torch.Tensor] | None = None
-        self._param_stats: dict[str, torch.Tensor] = {}
+        self._param_stats: dict[str, Any] = {}
         self._last_step_event: Any = None
         self._stop_reason: str | None = None
         self._stop_handled = False
@@ -313,7 +313,7 @@ class Watcher:
                 continue
             if isinstance(value, torch.Tensor):
                 if not self._defers(value):
-                    host[name] = value.detach().item()  # no device to wait for
+                    host[name] = value.item()  # no device to wait for, no graph kept
                 else:
                     device[name] = value.detach().reshape(())
             else:
@@ -332,7 +332,9 @@ class Watcher:
             host["mem_peak_mb"] = torch.cuda.max_memory_allocated(self._device) / _MB
         if self._param_stats:
             for name, value in self._param_stats.items():
-                if self._defers(value):
+                if isinstance(value, float):
+                    host[name] = value
+                elif self._defers(value):
                     device[name] = value
                 else:
                     host[name] = value.item()
@@ -501,8 +503,11 @@ class Watcher:
         if self._layers is not None and self._layers_armed:
             self._layers.on_grads()
         if gn is not None and self.nan_policy in ("skip", "raise"):
-            # The one read the guard needs: free on CPU, a sync on an accelerator.
-            if not bool(self._torch.isfinite(gn)):
+            # The one read the guard needs: free on CPU (already a float), a sync on an
+            # accelerator.
+            finite = math.isfinite(gn) if isinstance(gn, float) else bool(
+                self._torch.isfinite(gn))
+            if not finite:
                 self._drop_update()
                 return
         every = self.config.param_every
@@ -520,8 +525,12 @@ class Watcher:
             delta = torch._foreach_sub(after, before)
             param_norm = _l2_norm(torch, after)
             update_norm = _l2_norm(torch, delta)
-        self._param_stats = {"param_norm": param_norm,
-                             "update_ratio": update_norm / param_norm.clamp_min(1e-30)}
+        if isinstance(param_norm, float):
+            self._param_stats = {"param_norm": param_norm,
+                                 "update_ratio": update_norm / max(param_norm, 1e-30)}
+        else:
+            self._param_stats = {"param_norm": param_norm,
+                                 "update_ratio": update_norm / param_norm.clamp_min(1e-30)}
 
     def _drop_update(self) -> None:
         """Skip this optimizer step: torch optimizers leave a parameter whose ``.grad`` is
@@ -535,7 +544,8 @@ class Watcher:
                 for p in g["params"]:
                     p.grad = None
 
-    def _grad_norm(self) -> torch.Tensor | None:
+    def _grad_norm(self) -> torch.Tensor | float | None:
+        """The global grad norm: a float on CPU, a 0-d tensor left on an accelerator."""
         torch = self._torch
         grads = [p.grad for p in self._params if p.grad is not None and not p.grad.is_sparse]
         if not grads:
@@ -677,22 +687,37 @@ def _nonfinite_names(row: Mapping[str, float | None]) -> list[str]:
 
 
 def _l2_norm(torch: Any, tensors: list[Any]) -> Any:
-    """Global L2 norm of ``tensors``, accumulated in float64 on the first tensor's device.
+    """Global L2 norm of ``tensors``, never overflowing: a float for CPU tensors, a 0-d
+    float64 tensor on an accelerator (read later, in the batched fetch).
 
-    float64 because a float32 sum of squares overflows once values pass ~1.8e19: a diverging
-    run's finite gradients would read as an infinite norm, and the NaN guard would take a
-    huge-but-finite step for a non-finite one. The reduction is memory-bound, so reading
-    float32 and accumulating in float64 costs about the same.
+    A float32 sum of squares overflows once values pass ~1.8e19: a diverging run's finite
+    gradients would read as an infinite norm, and the NaN guard would take a huge-but-finite
+    step for a non-finite one. On an accelerator the norm accumulates in float64 (the
+    reduction is memory-bound there, so it costs the same, and branching would need a sync);
+    on CPU, where float64 doubles the cost and reading the result is free, float32 first and
+    float64 only when that overflowed.
     """
-    with torch.no_grad():
-        try:  # one fused kernel per device and dtype
-            norms = torch._foreach_norm(tensors, 2, dtype=torch.float64)
-        except (AttributeError, RuntimeError, TypeError):
-            norms = [torch.linalg.vector_norm(t, dtype=torch.float64) for t in tensors]
-        dev = norms[0].device
-        if any(n.device != dev for n in norms):
-            norms = [n.to(dev) for n in norms]  # parameters on several devices
-        return torch.linalg.vector_norm(torch.stack(norms))
+    # No torch.no_grad() here: callers pass gradients or detached tensors (no graph is
+    # built), and entering the context costs ~30 us per call inside a real CPU loop.
+    if tensors[0].device.type == "cpu":
+        # A float at once: on CPU each extra torch call costs ~10 us in a real loop (cold
+        # dispatch after backward, measured), more than the arithmetic.
+        value = float(_norms_as(torch, tensors, torch.float32).item())
+        if math.isfinite(value):
+            return value
+        return float(_norms_as(torch, tensors, torch.float64).item())
+    return _norms_as(torch, tensors, torch.float64)
+
+
+def _norms_as(torch: Any, tensors: list[Any], dtype: Any) -> Any:
+    try:  # one fused kernel per device and dtype
+        norms = torch._foreach_norm(tensors, 2, dtype=dtype)
+    except (AttributeError, RuntimeError, TypeError):
+        norms = [torch.linalg.vector_norm(t, dtype=dtype) for t in tensors]
+    dev = norms[0].device
+    if any(n.device != dev for n in norms):
+        norms = [n.to(dev) for n in norms]  # parameters on several devices
+    return torch.linalg.vector_norm(torch.stack(norms))
 
 
 def watch(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
