@@ -201,18 +201,23 @@ def test_cuda_step_does_not_sync(tmp_path: pathlib.Path) -> None:
     model = _model().to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(64, 8, device=dev), torch.randn(64, 1, device=dev)
-    with watch(model, opt, run_dir=tmp_path, fetch_every=10) as w:
+    with watch(model, opt, run_dir=tmp_path, fetch_every=10, param_every=5,
+               layer_every=5) as w:
         for i in range(25):
-            opt.zero_grad()
-            loss = F.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            if i % 10 != 9:  # the batch fetch itself is the one allowed sync
+            if i >= 1 and i % 10 != 9:  # the batch fetch itself is the one allowed sync
                 torch.cuda.set_sync_debug_mode("error")
-            try:
+            try:  # the whole step: forward hooks, optimizer hooks and w.step()
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
                 w.step(loss, batch_size=64)
             finally:
                 torch.cuda.set_sync_debug_mode("default")
     run = read_store(tmp_path / "metrics.sqlite")
-    for metric in ("loss", "grad_norm", "mem_alloc_mb", "mem_peak_mb"):
+    for metric in ("loss", "grad_norm", "mem_alloc_mb", "mem_peak_mb", "mem_reserved_mb",
+                   "compute_time_s"):
         assert len(run.get(metric)) == 25, metric  # type: ignore[arg-type]
+    assert len(run.get("step_time_s")) == 24  # type: ignore[arg-type]  # CUDA events: pairs
+    assert len(run.get("update_ratio")) == 5  # type: ignore[arg-type]
+    assert any(m.startswith("layer/") for m in run.metrics())
