@@ -57,7 +57,7 @@ import numpy as np
 
 from trainmedic.diagnose.finding import SEVERITY_ORDER, Finding
 from trainmedic.errors import ConfigError
-from trainmedic.run.series import Run, Series
+from trainmedic.run.series import Run, RunEvent, Series
 
 __all__ = ["LiveAlerts", "MIN_POINTS_PER_METRIC", "MAX_BUSY_FRACTION"]
 
@@ -213,6 +213,7 @@ class LiveAlerts:
         self._tol = max(1, self.window // 100)
         # The training thread's side: one deque (append and popleft are atomic under the
         # GIL), bounded so that a stuck worker cannot grow it without limit.
+        self._events: list[RunEvent] = []
         self._rows: collections.deque[tuple[int, Mapping[str, Any]]] = collections.deque(
             maxlen=8 * self.window + 1024)
         self._calls = 0
@@ -245,6 +246,12 @@ class LiveAlerts:
         afterwards: it is read later, on the alert thread."""
         if not self._closed:
             self._rows.append((step, row))
+
+    def add_event(self, event: RunEvent) -> None:
+        """Keep a non-numeric event (the NaN guard's localization) for the detectors, so a
+        live finding names what the offline report would. Rare; kept for the whole run."""
+        if not self._closed:
+            self._events.append(event)
 
     def after_step(self, step: int) -> None:
         """Count a step; every ``every`` steps check the stop file and hand the window to the
@@ -359,7 +366,9 @@ class LiveAlerts:
         if self._win.last_step is None:
             return
         at = self._win.last_step if step is None else int(step)
-        diag = diagnose(self._win.run(self._source, self._rank, self._meta))
+        run = self._win.run(self._source, self._rank, self._meta)
+        run.events.extend(list(self._events))
+        diag = diagnose(run)
         self.passes += 1
         self.last_pass_s = time.perf_counter() - t0
         for f in diag.findings:

@@ -613,7 +613,14 @@ class Watcher:
                 f"nan_policy={policy!r} lets the update run, so the state that produced it "
                 f"is gone; use nan_policy='skip' to localize"))
         self.store.event(s, "nonfinite", data)
-        if self._nonfinite_events <= 10:
+        if self._alerts is not None:
+            from trainmedic.run.series import RunEvent
+
+            self._alerts.add_event(RunEvent(s, "nonfinite", dict(data), self.store.rank))
+        if self._nonfinite_events == _MAX_LOCALIZATIONS + 1:
+            logger.warning("trainmedic: step %d: non-finite steps go on; recording them "
+                           "(events 'nonfinite' in the run store) without more warnings", s)
+        elif self._nonfinite_events <= _MAX_LOCALIZATIONS:
             logger.warning("trainmedic: step %d: non-finite %s (%s)%s", s, " and ".join(bad),
                            "update skipped" if skipped else "recorded",
                            f"; {data['detail']}" if data.get("detail") else "")
