@@ -35,11 +35,10 @@ See :class:`~trainmedic.watch.config.WatchConfig` for every option.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import pathlib
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -48,6 +47,8 @@ from trainmedic.run.store import RunStore
 from trainmedic.watch.clock import ForwardClock, elapsed_s
 from trainmedic.watch.config import WatchConfig
 from trainmedic.watch.host_memory import rss_mb
+from trainmedic.watch.norms import global_l2_norm
+from trainmedic.watch.step_guard import StepGuard
 
 if TYPE_CHECKING:
     import torch
@@ -58,7 +59,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _MB = float(2**20)
-_MAX_LOCALIZATIONS = 3
 _STOP_FILE_EVERY = 100
 
 
@@ -175,11 +175,8 @@ class Watcher:
         self._pending: list[tuple[int, dict[str, Any]]] = []
         self._hooks: list[Any] = []
         self._closed = False
-        # NaN guard state for the step in flight.
-        self._skipped_update = False
-        self._hook_fired = False
-        self._rng_state: Any = None
-        self._nonfinite_events = 0
+        self._guard = StepGuard(self.nan_policy, on_accelerator=self._device.type != "cpu",
+                                record_event=self._record_event)
         # update_ratio: a copy of the parameters taken before the update on measured steps.
         self._before_update: list[torch.Tensor] | None = None
         self._param_stats: dict[str, Any] = {}
@@ -192,11 +189,7 @@ class Watcher:
             self._hooks.append(optimizer.register_step_post_hook(self._on_post_optimizer_step))
         self._forward: ForwardClock | None = None
         if model is not None:
-            guard = self.nan_policy in ("skip", "raise")
-            if guard:
-                from trainmedic.watch.nan_guard import capture_rng_state
-
-                self._capture_rng_state = capture_rng_state
+            guard = self._guard.drops_updates
             self._forward = ForwardClock(model, cuda=self._cuda,
                                          on_forward_start=self._capture_rng if guard else None)
         self._layers: Any = None
@@ -350,15 +343,14 @@ class Watcher:
                     device[name] = value
                 else:
                     host[name] = value.item()
-        self._nan_guard(s, host, device, replay)
+        self._guard.end_step(s, host, replay=replay, model=self.model, scaler=self.scaler,
+                             before_raise=self.flush)
         self._record(s, host)
         if device:
             self._pending.append((s, device))
             if len(self._pending) >= self.fetch_every:
                 self._fetch()
         self._step = s + 1
-        self._skipped_update = False
-        self._hook_fired = False
         if self._layers is not None and self._layers.scheduled(self._step):
             self._layers.arm()
             self._layers_armed = True
@@ -484,12 +476,6 @@ class Watcher:
     def _add_data_wait(self, seconds: float) -> None:
         self._data_wait_s += seconds
 
-    def _capture_rng(self) -> None:
-        # The RNG state at the start of a training forward, so a replay draws the same
-        # dropout masks. torch.get_rng_state() copies ~5 kB; the CUDA one is seed + offset
-        # on the host (no sync).
-        self._rng_state = self._capture_rng_state(self._device)
-
     def _lr(self) -> Any:
         if self.optimizer is None or not self.optimizer.param_groups:
             return None
@@ -497,19 +483,12 @@ class Watcher:
 
     def _on_pre_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # After backward (and after any clipping), before the update changes anything.
-        self._hook_fired = True
         gn = self._grad_norm()
         self._grad_norm_now = gn
         if self._layers is not None and self._layers_armed:
             self._layers.on_grads()
-        if gn is not None and self.nan_policy in ("skip", "raise"):
-            # The one read the guard needs: free on CPU (already a float), a sync on an
-            # accelerator.
-            finite = math.isfinite(gn) if isinstance(gn, float) else bool(
-                self._torch.isfinite(gn))
-            if not finite:
-                self._drop_update()
-                return
+        if self._guard.check_grads(gn, self._torch, self._params, self.optimizer):
+            return  # update dropped: nothing to measure
         every = self.config.param_every
         if every is not None and self._step % every == 0 and self._params:
             with self._torch.no_grad():
@@ -523,8 +502,8 @@ class Watcher:
         with torch.no_grad():
             after = [p.detach() for p in self._params]
             delta = torch._foreach_sub(after, before)
-            param_norm = _l2_norm(torch, after)
-            update_norm = _l2_norm(torch, delta)
+            param_norm = global_l2_norm(torch, after)
+            update_norm = global_l2_norm(torch, delta)
         if isinstance(param_norm, float):
             self._param_stats = {"param_norm": param_norm,
                                  "update_ratio": update_norm / max(param_norm, 1e-30)}
@@ -532,100 +511,25 @@ class Watcher:
             self._param_stats = {"param_norm": param_norm,
                                  "update_ratio": update_norm / param_norm.clamp_min(1e-30)}
 
-    def _drop_update(self) -> None:
-        """Skip this optimizer step: torch optimizers leave a parameter whose ``.grad`` is
-        ``None`` untouched (no update, no moment or step-count change), so the parameters
-        stay exactly those that produced the non-finite gradient, for the replay."""
-        self._skipped_update = True
-        for p in self._params:
-            p.grad = None
-        if self.optimizer is not None:
-            for g in self.optimizer.param_groups:
-                for p in g["params"]:
-                    p.grad = None
-
     def _grad_norm(self) -> torch.Tensor | float | None:
         """The global grad norm: a float on CPU, a 0-d tensor left on an accelerator."""
         torch = self._torch
         grads = [p.grad for p in self._params if p.grad is not None and not p.grad.is_sparse]
         if not grads:
             return None
-        return _l2_norm(torch, grads)
+        return global_l2_norm(torch, grads)
 
-    # -- the NaN guard ----------------------------------------------------------------
-    def _nan_guard(self, s: int, host: dict[str, float | None], device: dict[str, Any],
-                   replay: Callable[[], Any] | None) -> None:
-        """Record (and, by policy, localize or raise on) a non-finite step. Nothing runs on a
-        healthy step beyond reading two host floats that were read anyway."""
-        if self.nan_policy == "record" and not self._cuda:
-            bad = _nonfinite_names(host)
-            if bad:
-                self._record_nonfinite(s, bad, None, "record")
-            return
-        if self.nan_policy not in ("skip", "raise"):
-            return  # "record" on an accelerator: found in the fetched values (_fetch)
-        loss_bad = "loss" in _nonfinite_names(host)
-        if not self._skipped_update and not loss_bad:
-            return
-        bad = ["grad_norm"] if self._skipped_update else []
-        if loss_bad:
-            bad.insert(0, "loss")
-        # The parameters still hold the state that produced the non-finite value when the
-        # update was dropped here, or when no update ran this step (a GradScaler skipped it).
-        same_state = self._skipped_update or not self._hook_fired
-        localization = None
-        # Localizing replays a forward and backward: done for the first few events only, so
-        # a run that stays non-finite is not slowed to a crawl.
-        if (replay is not None and same_state and self.model is not None
-                and self._nonfinite_events < _MAX_LOCALIZATIONS):
-            from trainmedic.watch.nan_guard import localize_nonfinite
+    # -- recording --------------------------------------------------------------------
+    def _capture_rng(self) -> None:
+        self._guard.capture_rng(self._device)
 
-            scale = None
-            if self.scaler is not None and self.scaler.is_enabled():
-                scale = self.scaler.get_scale()  # so an fp16 grad overflow replays as it was
-            localization = localize_nonfinite(self.model, replay, step=s,
-                                              rng_state=self._rng_state, loss_scale=scale)
-        self._record_nonfinite(s, bad, localization, self.nan_policy,
-                               skipped=self._skipped_update)
-        if self.nan_policy == "raise":
-            from trainmedic.watch.nan_guard import NonFiniteError
-
-            self._fetch()
-            self.store.flush()
-            where = f"; {localization.detail}" if localization is not None else ""
-            raise NonFiniteError(f"step {s}: non-finite {' and '.join(bad)}{where}",
-                                 localization=localization)
-
-    def _record_nonfinite(self, s: int, bad: Sequence[str], localization: Any, policy: str,
-                          *, skipped: bool = False) -> None:
-        self._nonfinite_events += 1
-        data: dict[str, Any] = {"metrics": bad, "policy": policy, "update_skipped": skipped}
-        if localization is not None:
-            data.update(localization.as_dict())
-        else:
-            data.setdefault("where", "not_localized")
-            data["module"] = None
-            data["detail"] = ("not localized: " + (
-                (f"only the first {_MAX_LOCALIZATIONS} non-finite steps are replayed"
-                 if self._nonfinite_events > _MAX_LOCALIZATIONS else
-                 "pass replay= to w.step() so the guard can rerun the batch")
-                if policy in ("skip", "raise") else
-                f"nan_policy={policy!r} lets the update run, so the state that produced it "
-                f"is gone; use nan_policy='skip' to localize"))
-        self.store.event(s, "nonfinite", data)
+    def _record_event(self, s: int, kind: str, data: dict[str, Any]) -> None:
+        self.store.event(s, kind, data)
         if self._alerts is not None:
             from trainmedic.run.series import RunEvent
 
-            self._alerts.add_event(RunEvent(s, "nonfinite", dict(data), self.store.rank))
-        if self._nonfinite_events == _MAX_LOCALIZATIONS + 1:
-            logger.warning("trainmedic: step %d: non-finite steps go on; recording them "
-                           "(events 'nonfinite' in the run store) without more warnings", s)
-        elif self._nonfinite_events <= _MAX_LOCALIZATIONS:
-            logger.warning("trainmedic: step %d: non-finite %s (%s)%s", s, " and ".join(bad),
-                           "update skipped" if skipped else "recorded",
-                           f"; {data['detail']}" if data.get("detail") else "")
+            self._alerts.add_event(RunEvent(s, kind, dict(data), self.store.rank))
 
-    # -- recording --------------------------------------------------------------------
     def _record(self, s: int, row: Mapping[str, Any]) -> None:
         self.store.log(s, row)
         if self._alerts is not None:
@@ -676,55 +580,8 @@ class Watcher:
                     t = row.get("step_time_s")
                     if t:
                         row[name] = v[1] / t
-            if self._cuda and self.nan_policy == "record":
-                bad = _nonfinite_names(row)
-                if bad:
-                    self._record_nonfinite(s, bad, None, "record")
+            self._guard.check_fetched(s, row)
             self._record(s, row)
-
-
-def _nonfinite_names(row: Mapping[str, float | None]) -> list[str]:
-    """Which of the loss and the grad norm in ``row`` are non-finite."""
-    out: list[str] = []
-    for k in ("loss", "grad_norm"):
-        v = row.get(k)
-        if v is not None and not math.isfinite(v):
-            out.append(k)
-    return out
-
-
-def _l2_norm(torch: Any, tensors: list[Any]) -> Any:
-    """Global L2 norm of ``tensors``, never overflowing: a float for CPU tensors, a 0-d
-    float64 tensor on an accelerator (read later, in the batched fetch).
-
-    A float32 sum of squares overflows once values pass ~1.8e19: a diverging run's finite
-    gradients would read as an infinite norm, and the NaN guard would take a huge-but-finite
-    step for a non-finite one. On an accelerator the norm accumulates in float64 (the
-    reduction is memory-bound there, so it costs the same, and branching would need a sync);
-    on CPU, where float64 doubles the cost and reading the result is free, float32 first and
-    float64 only when that overflowed.
-    """
-    # No torch.no_grad() here: callers pass gradients or detached tensors (no graph is
-    # built), and entering the context costs ~30 us per call inside a real CPU loop.
-    if tensors[0].device.type == "cpu":
-        # A float at once: on CPU each extra torch call costs ~10 us in a real loop (cold
-        # dispatch after backward, measured), more than the arithmetic.
-        value = float(_norms_as(torch, tensors, torch.float32).item())
-        if math.isfinite(value):
-            return value
-        return float(_norms_as(torch, tensors, torch.float64).item())
-    return _norms_as(torch, tensors, torch.float64)
-
-
-def _norms_as(torch: Any, tensors: list[Any], dtype: Any) -> Any:
-    try:  # one fused kernel per device and dtype
-        norms = torch._foreach_norm(tensors, 2, dtype=dtype)
-    except (AttributeError, RuntimeError, TypeError):
-        norms = [torch.linalg.vector_norm(t, dtype=dtype) for t in tensors]
-    dev = norms[0].device
-    if any(n.device != dev for n in norms):
-        norms = [n.to(dev) for n in norms]  # parameters on several devices
-    return torch.linalg.vector_norm(torch.stack(norms))
 
 
 def watch(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
