@@ -280,3 +280,21 @@ def test_backward_only_nan_is_not_called_a_masking_logger(tmp_path: pathlib.Path
     symptoms = {f.symptom for f in diagnose(run).findings}
     assert "nan_masked_in_logs" not in symptoms
     assert "nonfinite_grad" in symptoms
+
+
+def test_raise_policy_names_the_module_and_keeps_the_record(tmp_path: pathlib.Path) -> None:
+    from trainmedic.watch import NonFiniteError
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    w = watch(model, opt, run_dir=tmp_path, alert_every=None, nan_policy="raise")
+    with pytest.raises(NonFiniteError, match="step 2: non-finite loss") as info:
+        _train(w, model, opt, 3, nan_at=2, replay=True)
+    w.close()
+    assert info.value.localization is not None
+    assert info.value.localization.where == "input"  # the NaN came in with the batch
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # update dropped
+    run = load_paths([tmp_path])
+    assert run.get("loss").steps.tolist() == [0, 1, 2]  # type: ignore[union-attr]
+    (ev,) = run.events_of("nonfinite")
+    assert ev.step == 2 and ev.data["where"] == "input"

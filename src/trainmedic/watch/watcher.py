@@ -343,14 +343,15 @@ class Watcher:
                     device[name] = value
                 else:
                     host[name] = value.item()
-        self._guard.end_step(s, host, replay=replay, model=self.model, scaler=self.scaler,
-                             before_raise=self.flush)
         self._record(s, host)
         if device:
             self._pending.append((s, device))
             if len(self._pending) >= self.fetch_every:
                 self._fetch()
         self._step = s + 1
+        # After recording: under "raise" the step's row is in the store before the error.
+        self._guard.end_step(s, host, replay=replay, model=self.model, scaler=self.scaler,
+                             before_raise=self.flush)
         if self._layers is not None and self._layers.scheduled(self._step):
             self._layers.arm()
             self._layers_armed = True
