@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from trainmedic.diagnose.detectors.loss_events import HF_FRAMEWORKS
+from trainmedic.diagnose.detectors.loss_nonfinite import HF_FRAMEWORKS
 from trainmedic.diagnose.finding import Cause, Finding, Intervention, Likelihood
 from trainmedic.diagnose.localization import finding_event, localized_kind, module_label
 from trainmedic.diagnose.rules import (

@@ -12,6 +12,7 @@ from trainmedic.diagnose.detectors import (  # noqa: F401  (imported to register
     gradients,
     layers,
     loss_events,
+    loss_nonfinite,
     loss_progress,
     memory,
     timing,
