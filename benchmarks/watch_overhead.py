@@ -138,6 +138,63 @@ def run_round(name: str, trainer: Trainer, steps: int, run_root: Path) -> float:
     return trainer.run(steps)
 
 
+def direct_cost_us(trainer: Trainer, steps: int, run_root: Path) -> dict[str, float]:
+    """The default watcher's own CPU time on the training thread, per step, by entry point.
+
+    Every place the watcher runs on the training thread (the forward pre/post hooks, the
+    optimizer pre/post-step hooks, ``w.step()``) is wrapped with ``time.thread_time()``; the
+    cost of the timer pair itself is measured and subtracted. This is the added work without
+    the machine's noise; what it leaves out (cache effects, the writer and alert threads
+    contending for the GIL) is in the interleaved ratios.
+    """
+    from trainmedic.watch import clock, watch
+    from trainmedic.watch import watcher as watcher_mod
+
+    spent: dict[str, float] = {}
+    calls: dict[str, int] = {}
+
+    def timed(cls: Any, name: str, label: str) -> Callable[[], None]:
+        orig = getattr(cls, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.thread_time() - t0
+                calls[label] = calls.get(label, 0) + 1
+        setattr(cls, name, wrapper)
+        return lambda: setattr(cls, name, orig)
+
+    class _Empty:
+        def noop(self) -> None:
+            return None
+
+    # What the timing itself adds to one call: a wrapped no-op, timed the same way.
+    restore = timed(_Empty, "noop", "calibration")
+    empty = _Empty()
+    for _ in range(20_000):
+        empty.noop()
+    restore()
+    per_call_s = spent.pop("calibration") / calls.pop("calibration")
+
+    undo = [timed(clock.ForwardClock, "_pre", "forward hooks"),
+            timed(clock.ForwardClock, "_post", "forward hooks"),
+            timed(watcher_mod.Watcher, "_on_pre_optimizer_step", "optimizer hooks"),
+            timed(watcher_mod.Watcher, "_on_post_optimizer_step", "optimizer hooks"),
+            timed(watcher_mod.Watcher, "step", "w.step()")]
+    try:
+        with watch(trainer.model, trainer.opt, run_dir=run_root / "direct",
+                   start_step=trainer.step_i) as w:
+            trainer.run(steps, watcher=w)
+    finally:
+        for u in undo:
+            u()
+    out = {k: 1e6 * max(0.0, v - calls[k] * per_call_s) / steps for k, v in spent.items()}
+    out["total"] = sum(out.values())
+    return out
+
+
 def alert_pass_ms(window: int = 2000) -> float:
     """Median time of one live-alert pass over a full window of watcher-like rows."""
     import numpy as np
@@ -205,13 +262,14 @@ def main(argv: list[str] | None = None) -> int:
                 cpu_round[n].append(trainer.last_cpu_s)
             if not args.json:
                 print(f"\rround {r + 1}/{args.rounds}", end="", file=sys.stderr, flush=True)
+        direct = direct_cost_us(trainer, 300, Path(tmp))
     if not args.json:
         print(file=sys.stderr)
     pass_ms = alert_pass_ms()
     base = per_round["plain"]
     result: dict[str, Any] = {"machine": describe(), "rounds": args.rounds,
                               "steps_per_round": args.steps_per_round, "variants": {},
-                              "alert_pass_ms": pass_ms}
+                              "alert_pass_ms": pass_ms, "direct_us_per_step": direct}
     for n in names:
         ratios = [a / b - 1.0 for a, b in zip(per_round[n], base, strict=True)]
         q = statistics.quantiles(ratios, n=4) if len(ratios) >= 4 else [min(ratios),
@@ -234,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"live alerts: one pass over a 2000-step window takes {pass_ms:.1f} ms, every 100 "
           f"steps: {100 * pass_ms / (100 * step_ms):.2f}% of step time if it held the GIL "
           f"throughout (it runs on its own thread)")
+    total_us = direct["total"]
+    print(f"default watcher, its own CPU time on the training thread per step: {total_us:.0f} us "
+          f"= {100 * total_us / (1000 * step_ms):.2f}% of a plain step ("
+          + ", ".join(f"{k} {v:.0f} us" for k, v in direct.items() if k != "total")
+          + ")")
     print(f"{'variant':<16}{'step (ms)':>10}{'added (wall)':>14}{'IQR of added':>20}"
           f"{'added (thread CPU)':>20}")
     for n, v in result["variants"].items():
