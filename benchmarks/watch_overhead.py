@@ -224,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--steps-per-round", type=int, default=100)
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--batch-size", type=int, default=16,
+                    help="sequences per step (the demo's is 16); larger batches show that the "
+                         "watcher's cost per step is fixed, not proportional to compute")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
@@ -237,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     lut = {c: i for i, c in enumerate(vocab)}
     data = torch.tensor([lut[c] for c in text[:300_000]])
     gen = torch.Generator().manual_seed(0)
-    starts = torch.randint(0, len(data) - 65, (4096, 16), generator=gen)
+    starts = torch.randint(0, len(data) - 65, (4096, args.batch_size), generator=gen)
 
     def make_batch(i: int) -> tuple[Any, Any]:
         s = starts[i % len(starts)]
@@ -286,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(one_line())
-    print(f"demo transformer on CPU, 1 torch thread; {args.rounds} rounds x "
+    print(f"demo transformer on CPU, batch {args.batch_size} x 64, 1 torch thread; "
+          f"{args.rounds} rounds x "
           f"{args.steps_per_round} steps per variant, interleaved")
     step_ms = result["variants"]["plain"]["median_step_ms"]
     print(f"live alerts: one pass over a 2000-step window takes {pass_ms:.1f} ms, every 100 "
