@@ -298,3 +298,34 @@ def test_raise_policy_names_the_module_and_keeps_the_record(tmp_path: pathlib.Pa
     assert run.get("loss").steps.tolist() == [0, 1, 2]  # type: ignore[union-attr]
     (ev,) = run.events_of("nonfinite")
     assert ev.step == 2 and ev.data["where"] == "input"
+
+
+def test_disk_full_stops_telemetry_not_training(tmp_path: pathlib.Path) -> None:
+    """A real write failure: the process's file-size limit (RLIMIT_FSIZE) stands in for a
+    full disk. Training runs to the end, a warning says telemetry stopped, and every row
+    committed before the failure reads back."""
+    pytest.importorskip("resource")
+    code = f"""
+import resource, signal, torch
+from trainmedic.watch import watch
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a failed write returns EFBIG instead
+m = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+w = watch(m, opt, run_dir={str(tmp_path)!r}, flush_interval_s=0.02, alert_every=None)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
+for i in range(3000):
+    opt.zero_grad(); loss = m(torch.randn(8, 4)).pow(2).mean(); loss.backward(); opt.step()
+    w.step(loss, **{{f"extra_{{k}}": float(i) for k in range(20)}})
+    if i % 200 == 0:
+        w.flush()
+w.close()
+print("trained", i + 1, w.store.enabled)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["trained", "3000", "False"]
+    assert "stopped recording" in proc.stderr
+    loss = load_paths([tmp_path]).get("loss")
+    assert loss is not None and 200 <= len(loss) < 3000
+    assert loss.steps.tolist() == list(range(len(loss)))  # a clean prefix, nothing torn
