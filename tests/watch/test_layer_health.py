@@ -145,7 +145,10 @@ def test_large_activations_are_measured_in_chunks() -> None:
         assert got[f"layer/{name}/act_std"] == pytest.approx(
             out.std(unbiased=False).item(), rel=1e-4)
     t = ref[id(model[1])]
-    assert got["layer/1/saturated_frac"] == pytest.approx((t.abs() > 0.99).float().mean().item())
+    # Within one element: the threshold is rounded to the output's dtype by the
+    # implementation (see the module docstring), so an element at 0.99 itself may differ.
+    assert got["layer/1/saturated_frac"] == pytest.approx(
+        (t.abs() > 0.99).double().mean().item(), abs=1.5 / t.numel())
 
 
 def test_outputs_and_gradients_unchanged_and_hooks_gone_after_collect() -> None:

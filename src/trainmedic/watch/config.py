@@ -7,14 +7,15 @@ accepts the same names as keyword arguments.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainmedic.errors import ConfigError
 
-__all__ = ["WatchConfig", "NAN_POLICIES"]
+__all__ = ["WatchConfig", "NAN_POLICIES", "check_callback_kwargs"]
 
 #: What the NaN guard does when the loss or the gradient norm is non-finite.
 NAN_POLICIES = ("auto", "skip", "raise", "record")
@@ -125,3 +126,27 @@ class WatchConfig:
             fn = getattr(self, name)
             if fn is not None and not callable(fn):
                 raise ConfigError(f"{name} must be callable, got {fn!r}")
+
+
+#: Watcher arguments a framework callback sets itself from the trainer.
+_SET_BY_CALLBACK = frozenset({"model", "optimizer", "run_dir", "start_step"})
+
+
+def check_callback_kwargs(watch_kwargs: Mapping[str, Any]) -> None:
+    """Refuse, when the callback is made, keyword arguments the watcher would refuse at the
+    start of training: its own (``rank``, ``meta``, ...) and :class:`WatchConfig`'s fields."""
+    import inspect
+
+    from trainmedic.watch.watcher import Watcher
+
+    params = inspect.signature(Watcher.__init__).parameters
+    own = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    allowed = sorted((own | {f.name for f in dataclasses.fields(WatchConfig)})
+                     - _SET_BY_CALLBACK)
+    for name in watch_kwargs:
+        if name in _SET_BY_CALLBACK:
+            raise ConfigError(f"TrainmedicCallback: '{name}' is set by the callback from the "
+                              "trainer; remove it from the arguments")
+        if name not in allowed:
+            raise ConfigError(f"TrainmedicCallback: unknown watcher argument '{name}'; expected "
+                              f"one of {', '.join(allowed)}")

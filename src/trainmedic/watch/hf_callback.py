@@ -45,8 +45,6 @@ hook, and a gradient hook on the step's loss when clipping is on), removed at th
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import logging
 import os
 import time
@@ -55,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError, MissingExtraError
 from trainmedic.run.names import resolve_names
-from trainmedic.watch.config import WatchConfig
+from trainmedic.watch.config import check_callback_kwargs
 from trainmedic.watch.watcher import Watcher
 
 try:
@@ -72,26 +70,6 @@ if TYPE_CHECKING:
 __all__ = ["TrainmedicCallback"]
 
 logger = logging.getLogger(__name__)
-
-#: Watcher arguments the callback sets itself from the trainer.
-_SET_BY_CALLBACK = frozenset({"model", "optimizer", "run_dir", "start_step"})
-
-
-def check_watch_kwargs(watch_kwargs: Mapping[str, Any]) -> None:
-    """Refuse, when the callback is made, keyword arguments the watcher would refuse at the
-    start of training: its own (``rank``, ``meta``, ...) and :class:`WatchConfig`'s fields."""
-    params = inspect.signature(Watcher.__init__).parameters
-    own = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    allowed = sorted((own | {f.name for f in dataclasses.fields(WatchConfig)})
-                     - _SET_BY_CALLBACK)
-    for name in watch_kwargs:
-        if name in _SET_BY_CALLBACK:
-            raise ConfigError(f"TrainmedicCallback: '{name}' is set by the callback from the "
-                              "trainer; remove it from the arguments")
-        if name not in allowed:
-            raise ConfigError(f"TrainmedicCallback: unknown watcher argument '{name}'; expected "
-                              f"one of {', '.join(allowed)}")
-
 
 def queue_after_backward(fn: Any) -> None:
     """Run ``fn`` when the current backward pass has finished, after the callbacks already
@@ -114,7 +92,7 @@ class TrainmedicCallback(TrainerCallback):
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], **watch_kwargs: Any) -> None:
-        check_watch_kwargs(watch_kwargs)
+        check_callback_kwargs(watch_kwargs)
         self.run_dir = run_dir
         self.watch_kwargs = dict(watch_kwargs)
         self.watcher: Watcher | None = None

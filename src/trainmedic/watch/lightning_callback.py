@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 import logging
 import os
 import time
@@ -50,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError, MissingExtraError
 from trainmedic.run.names import resolve_names
-from trainmedic.watch.config import WatchConfig
+from trainmedic.watch.config import check_callback_kwargs
 from trainmedic.watch.watcher import Watcher
 
 if TYPE_CHECKING:
@@ -75,26 +74,6 @@ def _callback_base() -> Any:
 
 _Callback: Any = _callback_base()
 
-#: Watcher arguments the callback sets itself from the trainer.
-_SET_BY_CALLBACK = frozenset({"model", "optimizer", "run_dir", "start_step"})
-
-
-def check_watch_kwargs(watch_kwargs: Mapping[str, Any]) -> None:
-    """Refuse, when the callback is made, keyword arguments the watcher would refuse at the
-    start of training: its own (``rank``, ``meta``, ...) and :class:`WatchConfig`'s fields."""
-    params = inspect.signature(Watcher.__init__).parameters
-    own = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    allowed = sorted((own | {f.name for f in dataclasses.fields(WatchConfig)})
-                     - _SET_BY_CALLBACK)
-    for name in watch_kwargs:
-        if name in _SET_BY_CALLBACK:
-            raise ConfigError(f"TrainmedicCallback: '{name}' is set by the callback from the "
-                              "trainer; remove it from the arguments")
-        if name not in allowed:
-            raise ConfigError(f"TrainmedicCallback: unknown watcher argument '{name}'; expected "
-                              f"one of {', '.join(allowed)}")
-
-
 class TrainmedicCallback(_Callback):
     """Record a Lightning ``Trainer.fit`` into a trainmedic run store (see the module doc).
 
@@ -104,7 +83,7 @@ class TrainmedicCallback(_Callback):
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], **watch_kwargs: Any) -> None:
-        check_watch_kwargs(watch_kwargs)
+        check_callback_kwargs(watch_kwargs)
         self.run_dir = run_dir
         self.watch_kwargs = dict(watch_kwargs)
         self.watcher: Watcher | None = None
