@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from trainmedic.errors import ConfigError
@@ -87,9 +87,6 @@ class WatchConfig:
 
     flush_interval_s: float = 1.0
     """Seconds between store commits at most (a crash loses at most this much)."""
-
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Reserved for integrations; not read by the watcher."""
 
     def __post_init__(self) -> None:
         for name in ("fetch_every", "param_every", "layer_every", "alert_every"):

@@ -182,7 +182,6 @@ class Watcher:
         self._param_stats: dict[str, Any] = {}
         self._last_step_event: Any = None
         self._stop_reason: str | None = None
-        self._stop_handled = False
         self._check_arguments()
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
             self._hooks.append(optimizer.register_step_pre_hook(self._on_pre_optimizer_step))
@@ -548,9 +547,7 @@ class Watcher:
             self._stop_reason = reason
             logger.warning("trainmedic: stop requested: %s", self._stop_reason)
             self.store.event(s, "stop_requested", {"reason": self._stop_reason})
-        if self._stop_reason is not None and not self._stop_handled:
-            self._stop_handled = True
-            if self.config.on_stop is not None:
+            if self.config.on_stop is not None:  # once: the reason is set only once
                 self._fetch()
                 self.config.on_stop(self._stop_reason)
 
