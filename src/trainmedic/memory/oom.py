@@ -1,0 +1,644 @@
+"""Read a CUDA/ROCm out-of-memory error from its text, and explain it.
+
+PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp) has printed three message
+formats; :func:`parse_oom` reads all of them, with or without the exception-class prefix, and
+finds them anywhere in a longer log or traceback:
+
+- ``allocator-legacy`` (torch 1.4 to 2.0)::
+
+    CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity;
+    14.56 GiB already allocated; 3.75 MiB free; [4.77 GiB allowed; ]14.75 GiB reserved in
+    total by PyTorch)
+
+- ``allocator-legacy-cached`` (torch 1.0 to 1.3): the same, ending ``...; 30.96 MiB cached)``
+  where "cached" is the reserved-but-unallocated memory;
+- ``allocator`` (torch 2.1 on; "capacty" in 2.1)::
+
+    CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB
+    of which 1.23 GiB is free. [Process 12345 has 77.90 GiB memory in use. ]...[Including
+    non-PyTorch memory, this process has X memory in use. ][Y allowed; ]Of the allocated
+    memory A is allocated by PyTorch, [with P allocated in private pools (e.g., CUDA Graphs),
+    ]and U is reserved by PyTorch but unallocated. ...
+
+``HIP out of memory`` (ROCm) and ``XPU out of memory`` use the same sentences. A message cut
+short is read as far as it goes (``allocator-partial``). ``CUDA error: out of memory`` (an
+allocation outside the caching allocator: context, cuBLAS/NCCL workspaces) carries no numbers
+and is reported as ``runtime-error``.
+
+Every figure in a message is printed with two decimals in binary units (``format_size``), so a
+parsed figure is within half a unit of the last digit (5.4 MB for a GiB figure) of the truth.
+Figures read from the message have basis ``measured``; figures derived from them ``estimated``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Literal
+
+from trainmedic.memory.gpus import format_bytes
+from trainmedic.memory.ledger import Basis
+
+__all__ = [
+    "MessageFormat",
+    "Verdict",
+    "ProcessMemory",
+    "OomReport",
+    "Figure",
+    "OomExplanation",
+    "parse_oom",
+    "explain_oom",
+    "PEAK_REDUCTION_FIXES",
+]
+
+MessageFormat = Literal[
+    "allocator", "allocator-legacy", "allocator-legacy-cached", "allocator-partial",
+    "runtime-error",
+]
+Verdict = Literal[
+    "fragmentation", "other_process", "memory_cap", "single_huge_allocation",
+    "free_but_refused", "genuinely_full", "unknown",
+]
+
+_UNIT_BYTES = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_S = r"(\d+(?:\.\d+)?) ?(bytes|KiB|MiB|GiB|TiB)"
+
+_START_RE = re.compile(r"\b([A-Z]{2,5}) out of memory\.\s+Tried\s+to\s+allocate\s")
+_RUNTIME_RE = re.compile(r"\b(CUDA|HIP) error: out of memory|CUBLAS_STATUS_ALLOC_FAILED")
+_REQUESTED_RE = re.compile(r"Tried to allocate " + _S)
+_LEGACY_RE = re.compile(
+    r"\((?:GPU|Device) (\d+); " + _S + r" total capacity; " + _S + r" already allocated; "
+    + _S + r" free; (?:" + _S + r" allowed; )?" + _S
+    + r" (reserved in total by PyTorch|cached)\)"
+)
+_TOTAL_RE = re.compile(
+    r"(?:GPU|Device|MLU|NPU) (\d+) has a total capac(?:i)?ty of " + _S + r" of which " + _S
+    + r" ?is free\."
+)
+_PROCESS_RE = re.compile(r"Process (\d+) has " + _S + r" memory in use\.")
+_SELF_RE = re.compile(r"Including non-PyTorch memory, this process has " + _S + r" memory in use")
+_ALLOWED_RE = re.compile(_S + r" allowed;")
+_ALLOCATED_RE = re.compile(r"Of the allocated memory " + _S + r" is allocated by PyTorch")
+_PRIVATE_RE = re.compile(r"with " + _S + r" allocated in private pools")
+_UNALLOCATED_RE = re.compile(r"and " + _S + r" is reserved by PyTorch but unallocated")
+_END_RE = re.compile(
+    r"reserved by PyTorch but unallocated\.|reserved in total by PyTorch\)|cached\)"
+)
+_CONF_RE = re.compile(r"PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF")
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in ([^\s]+)[^\n]*\n(?:[ \t]+([^\n]*\S))?')
+
+_WINDOW_CHARS = 3000
+"""How far past its start a message is read (the longest real ones are ~800 characters)."""
+_FRAME_LOOKBACK_CHARS = 6000
+"""How far before a message its traceback's last frame is looked for."""
+_HUGE_FRACTION = 0.25
+"""A single request of at least this fraction of the device is called huge (hypothesis)."""
+_FRAG_MATERIAL_FRACTION = 0.05
+"""Reserved-but-unallocated below this fraction of reserved is too little to call the OOM
+fragmentation, even when it exceeds the (small) request."""
+_DOMINANT_FRACTION = 0.25
+"""Other processes holding at least this fraction of the device make them the main cause."""
+_PRIORITY: tuple[str, ...] = (
+    "memory_cap", "huge_certain", "fragmentation", "free_but_refused", "other_process",
+    "huge_hypothesis", "genuinely_full")
+"""Which cause is the verdict when several apply: measured causes before hypotheses."""
+_PRIORITY_DOMINANT_OTHERS: tuple[str, ...] = (
+    "memory_cap", "other_process", "huge_certain", "fragmentation", "free_but_refused",
+    "huge_hypothesis", "genuinely_full")
+"""The order when other processes hold a large share of the device."""
+_CONTEXT_ALLOWANCE_BYTES = 2**30
+"""Memory a process holds outside PyTorch's allocator without anything being wrong (CUDA
+context, cuBLAS/cuDNN workspaces): assumed 1 GiB when judging old messages (estimated)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class ProcessMemory:
+    """One ``Process <pid> has <size> memory in use`` clause of the message."""
+
+    pid: int
+    """Process id as NVML reports it (the host's PID namespace)."""
+    used_bytes: int
+    """Device memory the process holds, all allocators included."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class OomReport:
+    """The figures of one out-of-memory message, as printed. Sizes are None when absent."""
+
+    backend: str
+    """``CUDA``, ``HIP`` (ROCm) or ``XPU``, as the message names it."""
+    message_format: MessageFormat
+    """Which of the formats of the module docstring the message has."""
+    device_index: int | None
+    """The GPU index the message names (within CUDA_VISIBLE_DEVICES)."""
+    requested_bytes: int | None
+    """The allocation that failed ("Tried to allocate"), rounded up by the allocator."""
+    total_bytes: int | None
+    """Device capacity ("total capacity")."""
+    free_bytes: int | None
+    """Free device memory per the driver (cudaMemGetInfo) after the allocator gave back all
+    it could."""
+    allowed_bytes: int | None
+    """Cap set by ``torch.cuda.set_per_process_memory_fraction``, when one is set."""
+    allocated_bytes: int | None
+    """Memory held by live tensors (PyTorch's "allocated"; includes private pools)."""
+    reserved_bytes: int | None
+    """Memory PyTorch's allocator holds from the driver (allocated + cached)."""
+    reserved_unallocated_bytes: int | None
+    """Reserved but not held by tensors: cached blocks the allocator could not use."""
+    private_pool_bytes: int | None
+    """Of ``allocated_bytes``, what CUDA-graph private pools hold."""
+    this_process_bytes: int | None
+    """All device memory of the failing process, non-PyTorch allocations included."""
+    processes: tuple[ProcessMemory, ...] = ()
+    """Other processes the message lists (NVML), in message order."""
+    basis: Mapping[str, Basis] = field(default_factory=dict)
+    """``measured`` or ``estimated`` for every ``*_bytes`` field that is not None."""
+    allocator_hint: str | None = None
+    """The allocator setting the message itself suggests (``expandable_segments`` or
+    ``max_split_size_mb``)."""
+    alloc_conf_var: str | None = None
+    """The environment variable the message names (``PYTORCH_CUDA_ALLOC_CONF``, ...)."""
+    location: str | None = None
+    """The traceback's last frame before the message (``file:line in func: source``)."""
+    message: str = ""
+    """The message, whitespace collapsed."""
+    line: int = 1
+    """1-based line of the log where the message starts."""
+    occurrences: int = 1
+    """OOM messages found in the whole text; this report is of the last one with figures."""
+    distinct_messages: int = 1
+    """Of ``occurrences``, how many differ in text (a logger and a traceback often repeat)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class Figure:
+    """One number of an explanation, with where it came from."""
+
+    name: str
+    """What the number is (``requested``, ``reserved_unallocated``...)."""
+    bytes: int
+    """The figure."""
+    basis: Basis
+    """``measured`` (printed in the message) or ``estimated`` (derived)."""
+    note: str = ""
+    """How it was derived, when estimated."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class OomExplanation:
+    """Why the allocation failed and what to change, with the arithmetic behind it."""
+
+    verdict: Verdict
+    """The main cause."""
+    summary: str
+    """One line for a terminal."""
+    figures: tuple[Figure, ...]
+    """The numbers the verdict rests on."""
+    reasons: tuple[str, ...]
+    """The arithmetic that decided the verdict, one claim per line."""
+    fixes: tuple[str, ...]
+    """What to change, most effective first."""
+    also: tuple[Verdict, ...] = ()
+    """Other causes that contribute."""
+    notes: tuple[str, ...] = ()
+    """Caveats (rounding, hypotheses, several OOMs in the log)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict (figures keep their basis)."""
+        return {
+            "verdict": self.verdict,
+            "summary": self.summary,
+            "figures": [
+                {"name": f.name, "bytes": f.bytes, "basis": f.basis,
+                 **({"note": f.note} if f.note else {})}
+                for f in self.figures
+            ],
+            "reasons": list(self.reasons),
+            "fixes": list(self.fixes),
+            "also": list(self.also),
+            "notes": list(self.notes),
+        }
+
+
+PEAK_REDUCTION_FIXES: tuple[str, ...] = (
+    "smaller micro-batch with gradient accumulation to keep the effective batch "
+    "(activations shrink in proportion; same optimization except for batch-statistics layers)",
+    "activation recomputation (gradient checkpointing): keeps one input per block, about "
+    "one extra forward pass of compute",
+    "bf16 mixed precision if training in fp32 (halves activations)",
+    "an 8-bit optimizer (e.g. bitsandbytes AdamW8bit): Adam state from 8 to 2 bytes/param",
+    "ZeRO / FSDP sharding of optimizer state, gradients and parameters across GPUs",
+    "CPU offload of optimizer state or parameters (slower steps)",
+)
+"""The usual peak reductions, in the order to try them; ``trainmedic memory plan`` sizes each."""
+
+
+def _size(value: str, unit: str) -> int:
+    return int((Decimal(value) * _UNIT_BYTES[unit]).to_integral_value())
+
+
+def _collapse(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _location(text: str, start: int) -> str | None:
+    before = text[max(0, start - _FRAME_LOOKBACK_CHARS):start]
+    frames = list(_FRAME_RE.finditer(before))
+    if not frames:
+        return None
+    last = frames[-1]
+    path, lineno, func, source = last.group(1), last.group(2), last.group(3), last.group(4)
+    name = re.split(r"[\\/]", path)[-1]
+    where = f"{name}:{lineno} in {func}"
+    if source and not source.lstrip().startswith(("File ", "^", "~")):
+        where += f": {source.strip()}"
+    return where
+
+
+def _parse_allocator(window: str, backend: str) -> dict[str, Any]:
+    """The figures of one allocator message (``window`` starts at it, whitespace collapsed)."""
+    end = _END_RE.search(window)
+    msg = window[: end.end()] if end else window[:1000]
+    out: dict[str, Any] = {"backend": backend, "message": msg}
+    basis: dict[str, Basis] = {}
+    requested = _REQUESTED_RE.search(msg)
+    if requested:
+        out["requested_bytes"] = _size(*requested.groups())
+        basis["requested_bytes"] = "measured"
+    legacy = _LEGACY_RE.search(msg)
+    if legacy:
+        g = legacy.groups()
+        out["device_index"] = int(g[0])
+        out["total_bytes"] = _size(g[1], g[2])
+        out["allocated_bytes"] = _size(g[3], g[4])
+        out["free_bytes"] = _size(g[5], g[6])
+        if g[7] is not None:
+            out["allowed_bytes"] = _size(g[7], g[8])
+            basis["allowed_bytes"] = "measured"
+        last = _size(g[9], g[10])
+        basis.update(total_bytes="measured", allocated_bytes="measured", free_bytes="measured")
+        if g[11] == "cached":
+            out["message_format"] = "allocator-legacy-cached"
+            out["reserved_unallocated_bytes"] = last
+            out["reserved_bytes"] = out["allocated_bytes"] + last
+            basis.update(reserved_unallocated_bytes="measured", reserved_bytes="estimated")
+        else:
+            out["message_format"] = "allocator-legacy"
+            out["reserved_bytes"] = last
+            out["reserved_unallocated_bytes"] = max(0, last - out["allocated_bytes"])
+            basis.update(reserved_bytes="measured", reserved_unallocated_bytes="estimated")
+    else:
+        total = _TOTAL_RE.search(msg)
+        if total:
+            out["device_index"] = int(total.group(1))
+            out["total_bytes"] = _size(total.group(2), total.group(3))
+            out["free_bytes"] = _size(total.group(4), total.group(5))
+            basis.update(total_bytes="measured", free_bytes="measured")
+        out["processes"] = tuple(
+            ProcessMemory(pid=int(m.group(1)), used_bytes=_size(m.group(2), m.group(3)))
+            for m in _PROCESS_RE.finditer(msg)
+        )
+        for key, regex in (("this_process_bytes", _SELF_RE), ("allowed_bytes", _ALLOWED_RE),
+                           ("allocated_bytes", _ALLOCATED_RE),
+                           ("private_pool_bytes", _PRIVATE_RE),
+                           ("reserved_unallocated_bytes", _UNALLOCATED_RE)):
+            found = regex.search(msg)
+            if found:
+                out[key] = _size(found.group(1), found.group(2))
+                basis[key] = "measured"
+        if "allocated_bytes" in out and "reserved_unallocated_bytes" in out:
+            # reserved = allocated (incl. private pools) + reserved-but-unallocated, as the
+            # message's two figures are formed in CUDACachingAllocator.cpp.
+            out["reserved_bytes"] = out["allocated_bytes"] + out["reserved_unallocated_bytes"]
+            basis["reserved_bytes"] = "estimated"
+        complete = total is not None and "reserved_unallocated_bytes" in out
+        out["message_format"] = "allocator" if complete else "allocator-partial"
+    if "expandable_segments" in msg:
+        out["allocator_hint"] = "expandable_segments"
+    elif "max_split_size_mb" in msg:
+        out["allocator_hint"] = "max_split_size_mb"
+    conf = _CONF_RE.search(window[: len(msg) + 300])
+    if conf:
+        out["alloc_conf_var"] = conf.group(0)
+    out["basis"] = basis
+    return out
+
+
+def parse_oom(text: str) -> OomReport | None:
+    """The last out-of-memory message in ``text`` (a log, a traceback, or the message alone).
+
+    Returns None when the text holds no OOM message. When it holds several, the report is of
+    the last one that carries figures, and ``occurrences``/``distinct_messages`` count them all.
+    """
+    starts = [(m.start(), m.group(1)) for m in _START_RE.finditer(text)]
+    runtime = list(_RUNTIME_RE.finditer(text))
+    if not starts and not runtime:
+        return None
+    occurrences = len(starts) + len(runtime)
+    if starts:
+        bounds = [s for s, _ in starts[1:]] + [len(text)]
+        parsed = []
+        for (start, backend), stop in zip(starts, bounds, strict=True):
+            window = _collapse(text[start:min(stop, start + _WINDOW_CHARS)])
+            parsed.append((start, _parse_allocator(window, backend)))
+        distinct = len({p["message"] for _, p in parsed} | {m.group(0) for m in runtime})
+        start, fields = parsed[-1]
+    else:
+        last = runtime[-1]
+        start = last.start()
+        backend = last.group(1) or "CUDA"
+        fields = {"backend": backend, "message_format": "runtime-error",
+                  "message": _collapse(text[start:start + 200].split("\n\n")[0])}
+        distinct = len({m.group(0) for m in runtime})
+    return OomReport(
+        backend=fields["backend"],
+        message_format=fields["message_format"],
+        device_index=fields.get("device_index"),
+        requested_bytes=fields.get("requested_bytes"),
+        total_bytes=fields.get("total_bytes"),
+        free_bytes=fields.get("free_bytes"),
+        allowed_bytes=fields.get("allowed_bytes"),
+        allocated_bytes=fields.get("allocated_bytes"),
+        reserved_bytes=fields.get("reserved_bytes"),
+        reserved_unallocated_bytes=fields.get("reserved_unallocated_bytes"),
+        private_pool_bytes=fields.get("private_pool_bytes"),
+        this_process_bytes=fields.get("this_process_bytes"),
+        processes=fields.get("processes", ()),
+        basis=fields.get("basis", {}),
+        allocator_hint=fields.get("allocator_hint"),
+        alloc_conf_var=fields.get("alloc_conf_var"),
+        location=_location(text, start),
+        message=fields["message"],
+        line=text.count("\n", 0, start) + 1,
+        occurrences=occurrences,
+        distinct_messages=distinct,
+    )
+
+
+_VERDICT_OF: dict[str, Verdict] = {
+    "memory_cap": "memory_cap", "huge_certain": "single_huge_allocation",
+    "huge_hypothesis": "single_huge_allocation", "fragmentation": "fragmentation",
+    "free_but_refused": "free_but_refused", "other_process": "other_process",
+    "genuinely_full": "genuinely_full"}
+
+
+def _segment_bytes(requested: int) -> int:
+    """Bytes the caching allocator asks the driver for when no cached block fits a request.
+
+    CUDACachingAllocator.cpp ``get_allocation_size``: requests up to 1 MiB (kSmallSize) get a
+    2 MiB segment (kSmallBuffer), up to 10 MiB (kMinLargeAlloc) a 20 MiB one (kLargeBuffer),
+    larger ones are rounded up to 2 MiB (kRoundLarge).
+    """
+    if requested <= 2**20:
+        return 2 * 2**20
+    if requested < 10 * 2**20:
+        return 20 * 2**20
+    return -(-requested // (2 * 2**20)) * (2 * 2**20)
+
+
+def _print_slack(value: int) -> int:
+    """Half a unit of the last printed digit of ``value`` (format_size prints 2 decimals)."""
+    for scale in (2**40, 2**30, 2**20, 2**10):
+        if value > scale:
+            return scale // 200
+    return 0
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.0f}%" if whole else "n/a"
+
+
+def _conf_var(report: OomReport) -> str:
+    if report.alloc_conf_var:
+        return report.alloc_conf_var
+    return "PYTORCH_HIP_ALLOC_CONF" if report.backend == "HIP" else "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def _split_processes(report: OomReport) -> tuple[ProcessMemory | None, tuple[ProcessMemory, ...]]:
+    """(the listed process that is probably this one, the others).
+
+    Inside a container NVML reports host PIDs, so PyTorch cannot match its own process and
+    lists it as ``Process N``; a listed process holding at least what PyTorch reserved, when
+    the message has no "this process" clause, is taken to be this process (a hypothesis).
+    """
+    procs = report.processes
+    if report.this_process_bytes is not None or not procs or not report.reserved_bytes:
+        return None, procs
+    candidates = [p for p in procs if p.used_bytes >= report.reserved_bytes]
+    if not candidates:
+        return None, procs
+    me = min(candidates, key=lambda p: p.used_bytes)
+    return me, tuple(p for p in procs if p is not me)
+
+
+def explain_oom(report: OomReport) -> OomExplanation:
+    """The verdict on one OOM report: fragmentation, another process, a memory cap, one huge
+    allocation, a device that is simply full, or free memory the driver would not give.
+
+    Pure: reads only ``report``. The thresholds (a request of >= 25% of the device is "huge";
+    1 GiB of non-PyTorch memory per process is normal) are stated in the reasons they decide.
+    """
+    figures: list[Figure] = []
+    reasons: list[str] = []
+    notes: list[str] = []
+    also: list[Verdict] = []
+
+    def fig(name: str, value: int | None, basis: Basis | None, note: str = "") -> None:
+        if value is not None:
+            figures.append(Figure(name=name, bytes=int(value), basis=basis or "estimated",
+                                  note=note))
+
+    b = report.basis
+    req, total, free = report.requested_bytes, report.total_bytes, report.free_bytes
+    alloc, reserved = report.allocated_bytes, report.reserved_bytes
+    unalloc, cap = report.reserved_unallocated_bytes, report.allowed_bytes
+    fig("requested", req, b.get("requested_bytes"))
+    fig("total_capacity", total, b.get("total_bytes"))
+    fig("free_on_device", free, b.get("free_bytes"))
+    fig("allowed_cap", cap, b.get("allowed_bytes"))
+    fig("allocated_by_pytorch", alloc, b.get("allocated_bytes"))
+    fig("reserved_by_pytorch", reserved, b.get("reserved_bytes"),
+        "allocated + reserved-but-unallocated" if b.get("reserved_bytes") == "estimated" else "")
+    fig("reserved_unallocated", unalloc, b.get("reserved_unallocated_bytes"),
+        "reserved - allocated" if b.get("reserved_unallocated_bytes") == "estimated" else "")
+    fig("private_pools", report.private_pool_bytes, b.get("private_pool_bytes"))
+    fig("this_process_total", report.this_process_bytes, b.get("this_process_bytes"))
+
+    me, others = _split_processes(report)
+    if me is not None:
+        notes.append(
+            f"Process {me.pid} holds {format_bytes(me.used_bytes)}, at least the "
+            f"{format_bytes(reserved or 0)} PyTorch reserved, and the message has no 'this "
+            f"process' clause: most likely it is this process under a container's PID "
+            f"namespace (hypothesis)"
+        )
+    for p in others:
+        fig(f"process_{p.pid}", p.used_bytes, "measured")
+    this_total = report.this_process_bytes
+    if this_total is None and me is not None:
+        this_total = me.used_bytes
+    outside: int | None = None
+    if total is not None and free is not None and reserved is not None:
+        outside = max(0, total - free - reserved)
+        fig("held_outside_pytorch", outside, "estimated",
+            "total - free - reserved: other processes, CUDA context, non-PyTorch allocations")
+    if this_total is not None and reserved is not None:
+        fig("this_process_non_pytorch", max(0, this_total - reserved), "estimated",
+            "this process's total - reserved (CUDA context, cuBLAS/NCCL workspaces)")
+    if report.occurrences > 1:
+        notes.append(
+            f"{report.occurrences} OOM messages in the text ({report.distinct_messages} "
+            f"distinct); explained: the last one with figures, at line {report.line}"
+        )
+    if report.location:
+        notes.append(f"failing line: {report.location}")
+
+    if req is None:
+        summary = ("an allocation outside PyTorch's caching allocator failed (the message "
+                   "carries no figures)")
+        reasons.append(
+            f"'{report.message[:60]}' is raised by a CUDA/library call (context creation, "
+            f"cuBLAS/cuDNN workspace, NCCL buffers), not by the caching allocator"
+        )
+        return OomExplanation(
+            verdict="unknown", summary=summary, figures=tuple(figures), reasons=tuple(reasons),
+            fixes=("check nvidia-smi for other processes on the device",
+                   "rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing call",
+                   "the device is usually already near full: see `trainmedic memory plan`",
+                   *PEAK_REDUCTION_FIXES),
+            notes=tuple(notes))
+
+    notes.append("message figures are printed to 2 decimals: each is within half a unit of "
+                 "its last digit")
+    conf = _conf_var(report)
+    shortfall = req - (free or 0)
+    others_bytes = sum(p.used_bytes for p in others)
+    pids = ", ".join(f"{p.pid} ({format_bytes(p.used_bytes)})" for p in others)
+    limit = cap if cap is not None else total
+    # Every cause the figures support; the first in _PRIORITY is the verdict, the rest "also".
+    found: dict[str, tuple[str, list[str], str]] = {}
+    segment = _segment_bytes(req)
+    if cap is not None and reserved is not None and reserved + segment > cap - _print_slack(cap):
+        found["memory_cap"] = (
+            f"PyTorch is capped at {format_bytes(cap)} (set_per_process_memory_fraction): "
+            f"reserved {format_bytes(reserved)} + the {format_bytes(segment)} segment a "
+            f"{format_bytes(req)} request needs (estimated) reaches the cap, with "
+            f"{format_bytes(free or 0)} still free on the device",
+            ["raise or remove torch.cuda.set_per_process_memory_fraction"],
+            f"the per-process memory cap ({format_bytes(cap)}) is reached")
+    huge_reason = (
+        f"one request of {format_bytes(req)} is {_pct(req, total or 0)} of the device: a single "
+        f"tensor this large is usually the LM logits (batch x seq x vocab x 4 bytes in fp32) "
+        f"or eager attention scores (batch x heads x seq^2 x 2 bytes) (hypothesis: the failing "
+        f"line tells)")
+    huge_fixes = [
+        "shrink or chunk that one tensor: chunked/fused cross-entropy for logits, SDPA/flash "
+        "attention instead of eager (no seq^2 scores), a smaller batch or sequence",
+        "check the shapes: a request near or above the device size is often a bug "
+        "(broadcast, wrong dimension)"]
+    if limit is not None and req > limit:
+        found["huge_certain"] = (
+            f"requested {format_bytes(req)} > {'allowed' if cap else 'total'} "
+            f"{format_bytes(limit)}: no freeing can make room for it; " + huge_reason,
+            huge_fixes, f"one allocation of {format_bytes(req)} is larger than the device")
+    elif total is not None and req >= _HUGE_FRACTION * total:
+        found["huge_hypothesis"] = (
+            huge_reason, huge_fixes,
+            f"one allocation of {format_bytes(req)} does not fit next to the rest")
+    covers = unalloc is not None and (unalloc >= req or (
+        free is not None and unalloc + free >= req and 2 * unalloc >= req))
+    material = bool(unalloc and reserved and unalloc >= _FRAG_MATERIAL_FRACTION * reserved)
+    if covers and not material:
+        notes.append(
+            f"reserved-but-unallocated {format_bytes(unalloc or 0)} would cover the request but "
+            f"is under {_FRAG_MATERIAL_FRACTION:.0%} of reserved: defragmenting would only "
+            f"delay the next OOM")
+    if covers and material and unalloc is not None:
+        legacy = report.message_format.startswith("allocator-legacy")
+        found["fragmentation"] = (
+            f"reserved-but-unallocated {format_bytes(unalloc)}"
+            + (f" + free {format_bytes(free or 0)}" if unalloc < req else "")
+            + f" >= requested {format_bytes(req)}: PyTorch holds the memory, but no free block "
+            f"is large enough (what is cached after the OOM retry lies in segments that still "
+            f"hold live tensors, or in the small-allocation pool)",
+            [f"set {conf}=max_split_size_mb:<N> (N a little below your large allocations, "
+             f"e.g. 512): blocks above N MiB are never split, so large free blocks stay whole; "
+             f"torch >= 2.1 offers expandable_segments:True instead" if legacy else
+             f"set {conf}=expandable_segments:True: the allocator then grows one mapped "
+             f"segment instead of cudaMalloc'ing separate ones, so the free tail of a segment "
+             f"can serve a larger request and split blocks stop stranding memory",
+             "keep tensor shapes steady (pad or bucket sequence lengths) so freed blocks fit "
+             "the next request",
+             "torch.cuda.empty_cache() does not help: the cached memory sits in segments that "
+             "hold live tensors"],
+            f"fragmentation: {format_bytes(unalloc)} reserved but unallocated, "
+            f"{format_bytes(req)} requested")
+    if free is not None and free >= req:
+        found["free_but_refused"] = (
+            f"the driver reports {format_bytes(free)} free >= requested {format_bytes(req)}, "
+            f"yet the allocation failed",
+            ["look for a limit outside PyTorch: a vGPU/HAMi or MIG slice, a container or WSL "
+             "(WDDM) memory limit",
+             "look for another process allocating at the same moment (nvidia-smi during the "
+             "run)"],
+            f"{format_bytes(free)} free on the device, yet {format_bytes(req)} was refused")
+    if shortfall > 0 and others_bytes >= shortfall:
+        found["other_process"] = (
+            f"other processes hold {format_bytes(others_bytes)} ({pids}); free "
+            f"{format_bytes(free or 0)} + theirs >= requested {format_bytes(req)}: without them "
+            f"the allocation would fit",
+            [f"stop or move the other processes ({pids}), or use another GPU "
+             f"(CUDA_VISIBLE_DEVICES)",
+             "check for leftovers of earlier runs and several ranks on one GPU (LOCAL_RANK)"],
+            f"other processes hold {format_bytes(others_bytes)} of the device")
+    elif not report.processes and outside is not None:
+        # No NVML process list (old format, ROCm, WSL): what is neither free nor PyTorch's,
+        # beyond a normal context, is held by someone else.
+        excess = outside - _CONTEXT_ALLOWANCE_BYTES
+        if shortfall > 0 and excess >= shortfall:
+            found["other_process"] = (
+                f"total - free - reserved = {format_bytes(outside)} is held outside PyTorch's "
+                f"allocator; beyond a 1 GiB allowance for the CUDA context that is "
+                f"{format_bytes(excess)} >= the {format_bytes(shortfall)} missing: another "
+                f"process (or, on a shared-memory APU, the system) holds it",
+                ["find who holds the memory (nvidia-smi / rocm-smi); stop it or use another GPU"],
+                f"about {format_bytes(excess)} is held outside PyTorch")
+    too_big = limit is not None and req > limit
+    if not found or (set(found) <= {"huge_hypothesis"} and not too_big):
+        found.setdefault("genuinely_full", (
+            f"requested {format_bytes(req)} > free {format_bytes(free or 0)}"
+            + (f" + reserved-but-unallocated {format_bytes(unalloc)}" if unalloc else "")
+            + (f"; PyTorch's tensors hold {format_bytes(alloc)} ({_pct(alloc, total or 0)} of "
+               f"the device)" if alloc is not None else ""),
+            ["run `trainmedic memory plan` to see which category fills the device and the "
+             "smallest change that fits"],
+            "the device is full: the peak must come down"))
+    dominant = total is not None and others_bytes >= _DOMINANT_FRACTION * total
+    order = _PRIORITY_DOMINANT_OTHERS if dominant else _PRIORITY
+    ranked = [k for k in order if k in found]
+    reason, fixes, summary = found[ranked[0]]
+    verdict = _VERDICT_OF[ranked[0]]
+    reasons.append(reason)
+    fixes_list = list(fixes)
+    for key in ranked[1:]:
+        reasons.append(f"also {_VERDICT_OF[key]}: {found[key][0]}")
+        also.append(_VERDICT_OF[key])
+    if verdict not in ("free_but_refused", "fragmentation") or "genuinely_full" in found:
+        fixes_list += [f for f in PEAK_REDUCTION_FIXES if f not in fixes_list]
+    if this_total is not None and reserved is not None \
+            and this_total - reserved > _CONTEXT_ALLOWANCE_BYTES:
+        reasons.append(
+            f"this process holds {format_bytes(this_total - reserved)} outside PyTorch's "
+            f"allocator (beyond a 1 GiB context allowance that is another library in the same "
+            f"process: TensorRT, CTranslate2, cupy, NCCL buffers)")
+    if verdict != "fragmentation" and "fragmentation" not in found and unalloc and reserved \
+            and unalloc >= 0.2 * reserved:
+        also.append("fragmentation")
+        reasons.append(f"reserved-but-unallocated is {_pct(unalloc, reserved)} of reserved: "
+                       f"fragmentation contributes")
+    return OomExplanation(verdict=verdict, summary=summary, figures=tuple(figures),
+                          reasons=tuple(reasons), fixes=tuple(fixes_list), also=tuple(also),
+                          notes=tuple(notes))
