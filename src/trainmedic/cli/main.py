@@ -39,10 +39,12 @@ def _register() -> None:
     from trainmedic.cli.demo import demo
     from trainmedic.cli.diagnose import diagnose
     from trainmedic.cli.export import export
+    from trainmedic.cli.memory import memory
 
     cli.add_command(diagnose)
     cli.add_command(demo)
     cli.add_command(export)
+    cli.add_command(memory)
 
 
 _register()

@@ -176,14 +176,14 @@ def _attention_core(
     # HF repeats K/V heads for GQA/MQA before the eager matmul (repeat_kv materializes a copy of
     # num_heads width); MHA passes them through, and SDPA on CUDA takes the grouped heads as is.
     grouped = spec.num_kv_heads != spec.num_heads
-    expanded = grouped and profile.attention == "eager"
+    kernel = _attention_kernel(spec, profile)
+    expanded = grouped and kernel != "fused"
     k_width = (h if expanded else spec.num_kv_heads) * hd
     v_width = (h if expanded else spec.num_kv_heads) * vd
     out: list[Saved] = []
     if rotary:
         out.append(Saved(name=f"{prefix}.rope_tables", width=2 * hd, role="f32",
                          region="inner", per_sequence=True))
-    kernel = _attention_kernel(spec, profile)
     # The CPU math fallback upcasts reduced-precision inputs to fp32 and keeps everything it
     # saves in fp32.
     role: Role = "f32" if kernel == "math" else "cmp"
@@ -211,6 +211,10 @@ def _attention_core(
         # backward recomputes the scores from Q, K and the statistics) and their output, whose
         # (b, s, h, d) layout is also the output projection's input (one storage).
         out.append(Saved(name=f"{prefix}.lse", width=h, role="f32"))
+        if rotary and 0 < spec.rotary_dim < hd:
+            # Partial rotary concatenates the rotated and the plain part: Q is then contiguous
+            # as (b, h, s, d), so is the output, and the projection needs a transposed copy.
+            out.append(Saved(name=f"{prefix}.out", width=h * vd, role="cmp"))
     if kernel != "fused" and spec.attention_dropout > 0:
         out.append(Saved(name=f"{prefix}.dropout_mask", width=h, role="mask", region="core",
                          quadratic=True, mask_of=role))
@@ -228,9 +232,15 @@ def _attention_kernel(spec: ModelSpec, profile: KernelProfile) -> str:
     """
     if profile.attention == "eager":
         return "eager"
-    if profile.device == "cpu" and spec.attention_dropout > 0:
+    if profile.device == "cpu" and (spec.attention_dropout > 0
+                                    or spec.family in _EXPLICIT_MASK_FAMILIES):
         return "math"
     return "fused"
+
+
+# Families whose HF SDPA path passes an explicit attention-mask tensor (not is_causal), which
+# PyTorch's CPU flash kernel does not take: they run the math fallback on CPU.
+_EXPLICIT_MASK_FAMILIES = frozenset({"falcon"})
 
 
 def _mlp(spec: ModelSpec, width: int, *, prefix: str = "mlp") -> list[Saved]:
@@ -252,7 +262,7 @@ def layer_tensors(
     """Every tensor one transformer block saves for backward, for one token."""
     d = spec.hidden_size
     p = spec.dropout
-    rotary = spec.family not in ("gpt2", "opt", "bert", "roberta", "t5", "vit")
+    rotary = spec.positions == "rope"
     out: list[Saved] = []
     out += _norm(spec, "ln_attn", d, profile)
     # The column-parallel projections' input: the normalized hidden state in the matmul dtype.
@@ -334,7 +344,11 @@ def _moe(spec: ModelSpec) -> list[Saved]:
 def embedding_tensors(spec: ModelSpec) -> list[Saved]:
     """The input side: token indices (and the embedding dropout)."""
     out = [Saved(name="embed.indices", width=1, role="i64", region="outer")]
-    out += _dropout("embed.dropout", spec.hidden_size, spec.dropout, region="outer", of="res")
+    if spec.positions == "learned" and spec.family == "opt":
+        # OPT computes position ids per sample (from the attention mask); GPT-2's are shared.
+        out.append(Saved(name="embed.position_ids", width=1, role="i64", region="outer"))
+    out += _dropout("embed.dropout", spec.hidden_size, spec.embedding_dropout, region="outer",
+                    of="res")
     return out
 
 

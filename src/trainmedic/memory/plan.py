@@ -144,14 +144,15 @@ def _mlp_params(spec: ModelSpec, width: int) -> int:
 
 
 def layer_params(spec: ModelSpec) -> list[int]:
-    """Parameters of each block (encoder blocks, then decoder blocks), summing exactly to the
-    model's parameters outside the embeddings.
+    """Parameters of each block (encoder blocks, then decoder blocks).
 
-    The shapes give each block's share (attention + dense MLP or experts); the shares are then
-    scaled so the blocks add up to ``num_params - num_embedding_params``, which the family parser
-    counted exactly (norms and biases spread in proportion).
+    The family parser's exact counts when it gives them; otherwise the shapes give each block's
+    share (attention + dense MLP or experts), scaled so the blocks add up to
+    ``num_params - num_embedding_params`` (norms and biases spread in proportion).
     """
     blocks = spec.num_layers + spec.num_decoder_layers
+    if len(spec.layer_params) == blocks:
+        return list(spec.layer_params)  # counted exactly by the family parser
     raw: list[int] = []
     for i in range(blocks):
         attn = _attention_params(spec) * (2 if i >= spec.num_layers else 1)  # + cross-attention

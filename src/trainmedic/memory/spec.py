@@ -72,9 +72,13 @@ class ModelSpec:
     num_params: int
     """Exact parameter count of the model as transformers builds it from this config."""
     num_embedding_params: int = 0
-    """Of ``num_params``, those in token/position embeddings (and an untied LM head)."""
+    """Of ``num_params``, those in token/position/token-type embeddings (ViT: the patch
+    projection, CLS token and position table) and in the vocabulary head's own weight (when
+    untied) and bias (Phi, BERT/RoBERTa's MLM decoder)."""
     dropout: float = 0.0
-    """Dropout probability on hidden states/attention as the config sets it (0 = no masks)."""
+    """Dropout probability on hidden states (the attention and MLP outputs before the residual
+    add) as the config sets it (0 = no masks); attention probabilities use
+    ``attention_dropout``."""
     attention_dropout: float = 0.0
     """Dropout probability on attention probabilities."""
     # Mixture of experts (Mixtral, DeepSeek); zeros for dense models.

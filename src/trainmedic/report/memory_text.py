@@ -13,8 +13,10 @@ from trainmedic.memory.ledger import CATEGORIES, Ledger
 
 if TYPE_CHECKING:
     from trainmedic.memory.fit import FitResult
+    from trainmedic.memory.kv import KvPlan
+    from trainmedic.memory.oom import OomExplanation
 
-__all__ = ["ledger_lines", "fit_lines", "LEDGER_LABELS"]
+__all__ = ["ledger_lines", "fit_lines", "oom_lines", "kv_lines", "LEDGER_LABELS"]
 
 LEDGER_LABELS: dict[str, str] = {
     "params": "parameters",
@@ -98,3 +100,39 @@ def _intervention_lines(n: int, iv: dict[str, Any]) -> list[str]:
     if iv["changes_semantics"]:
         out.append(f"     changes optimization: {iv['changes_semantics']}")
     return out
+
+
+def oom_lines(explanation: OomExplanation, *, source: str) -> list[str]:
+    """An OOM explanation: the verdict, the figures with their basis, the reasoning, the fixes."""
+    lines = [f"{source}: {explanation.summary}", ""]
+    for f in explanation.figures:
+        note = f"  ({f.note})" if f.note else ""
+        lines.append(f"  {f.name:<28} {format_bytes(f.bytes):>12}  {_BASIS[f.basis]}{note}")
+    if explanation.reasons:
+        lines += ["", "why:"] + [f"  - {r}" for r in explanation.reasons]
+    if explanation.fixes:
+        lines += ["", "what to change, most effective first:"]
+        lines += [f"  {i}. {fix}" for i, fix in enumerate(explanation.fixes, 1)]
+    lines += [f"note: {n}" for n in explanation.notes]
+    return lines
+
+
+def kv_lines(result: KvPlan, *, title: str, gpu_label: str) -> list[str]:
+    """Inference sizing: weights, KV cache per token and in total, and what fits."""
+    lines = [title, ""]
+    rows = [
+        (f"weights ({result.weight_dtype})", result.weights_bytes),
+        (f"KV cache ({result.kv_dtype}, {result.batch_size} x {result.context_len})",
+         result.kv_bytes),
+        ("KV cache per token", result.kv_bytes_per_token),
+        ("total", result.total_bytes),
+    ]
+    lines += [f"  {label:<34} {format_bytes(v):>12}  est." for label, v in rows]
+    if result.gpu_memory_bytes is not None:
+        verdict = "fits" if result.fits else "does NOT fit"
+        lines += ["", f"GPU {gpu_label}: {format_bytes(result.gpu_memory_bytes)}, keeping "
+                  f"{format_bytes(result.headroom_bytes or 0)} free -> {verdict} (est.)"]
+        lines.append(f"  largest batch at {result.context_len} tokens: {result.max_batch_size}")
+        lines.append(f"  longest context at batch {result.batch_size}: {result.max_context_len}")
+    lines += [f"  note: {n}" for n in result.notes]
+    return lines

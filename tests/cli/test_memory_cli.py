@@ -1,0 +1,131 @@
+"""``trainmedic memory plan|oom|kv|measure`` through the CLI's entry point, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainmedic.cli.main import main
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+CONFIGS = DATA / "model-configs"
+MEMORY = DATA / "memory"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_plan_json_has_the_contract_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "memory", "plan", "--config", str(CONFIGS / "llama-3.2-1b.json"),
+                      "--batch", "2", "--seq", "1024", "--gpu-memory", "80GB", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["fits"] is True
+    for key in ("peak_bytes", "peak_phase", "ledger", "num_params", "fits", "max_micro_batch",
+                "basis", "interventions"):
+        assert key in doc
+    for cat in ("params", "grads", "optimizer", "master_weights", "activations", "temporaries",
+                "buffers", "overhead"):
+        assert cat in doc["ledger"] and doc["basis"][cat] == "estimated"
+    assert doc["peak_bytes"] == sum(doc["ledger"].values())
+    assert doc["max_micro_batch"] >= 2
+
+
+def test_plan_that_does_not_fit_ranks_interventions_and_exits_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rc, out, _ = _run(capsys, "memory", "plan", "--config",
+                      str(CONFIGS / "llama-3.1-8b-instruct.json"), "--batch", "4", "--seq",
+                      "4096", "--gpu", "a100-40gb", "--json")
+    doc = json.loads(out)
+    assert rc == 1 and doc["fits"] is False
+    assert doc["interventions"], "a plan that does not fit must say what would help"
+    for iv in doc["interventions"]:
+        assert iv["saved_bytes"] > 0 and iv["throughput_cost_basis"] == "estimated"
+    # Those that fit alone come first.
+    fits = [iv["fits"] for iv in doc["interventions"]]
+    assert fits == sorted(fits, reverse=True)
+
+
+def test_plan_terminal_table(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "memory", "plan", "--config", str(CONFIGS / "gpt2-large.json"),
+                      "--batch", "4", "--seq", "1024", "--precision", "fp32", "--gpu", "h100")
+    assert rc == 0
+    assert "optimizer state" in out and "activations" in out and "est." in out
+    assert "largest micro-batch that fits" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--config", "missing.json"], "missing.json"),
+        (["--config", str(CONFIGS / "llama-3.2-1b.json"), "--batch", "0"], "batch_size"),
+        (["--config", str(CONFIGS / "llama-3.2-1b.json"), "--gpus", "6", "--tp", "4"], "gpus"),
+        (["--config", str(CONFIGS / "gpt2-large.json"), "--gpus", "3", "--tp", "3"],
+         "tp: got 3"),
+        (["--config", str(CONFIGS / "llama-3.2-1b.json"), "--gpu", "h900"], "h900"),
+        (["--config", str(CONFIGS / "llama-3.2-1b.json"), "--gpu-memory", "lots"], "lots"),
+    ],
+)
+def test_plan_bad_input_is_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    rc, _, err = _run(capsys, "memory", "plan", *args)
+    assert rc == 2
+    assert needle in err and "Traceback" not in err
+
+
+def test_plan_unknown_model_type_points_to_measure_mode(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "mamba", "hidden_size": 768}))
+    rc, _, err = _run(capsys, "memory", "plan", "--config", str(cfg))
+    assert rc == 2 and "mamba" in err and "measure" in err
+
+
+def test_oom_message_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "memory", "oom", str(MEMORY / "oom_torch22_expandable.txt"),
+                      "--json")
+    doc = json.loads(out)
+    assert rc == 1 and doc["verdict"] and doc["figures"]
+    assert {f["basis"] for f in doc["figures"]} <= {"measured", "estimated"}
+
+
+def test_oom_snapshot_and_malicious_pickle(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "memory", "oom", str(MEMORY / "snapshot_fragmented.pickle"))
+    assert rc == 1 and "expandable_segments" in out
+    rc, _, err = _run(capsys, "memory", "oom", str(MEMORY / "snapshot_malicious.pickle"))
+    assert rc == 2 and "refused" in err
+
+
+def test_oom_without_an_oom_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = _run(capsys, "memory", "oom", str(MEMORY / "no_oom.txt"))
+    assert rc == 2 and "no out-of-memory message" in err
+
+
+def test_kv_sizes_llama_gqa(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "memory", "kv", "--config",
+                      str(CONFIGS / "llama-3.1-8b-instruct.json"), "--batch", "32", "--context",
+                      "8192", "--gpu", "h100", "--json")
+    doc = json.loads(out)
+    # 2 (K, V) x 32 layers x 8 KV heads x 128 dims x 2 bytes = 128 KiB per token.
+    assert doc["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2
+    assert doc["kv_bytes"] == 32 * 8192 * doc["kv_bytes_per_token"]
+    assert rc == 0 and doc["fits"] is True and doc["max_batch_size"] >= 32
+
+
+def test_kv_encoder_only_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = _run(capsys, "memory", "kv", "--config", str(CONFIGS / "bert-base-uncased.json"),
+                      "--context", "512")
+    assert rc == 2 and "Traceback" not in err
+
+
+def test_memory_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    for sub in ("plan", "oom", "kv"):
+        rc, out, _ = _run(capsys, "memory", sub, "--help")
+        assert rc == 0 and "Example" in out
