@@ -150,6 +150,13 @@ def _norm(spec: ModelSpec, name: str, width: int, profile: KernelProfile) -> lis
     ]
 
 
+# Families whose eager attention applies softmax in the scores' dtype: under autocast the
+# scores stay bf16 (no fp32 mask is added to them, unlike GPT-2's causal mask).
+_SOFTMAX_IN_COMPUTE_DTYPE = frozenset({"bert", "roberta"})
+
+# Post-norm encoders normalize the embeddings (BERT's embeddings.LayerNorm).
+_EMBEDDING_NORM_FAMILIES = frozenset({"bert", "roberta"})
+
 # Linear layers that read the attention block's normalized input, where not q, k and v apart:
 # GPT-2's c_attn and Falcon's query_key_value are fused; DeepSeek's MLA reads it with the query
 # and the joint key/value down-projections.
@@ -192,7 +199,11 @@ def _attention_core(
         Saved(name=f"{prefix}.k", width=k_width, role=role),
         Saved(name=f"{prefix}.v", width=v_width, role=role),
     ]
-    if kernel == "eager":
+    if kernel == "eager" and spec.family in _SOFTMAX_IN_COMPUTE_DTYPE:
+        # BERT's eager softmax takes the scores as they are (no fp32 upcast, no fp32 mask).
+        out.append(Saved(name=f"{prefix}.probs", width=h, role="cmp", region="core",
+                         quadratic=True))
+    elif kernel == "eager":
         # HF eager: softmax(scores, dtype=float32) is saved in fp32; its cast to the compute
         # dtype is a second copy, saved by the matmul with V, when that dtype is not fp32 and
         # no dropout follows. Attention dropout keeps a mask and the dropped probabilities
@@ -233,7 +244,9 @@ def _attention_kernel(spec: ModelSpec, profile: KernelProfile) -> str:
     if profile.attention == "eager":
         return "eager"
     if profile.device == "cpu" and (spec.attention_dropout > 0
-                                    or spec.family in _EXPLICIT_MASK_FAMILIES):
+                                    or spec.family in _EXPLICIT_MASK_FAMILIES
+                                    or spec.value_head_dim != spec.head_dim):
+        # The CPU flash kernel also needs one head width for Q, K and V (MLA has two).
         return "math"
     return "fused"
 
@@ -290,11 +303,13 @@ def layer_tensors(
     if not spec.parallel_block:
         out += _norm(spec, "ln_mlp", d, profile)
         mlp_inputs = 2 if spec.mlp == "gated" else 1
+        if spec.is_moe and layer >= spec.num_dense_layers:
+            mlp_inputs = 1  # the router's projection; experts gather the uncast input
         out.append(Saved(name="mlp.in", width=d * _copies(mlp_inputs, profile), role="cmp",
                          region="outer"))
     moe_layer = spec.is_moe and layer >= spec.num_dense_layers
     if moe_layer:
-        out += _moe(spec)
+        out += _moe(spec, profile)
     else:
         out += _mlp(spec, spec.intermediate_size)
         if spec.family == "t5" and p > 0:
@@ -320,22 +335,25 @@ def _mla_extra(spec: ModelSpec) -> list[Saved]:
     return out
 
 
-def _moe(spec: ModelSpec) -> list[Saved]:
+def _moe(spec: ModelSpec, profile: KernelProfile) -> list[Saved]:
     """A mixture-of-experts MLP for one token, assuming balanced routing.
 
     The router saves its fp32 probabilities over the experts; each of the ``k`` experts a token
     goes to saves the gathered input, its own MLP tensors and its output (weighted by the
     routing probability). Shared experts act like a dense MLP of ``num_shared × width``.
+    transformers 5 runs the routed experts as grouped matmuls over the gathered (uncast) input,
+    which CPU autocast does not cover: on the cpu profile they stay in the residual dtype.
     """
     d, k = spec.hidden_size, spec.experts_per_token
     width = spec.moe_intermediate_size or spec.intermediate_size
+    role: Role = "res" if profile.device == "cpu" else "cmp"
     out = [Saved(name="moe.router_probs", width=spec.num_experts, role="f32")]
-    per_expert = _mlp(spec, width, prefix="moe.expert")
-    for s in per_expert:
-        out.append(Saved(name=s.name, width=s.width * k, role=s.role, region=s.region))
-    out.append(Saved(name="moe.gathered_in", width=d * k, role="cmp"))
-    out.append(Saved(name="moe.expert_out", width=d * k, role="cmp"))
+    for s in _mlp(spec, width, prefix="moe.expert"):
+        out.append(Saved(name=s.name, width=s.width * k, role=role, region=s.region))
+    out.append(Saved(name="moe.gathered_in", width=d * k, role=role))
+    out.append(Saved(name="moe.expert_out", width=d * k, role=role))
     if spec.num_shared_experts:
+        out.append(Saved(name="moe.shared_in", width=d, role="cmp", region="outer"))
         for s in _mlp(spec, width * spec.num_shared_experts, prefix="moe.shared"):
             out.append(s)
     return out
@@ -343,7 +361,12 @@ def _moe(spec: ModelSpec) -> list[Saved]:
 
 def embedding_tensors(spec: ModelSpec) -> list[Saved]:
     """The input side: token indices (and the embedding dropout)."""
+    if spec.vision_seq_len:
+        # The patch convolution keeps its pixel input; the planner adds it per sample.
+        return []
     out = [Saved(name="embed.indices", width=1, role="i64", region="outer")]
+    if spec.family in _EMBEDDING_NORM_FAMILIES:
+        out += _norm(spec, "embed.norm", spec.hidden_size, KernelProfile())
     if spec.positions == "learned" and spec.family == "opt":
         # OPT computes position ids per sample (from the attention mask); GPT-2's are shared.
         out.append(Saved(name="embed.position_ids", width=1, role="i64", region="outer"))
@@ -360,7 +383,33 @@ def head_tensors(spec: ModelSpec, profile: KernelProfile) -> list[Saved]:
     only the final norm.
     """
     d = spec.hidden_size
-    out = _norm(spec, "final_norm", d, profile)
+    if spec.head in ("masked-lm", "pretraining"):
+        # BERT's MLM head transforms before the decoder: dense and the activation keep their
+        # inputs, and its LayerNorm (no final norm in a post-norm encoder) keeps the
+        # activation's output, all in the matmul dtype.
+        out = [
+            Saved(name="head.transform_in", width=d, role="cmp", region="outer"),
+            Saved(name="head.transform_act", width=d, role="cmp", region="outer"),
+            Saved(name="head.norm_input", width=d, role="cmp", region="outer"),
+            Saved(name="head.norm_stats", width=2, role="f32", region="outer"),
+        ]
+    else:
+        out = _norm(spec, "final_norm", d, profile)
+    if spec.arch == "encoder-decoder":
+        # T5: the encoder's own final norm and dropout, its output (kept once for the decoder's
+        # cross-attention projections), the decoder's final dropout, and each stack's relative
+        # position buckets (s × s int64 indices into the bias table, shared by the batch).
+        out += _norm(spec, "enc_final_norm", d, profile)
+        out += _dropout("enc_final_dropout", d, spec.dropout, region="outer", of="res")
+        out.append(Saved(name="enc_output", width=d, role="res", region="outer"))
+        out += _dropout("dec_final_dropout", d, spec.dropout, region="outer", of="res")
+        if spec.positions == "relative":
+            out.append(Saved(name="rel_pos_buckets", width=2, role="i64", region="outer",
+                             quadratic=True, per_sequence=True))
+    if spec.family == "vit" and not spec.vocab_size:
+        # ViTModel's pooler reads the CLS token through a view of the whole normalized output,
+        # which keeps that storage alive for backward.
+        out.append(Saved(name="head.pooled_view", width=d, role="res", region="outer"))
     if spec.vocab_size:
         out.append(Saved(name="head.in", width=d, role="cmp", region="outer"))
         out.append(Saved(name="loss.log_probs", width=spec.vocab_size, role="f32",

@@ -44,7 +44,7 @@ from trainmedic.memory.strategy import (
     layout,
 )
 
-__all__ = ["PlanConfig", "plan", "layer_params"]
+__all__ = ["PlanConfig", "plan", "layer_params", "largest_param_numel"]
 
 #: CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers a training process holds beyond the
 #: caching allocator's bytes: typically 0.5–1.5 GiB on recent GPUs and drivers (an estimate; it
@@ -171,6 +171,19 @@ def layer_params(spec: ModelSpec) -> list[int]:
     return scaled
 
 
+def largest_param_numel(spec: ModelSpec) -> int:
+    """Elements of the model's largest single parameter tensor: the token embedding (or LM
+    head) for language models; transformers 5 stores each MoE layer's experts as one 3-D tensor
+    (experts × 2·width × hidden for the fused gate/up projection)."""
+    d = spec.hidden_size
+    candidates = [spec.vocab_size * d, d * spec.intermediate_size,
+                  d * (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim]
+    if spec.is_moe:
+        width = spec.moe_intermediate_size or spec.intermediate_size
+        candidates.append(spec.num_experts * 2 * width * d)
+    return max(candidates)
+
+
 def _matrix_shapes(spec: ModelSpec, layers: int) -> tuple[tuple[int, int], ...]:
     """2-D parameter shapes, for Adafactor's factored second moment (approximate, per layer)."""
     d = spec.hidden_size
@@ -294,13 +307,14 @@ def plan(spec: ModelSpec, cfg: PlanConfig) -> Ledger:
     tokens = b * s
     if stage.last and spec.vocab_size:
         vocab = spec.vocab_size / tp
-        # The model output keeps the logits (compute dtype); the loss upcasts them to fp32 in the
-        # forward. At the start of backward the fp32 gradient of log-softmax and of the logits
-        # are live together (both V-wide per token).
+        # The forward's logits (compute dtype) and the loss's fp32 upcast of them; the training
+        # loop lets the model output go once the loss is computed (HF Trainer does), so at the
+        # start of backward only the fp32 gradients of log-softmax and of the logits are live
+        # together (both V-wide per token).
         logits = tokens * vocab * prec.compute
         upcast = tokens * vocab * 4 if prec.compute != 4 else 0.0
         temps_fwd = logits + upcast
-        temps_bwd = logits + 2 * tokens * vocab * 4
+        temps_bwd = 2 * tokens * vocab * 4
     casts = 0.0
     if prec.casts_weights:
         # autocast keeps each matmul's low-precision weight copy for backward.
@@ -322,11 +336,49 @@ def plan(spec: ModelSpec, cfg: PlanConfig) -> Ledger:
     elif lay.family == "zero":
         comm = min(numel, ZERO_REDUCE_BUCKET_ELEMENTS) * prec.grad
     opt_temps = _optimizer_temporaries(cfg, numel=numel / lay.divisor("optimizer"),
-                                       largest=stage.largest_layer / tp,
+                                       largest=largest_param_numel(spec) / tp,
                                        state_bytes=prec.state_dtype)
+    # Tied input/output embeddings get two gradients: the embedding backward's dense V×d
+    # gradient is a temporary next to the LM head's, and the sum is made out of place
+    # (measured on CPU: two V×d gradients live at the end of backward).
+    tied_grad_temps = 0.0
+    if spec.tied_embeddings and spec.vocab_size and stage.first and stage.last:
+        tied_grad_temps = 2 * spec.vocab_size * spec.hidden_size / tp * prec.grad
 
     overhead = CUDA_CONTEXT_BYTES if (cfg.device_profile == "cuda" and cfg.include_context) else 0
     grads_live_fwd = grads_b if cfg.grad_accum > 1 else 0.0
+
+    per_layer_params = layer_params(spec)[: stage.layers]
+    # The blocks' share of this GPU's gradients (the rest: embeddings, final norm, LM head).
+    layers_share = min(sum(per_layer_params) / max(stage.params, 1), 1.0)
+    lm_head_grad = 0.0
+    if stage.last and spec.vocab_size and not spec.tied_embeddings:
+        lm_head_grad = grads_b * spec.vocab_size * spec.hidden_size / max(stage.params, 1)
+    act_scale = (layers_act / sum(per_layer_act)) if sum(per_layer_act) else 0.0
+
+    def layer_held(i: int) -> float:
+        """Activations layer ``i`` holds until its backward (its input only, when recomputed)."""
+        return in_flight * per_layer_act[i] * act_scale
+
+    def mlp_share(i: int) -> float:
+        """Share of layer ``i``'s parameters in its MLP (or experts)."""
+        attn = _attention_params(spec)
+        if spec.is_moe and i >= spec.num_dense_layers:
+            width = spec.moe_intermediate_size or spec.intermediate_size
+            mlp = (spec.num_experts + spec.num_shared_experts) * _mlp_params(spec, width)
+        else:
+            mlp = _mlp_params(spec, spec.intermediate_size)
+        return mlp / max(attn + mlp, 1)
+
+    def transient(i: int) -> float:
+        """Gradients flowing through layer ``i``'s widest point during its backward."""
+        widest = spec.intermediate_size
+        if spec.is_moe and i >= spec.num_dense_layers:
+            width = spec.moe_intermediate_size or spec.intermediate_size
+            widest = 2 * width * spec.experts_per_token
+        if cfg.attention == "eager":
+            widest = max(widest, spec.num_heads * s)
+        return tokens * (widest / tp + spec.hidden_size) * prec.compute
 
     def _at(**live: float) -> dict[str, float]:
         cats = dict.fromkeys(CATEGORIES, 0.0)
@@ -339,11 +391,37 @@ def plan(spec: ModelSpec, cfg: PlanConfig) -> Ledger:
                        temporaries=casts + gathered + temps_fwd),
         "backward_start": _at(grads=grads_live_fwd, activations=activations,
                               temporaries=casts + gathered + temps_bwd, comm_buckets=comm),
-        # All grads, and what the first layers still hold when the last grads arrive.
-        "backward_end": _at(grads=grads_b, activations=in_flight * embed_act,
-                            temporaries=casts + gathered, comm_buckets=comm),
-        "optimizer": _at(grads=grads_b, temporaries=opt_temps),
+        # The LM head's weight gradient arrives once the log-softmax gradient is freed.
+        "backward_head": _at(grads=grads_live_fwd + lm_head_grad, activations=activations,
+                             temporaries=casts + gathered + temps_bwd / 2, comm_buckets=comm),
     }
+    # Backward, layer by layer from the last: each layer's gradients appear while the layers
+    # below still hold their activations, plus the gradients flowing through the layer's widest
+    # point. With experts' large gradients this peak falls mid-backward, not at either end.
+    stage_params = max(sum(per_layer_params), 1)
+    layer_grads = [grads_b * p_i / stage_params * layers_share for p_i in per_layer_params]
+    held = [layer_held(i) for i in range(stage.layers)]
+    grads_so_far = grads_live_fwd + lm_head_grad
+    for i in reversed(range(stage.layers)):
+        # The moment the layer's MLP gradients are done (the MLP runs last in the forward, so
+        # first in backward); its attention gradients arrive as its activations are released.
+        new_grad = layer_grads[i] * mlp_share(i) if not grads_live_fwd else 0.0
+        grads_so_far += new_grad
+        below = in_flight * embed_act + sum(held[: i + 1])
+        if cfg.recompute == "full":
+            below += per_layer_act[i]  # the layer's activations, recomputed for its backward
+        moments[f"backward_layer_{i}"] = _at(
+            grads=grads_so_far, activations=below,
+            temporaries=casts * (i + 1) / stage.layers + gathered + transient(i)
+            + (layer_grads[i] if grads_live_fwd else 0.0),
+            comm_buckets=comm)
+        if not grads_live_fwd:
+            grads_so_far += layer_grads[i] * (1 - mlp_share(i))
+    # All grads, and what the first layers still hold when the last grads arrive (autocast's
+    # weight copies were released with the nodes that saved them).
+    moments["backward_end"] = _at(grads=grads_b, activations=in_flight * embed_act,
+                                  temporaries=gathered + tied_grad_temps, comm_buckets=comm)
+    moments["optimizer"] = _at(grads=grads_b, temporaries=opt_temps)
     totals = {k: sum(v.values()) for k, v in moments.items()}
     moment = max(totals, key=lambda k: totals[k])
     phase = "backward" if moment.startswith("backward") else moment
@@ -380,7 +458,7 @@ def _optimizer_temporaries(
     torch's default on CUDA is the ``foreach`` implementation, which for Adam/AdamW materializes
     ``sqrt(exp_avg_sq)`` for the whole parameter list at once (torch/optim/adam.py,
     ``_multi_tensor_adam``); on CPU the default is the per-tensor loop, whose scratch is one
-    parameter's worth (approximated by a layer's); ``fused=True`` updates in place.
+    parameter's worth; ``fused=True`` updates in place.
     """
     if cfg.optimizer not in ("adam", "adamw") or cfg.offload != "none":
         return 0.0
@@ -391,7 +469,9 @@ def _optimizer_temporaries(
         return 0.0
     if impl == "foreach":
         return numel * state_bytes
-    return largest * state_bytes
+    # The per-tensor loop makes sqrt(v) and its quotient for one tensor at a time: two
+    # temporaries the size of the largest parameter (torch/optim/adam.py, _single_tensor_adam).
+    return 2 * largest * state_bytes
 
 
 def _notes(cfg: PlanConfig, lay: Layout, casts: bool) -> list[str]:
