@@ -50,13 +50,13 @@ def machine() -> str:
 
 def compare(path: Path, *, precision: str, attention: str, layers: int, batch: int,
             seq: int) -> dict:
+    import torch
+
     from trainmedic.memory.families import load_spec, spec_with_layers
     from trainmedic.memory.hf_build import build_hf_model, hf_inputs, hf_loss
     from trainmedic.memory.ledger import CATEGORIES
     from trainmedic.memory.measure import MeasureConfig, measure
     from trainmedic.memory.plan import PlanConfig, plan
-
-    import torch
 
     spec = spec_with_layers(load_spec(path), layers)
     dtype = torch.bfloat16 if precision == "bf16" else None

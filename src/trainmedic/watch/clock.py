@@ -56,6 +56,10 @@ class ForwardClock:
         self._torch = torch
         self._cuda = cuda
         self._on_start = on_forward_start
+        # Looked up once: these hooks run at every forward (module attribute lookups on a
+        # cold cache cost more than the calls).
+        self._grad_enabled = torch.is_grad_enabled
+        self._now = time.perf_counter
         self._host_s = 0.0
         self._t0: float | None = None
         self._pairs: list[EventPair] = []
@@ -67,7 +71,7 @@ class ForwardClock:
         ]
 
     def _pre(self, module: Any, args: Any) -> None:
-        if not self._torch.is_grad_enabled():
+        if not self._grad_enabled():
             return
         if self._on_start is not None:
             self._on_start()
@@ -76,19 +80,17 @@ class ForwardClock:
             ev.record()
             self._start_event = ev
         else:
-            self._t0 = time.perf_counter()
+            self._t0 = self._now()
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if not self._torch.is_grad_enabled():
-            return
         if self._cuda:
-            if self._start_event is not None:
+            if self._start_event is not None and self._grad_enabled():
                 end = self._torch.cuda.Event(enable_timing=True)
                 end.record()
                 self._pairs.append((self._start_event, end))
                 self._start_event = None
-        elif self._t0 is not None:
-            self._host_s += time.perf_counter() - self._t0
+        elif self._t0 is not None and self._grad_enabled():
+            self._host_s += self._now() - self._t0
             self._t0 = None
 
     def take(self) -> float | list[EventPair] | None:

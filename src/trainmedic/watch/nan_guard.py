@@ -55,6 +55,8 @@ __all__ = [
     "RngState",
     "NonFiniteError",
     "capture_rng_state",
+    "rng_state_reader",
+    "as_rng_state",
     "localize_nonfinite",
 ]
 
@@ -141,6 +143,28 @@ def capture_rng_state(device: torch.device | str | None = None) -> RngState:
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         return RngState(torch.get_rng_state(), torch.cuda.get_rng_state(index), index)
     return RngState(torch.get_rng_state())
+
+
+def rng_state_reader(device: torch.device | str | None = None) -> Callable[[], Any]:
+    """A function of no arguments that reads what :func:`capture_rng_state` would, for a
+    caller that reads it at every step: the generators are looked up once here. Its result
+    goes through :func:`as_rng_state` before a replay. On CPU it is the generator's state
+    tensor alone (``torch.default_generator.get_state``, what ``torch.get_rng_state``
+    returns), so a healthy step builds no record."""
+    import torch
+
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda":
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        cuda_dev = torch.device("cuda", index)
+        return lambda: capture_rng_state(cuda_dev)
+    read_cpu: Callable[[], Any] = torch.default_generator.get_state
+    return read_cpu
+
+
+def as_rng_state(raw: Any) -> RngState:
+    """What a :func:`rng_state_reader` function returned, as an :class:`RngState`."""
+    return raw if isinstance(raw, RngState) else RngState(raw)
 
 
 def localize_nonfinite(model: torch.nn.Module, replay: Callable[[], torch.Tensor], *,

@@ -1,8 +1,14 @@
 """Global L2 norms of many tensors (gradients, parameters, updates) for the watcher.
 
-One fused ``torch._foreach_norm`` per device and dtype, then the norm of the norms. Never
-overflowing: float32 squares overflow once values pass ~1.8e19, and a diverging run's finite
-gradients must not read as infinite (the NaN guard would take them for a NaN).
+One fused ``torch._foreach_norm`` per dtype, then the norm of the norms. Never overflowing:
+float32 squares overflow once values pass ~1.8e19, and a diverging run's finite gradients
+must not read as infinite (the NaN guard would take them for a NaN).
+
+On CPU the cost is not the arithmetic but the calls: inside a real training loop each torch
+call right after backward runs with cold caches (~10 us each on the benchmark's VM, measured
+by ``benchmarks/watch_overhead.py``), so the CPU path makes as few as it can: one
+``_foreach_norm`` per dtype, and the per-tensor norms are combined on the host by
+``math.hypot`` (float64, scaled: it cannot overflow) instead of a ``stack`` and a second norm.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["global_l2_norm"]
+__all__ = ["global_l2_norm", "GradNorm"]
 
 
 def global_l2_norm(torch: Any, tensors: list[Any]) -> Any:
@@ -21,19 +27,110 @@ def global_l2_norm(torch: Any, tensors: list[Any]) -> Any:
     gradients would read as an infinite norm, and the NaN guard would take a huge-but-finite
     step for a non-finite one. On an accelerator the norm accumulates in float64 (the
     reduction is memory-bound there, so it costs the same, and branching would need a sync);
-    on CPU, where float64 doubles the cost and reading the result is free, float32 first and
-    float64 only when that overflowed.
+    on CPU, where float64 doubles the cost and reading the result is free, each tensor's norm
+    in its own precision (float32 at least) combined in float64, and everything in float64
+    only when that was not finite.
     """
     # No torch.no_grad() here: callers pass gradients or detached tensors (no graph is
     # built), and entering the context costs ~30 us per call inside a real CPU loop.
-    if tensors[0].device.type == "cpu":
-        # A float at once: on CPU each extra torch call costs ~10 us in a real loop (cold
-        # dispatch after backward, measured), more than the arithmetic.
-        value = float(_norms_as(torch, tensors, torch.float32).item())
-        if math.isfinite(value):
-            return value
-        return float(_norms_as(torch, tensors, torch.float64).item())
+    if all(t.device.type == "cpu" for t in tensors):
+        groups: dict[Any, list[Any]] = {}
+        for t in tensors:
+            groups.setdefault(t.dtype, []).append(t)
+        return _cpu_norm(torch, list(groups.values()),
+                         [_low_precision(torch, dtype) for dtype in groups])
     return _norms_as(torch, tensors, torch.float64)
+
+
+class GradNorm:
+    """The global gradient norm of a fixed list of parameters, called once per step.
+
+    What does not change between steps is worked out once: the parameters grouped by dtype
+    (a gradient has its parameter's dtype), whether everything is on the CPU, and, after the
+    first sparse gradient, that sparse gradients are left out (as they always were: dense
+    norms only). Returns a float on CPU, a 0-d float64 tensor on an accelerator (no sync),
+    ``None`` when no parameter has a gradient.
+    """
+
+    def __init__(self, torch: Any, params: list[Any]) -> None:
+        self._torch = torch
+        self._params = params
+        self._cpu = bool(params) and all(p.device.type == "cpu" for p in params)
+        groups: dict[Any, list[Any]] = {}
+        for p in params:
+            groups.setdefault(p.dtype, []).append(p)
+        # (parameters, the dtype to accumulate in: None = their own, float32 for 16-bit)
+        self._groups = [(ps, _low_precision(torch, dtype)) for dtype, ps in groups.items()]
+        self._sparse_seen = False
+
+    def __call__(self) -> Any:
+        if not self._cpu or self._sparse_seen:
+            return self._general()
+        torch = self._torch
+        if len(self._groups) == 1:
+            grads = [g for p in self._params if (g := p.grad) is not None]
+            if not grads:
+                return None
+            lists = [grads]
+            dtypes = [self._groups[0][1]]
+        else:
+            lists, dtypes = [], []
+            for ps, dtype in self._groups:
+                grads = [g for p in ps if (g := p.grad) is not None]
+                if grads:
+                    lists.append(grads)
+                    dtypes.append(dtype)
+            if not lists:
+                return None
+        try:
+            return _cpu_norm(torch, lists, dtypes)
+        except (NotImplementedError, RuntimeError):
+            # A sparse gradient (nn.Embedding(sparse=True)): _foreach_norm has no sparse
+            # kernel. Dense gradients only from here on, as the general path always did.
+            self._sparse_seen = True
+            return self._general()
+
+    def of_aligned(self, tensors: list[Any]) -> Any:
+        """Global norm of ``tensors`` laid out as the parameters are (one per parameter, same
+        dtypes and devices: the parameters themselves, or their change in one update), with
+        the grouping worked out at construction. Call it under ``torch.no_grad()`` when the
+        tensors are parameters."""
+        if not self._cpu or len(tensors) != len(self._params):
+            return global_l2_norm(self._torch, tensors)
+        if len(self._groups) == 1:
+            return _cpu_norm(self._torch, [tensors], [self._groups[0][1]])
+        return global_l2_norm(self._torch, tensors)
+
+    def _general(self) -> Any:
+        grads = [g for p in self._params if (g := p.grad) is not None and not g.is_sparse]
+        if not grads:
+            return None
+        return global_l2_norm(self._torch, grads)
+
+
+def _low_precision(torch: Any, dtype: Any) -> Any:
+    """The dtype to accumulate ``dtype`` in: None (its own) for 32/64-bit, else float32."""
+    return None if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _cpu_norm(torch: Any, lists: list[list[Any]], dtypes: list[Any]) -> float:
+    """CPU: per-tensor norms (one fused call per list of one dtype; ``dtypes``: per list,
+    None or the dtype to accumulate in), combined by ``math.hypot``; all in float64 when the
+    result is not finite (an overflowing float32 norm, or a NaN/inf gradient: the float64
+    result then says which, NaN or inf, as one norm of everything would)."""
+    if len(lists) == 1:
+        norms = (torch._foreach_norm(lists[0]) if dtypes[0] is None
+                 else torch._foreach_norm(lists[0], 2, dtype=dtypes[0]))
+    else:
+        norms = []
+        for ts, dtype in zip(lists, dtypes, strict=True):
+            norms.extend(torch._foreach_norm(ts) if dtype is None
+                         else torch._foreach_norm(ts, 2, dtype=dtype))
+    value = math.hypot(*norms)  # float() of each 0-d tensor: a host read, free on CPU
+    if math.isfinite(value):
+        return value
+    tensors = [t for ts in lists for t in ts]
+    return float(_norms_as(torch, tensors, torch.float64).item())
 
 
 def _norms_as(torch: Any, tensors: list[Any], dtype: Any) -> Any:

@@ -45,30 +45,43 @@ def nonfinite_names(row: Mapping[str, Any]) -> list[str]:
 class StepGuard:
     """Per-step NaN-guard state of one watcher (``policy`` already resolved from "auto")."""
 
-    def __init__(self, policy: str, *, on_accelerator: bool, record_event: RecordEvent) -> None:
+    def __init__(self, policy: str, *, on_accelerator: bool, record_event: RecordEvent,
+                 device: Any = None) -> None:
         self.policy = policy
         self._accelerator = on_accelerator
         self._record_event = record_event
         self.events = 0
-        self.rng_state: Any = None
+        self._rng_raw: Any = None
         self._skipped = False
         self._hook_fired = False
-        self._capture: Callable[[Any], Any] | None = None
+        self._read_rng: Callable[[], Any] | None = None
         if self.drops_updates:
-            from trainmedic.watch.nan_guard import capture_rng_state
+            from trainmedic.watch.nan_guard import rng_state_reader
 
-            self._capture = capture_rng_state
+            self._read_rng = rng_state_reader(device)
 
     @property
     def drops_updates(self) -> bool:
         """True for the policies that read the grad norm before the update (skip, raise)."""
         return self.policy in ("skip", "raise")
 
-    def capture_rng(self, device: Any) -> None:
-        """At a training forward's start: the RNG state a replay draws the same dropout
-        masks from (``torch.get_rng_state()`` copies ~5 kB; the CUDA one is host-side)."""
-        if self._capture is not None:
-            self.rng_state = self._capture(device)
+    @property
+    def rng_state(self) -> Any:
+        """The RNG state captured at the last training forward's start (an ``RngState``), or
+        ``None``: what a replay of that step draws its dropout masks from."""
+        if self._rng_raw is None:
+            return None
+        from trainmedic.watch.nan_guard import as_rng_state
+
+        return as_rng_state(self._rng_raw)
+
+    def capture_rng(self) -> None:
+        """At a training forward's start (under skip/raise): keep the RNG state a replay would
+        draw the same dropout masks from. It runs at every step, so it only copies the
+        generator's state (~5 kB on CPU; the CUDA one is host-side) through a reader
+        resolved once; the ``RngState`` is built only when a replay needs it."""
+        if self._read_rng is not None:
+            self._rng_raw = self._read_rng()
 
     def check_grads(self, grad_norm: Any, torch: Any, params: Iterable[Any],
                     optimizer: Any) -> bool:
@@ -103,7 +116,8 @@ class StepGuard:
                 if bad:
                     self.record(s, bad, None)
             return
-        loss_bad = "loss" in nonfinite_names(host)
+        loss = host.get("loss")
+        loss_bad = isinstance(loss, float) and not math.isfinite(loss)
         if not skipped and not loss_bad:
             return
         bad = (["loss"] if loss_bad else []) + (["grad_norm"] if skipped else [])

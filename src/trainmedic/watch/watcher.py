@@ -47,7 +47,7 @@ from trainmedic.run.store import RunStore
 from trainmedic.watch.clock import ForwardClock, elapsed_s
 from trainmedic.watch.config import WatchConfig
 from trainmedic.watch.host_memory import rss_mb
-from trainmedic.watch.norms import global_l2_norm
+from trainmedic.watch.norms import GradNorm
 from trainmedic.watch.step_guard import StepGuard
 
 if TYPE_CHECKING:
@@ -135,6 +135,7 @@ class Watcher:
             if world_size == 1:
                 rank = None
         self._params = self._collect_params()
+        self._grad_norm = GradNorm(torch, self._params)
         if model is not None and not self._params:
             n = sum(1 for _ in model.parameters())
             raise ConfigError(
@@ -176,7 +177,7 @@ class Watcher:
         self._hooks: list[Any] = []
         self._closed = False
         self._guard = StepGuard(self.nan_policy, on_accelerator=self._device.type != "cpu",
-                                record_event=self._record_event)
+                                record_event=self._record_event, device=self._device)
         # update_ratio: a copy of the parameters taken before the update on measured steps.
         self._before_update: list[torch.Tensor] | None = None
         self._param_stats: dict[str, Any] = {}
@@ -189,8 +190,10 @@ class Watcher:
         self._forward: ForwardClock | None = None
         if model is not None:
             guard = self._guard.drops_updates
-            self._forward = ForwardClock(model, cuda=self._cuda,
-                                         on_forward_start=self._capture_rng if guard else None)
+            self._forward = ForwardClock(
+                model, cuda=self._cuda,
+                on_forward_start=self._guard.capture_rng if guard else None)
+        self._param_every = cfg.param_every
         self._layers: Any = None
         self._layers_armed = False
         if cfg.layer_every is not None and model is not None:
@@ -268,27 +271,29 @@ class Watcher:
         host: dict[str, float | None] = {"data_time_s": self._data_wait_s, "rss_mb": rss_mb()}
         device: dict[str, Any] = {}
         self._data_wait_s = 0.0
-        counts = (("samples_per_s", batch_size), ("tokens_per_s", tokens))
         if self._cuda:  # GPU time between consecutive steps; rates from it, at fetch
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
             if self._last_step_event is not None:
                 device["step_time_s"] = [(self._last_step_event, ev)]
-                for name, count in counts:
+                for name, count in (("samples_per_s", batch_size), ("tokens_per_s", tokens)):
                     if count is not None:
                         device[name] = ("rate", float(count))
             self._last_step_event = ev
         else:
             host["step_time_s"] = step_time_s
-            for name, count in counts:
-                if count is not None and step_time_s > 0:
-                    host[name] = count / step_time_s
+            if step_time_s > 0:
+                if batch_size is not None:
+                    host["samples_per_s"] = batch_size / step_time_s
+                if tokens is not None:
+                    host["tokens_per_s"] = tokens / step_time_s
         if self._forward is not None:
             fwd = self._forward.take()
-            if isinstance(fwd, list):
-                device["compute_time_s"] = fwd
-            elif fwd is not None:
-                host["compute_time_s"] = fwd
+            if fwd is not None:
+                if isinstance(fwd, list):
+                    device["compute_time_s"] = fwd
+                else:
+                    host["compute_time_s"] = fwd
         lr = self._lr()
         if lr is not None:
             if isinstance(lr, torch.Tensor) and self._defers(lr):
@@ -300,16 +305,13 @@ class Watcher:
         else:
             gn = grad_norm
         self._grad_norm_now = None
-        for name, value in (("loss", loss), ("grad_norm", gn), *extra.items()):
-            if value is None:
-                continue
-            if isinstance(value, torch.Tensor):
-                if not self._defers(value):
-                    host[name] = value.item()  # no device to wait for, no graph kept
-                else:
-                    device[name] = value.detach().reshape(())
-            else:
-                host[name] = float(value)
+        if loss is not None:
+            self._put(host, device, "loss", loss)
+        if gn is not None:
+            self._put(host, device, "grad_norm", gn)
+        for name, value in extra.items():
+            if value is not None:
+                self._put(host, device, name, value)
         if self.scaler is not None:
             scale = getattr(self.scaler, "_scale", None)
             if isinstance(scale, torch.Tensor) and not self._defers(scale):
@@ -454,10 +456,23 @@ class Watcher:
             raise ConfigError(f"w.step(loss): loss must be a scalar tensor or a number, got "
                               f"{type(loss).__name__}") from None
 
+    def _put(self, host: dict[str, Any], device: dict[str, Any], name: str,
+             value: Any) -> None:
+        """One value into this step's host row (read now) or device row (fetched later)."""
+        if type(value) is float:
+            host[name] = value
+        elif isinstance(value, self._torch.Tensor):
+            if value.is_cpu and self.fetch_every == 1:
+                host[name] = value.item()  # no device to wait for, no graph kept
+            else:
+                device[name] = value.detach().reshape(())
+        else:
+            host[name] = float(value)
+
     def _defers(self, value: Any) -> bool:
         """Hold a tensor for the batched fetch (an accelerator tensor, or ``fetch_every > 1``)
         rather than reading it now (a CPU tensor: ``item()`` costs no sync)."""
-        return bool(value.device.type != "cpu" or self.fetch_every > 1)
+        return bool(not value.is_cpu or self.fetch_every > 1)
 
     def _stop_file_path(self, stop_file: str | pathlib.Path | None) -> pathlib.Path | None:
         if stop_file is None:
@@ -484,25 +499,26 @@ class Watcher:
         # After backward (and after any clipping), before the update changes anything.
         gn = self._grad_norm()
         self._grad_norm_now = gn
-        if self._layers is not None and self._layers_armed:
+        if self._layers_armed:
             self._layers.on_grads()
         if self._guard.check_grads(gn, self._torch, self._params, self.optimizer):
             return  # update dropped: nothing to measure
-        every = self.config.param_every
+        every = self._param_every
         if every is not None and self._step % every == 0 and self._params:
             with self._torch.no_grad():
-                self._before_update = [p.detach().clone() for p in self._params]
+                self._before_update = [p.clone() for p in self._params]
 
     def _on_post_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        before, self._before_update = self._before_update, None
+        before = self._before_update
         if before is None:
             return
+        self._before_update = None
         torch = self._torch
-        with torch.no_grad():
-            after = [p.detach() for p in self._params]
+        with torch.no_grad():  # on the parameters themselves: no graph under no_grad
+            after = self._params
             delta = torch._foreach_sub(after, before)
-            param_norm = global_l2_norm(torch, after)
-            update_norm = global_l2_norm(torch, delta)
+            param_norm = self._grad_norm.of_aligned(after)
+            update_norm = self._grad_norm.of_aligned(delta)
         if isinstance(param_norm, float):
             self._param_stats = {"param_norm": param_norm,
                                  "update_ratio": update_norm / max(param_norm, 1e-30)}
@@ -510,18 +526,7 @@ class Watcher:
             self._param_stats = {"param_norm": param_norm,
                                  "update_ratio": update_norm / param_norm.clamp_min(1e-30)}
 
-    def _grad_norm(self) -> torch.Tensor | float | None:
-        """The global grad norm: a float on CPU, a 0-d tensor left on an accelerator."""
-        torch = self._torch
-        grads = [p.grad for p in self._params if p.grad is not None and not p.grad.is_sparse]
-        if not grads:
-            return None
-        return global_l2_norm(torch, grads)
-
     # -- recording --------------------------------------------------------------------
-    def _capture_rng(self) -> None:
-        self._guard.capture_rng(self._device)
-
     def _record_event(self, s: int, kind: str, data: dict[str, Any]) -> None:
         self.store.event(s, kind, data)
         if self._alerts is not None:
