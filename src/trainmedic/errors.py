@@ -14,6 +14,7 @@ __all__ = [
     "ConfigError",
     "RegistryError",
     "MissingExtraError",
+    "UnsupportedModelError",
 ]
 
 
@@ -39,6 +40,14 @@ class UnreadableInputError(InputError):
 
 class UnrecognizedInputError(InputError):
     """The file or folder holds nothing trainmedic knows how to read."""
+
+
+class UnsupportedModelError(UnrecognizedInputError):
+    """A model config names a ``model_type`` the analytic planner has no family for."""
+
+    def __init__(self, path: str, message: str, *, model_type: str) -> None:
+        self.model_type = model_type
+        super().__init__(path, message)
 
 
 class ConfigError(TrainmedicError, ValueError):

@@ -83,9 +83,59 @@ def test_plan_unknown_model_type_points_to_measure_mode(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"model_type": "mamba", "hidden_size": 768}))
-    rc, _, err = _run(capsys, "memory", "plan", "--config", str(cfg))
-    assert rc == 2 and "mamba" in err and "measure" in err
+    cfg.write_text(json.dumps({"model_type": "not_a_model", "hidden_size": 768}))
+    rc, _, err = _run(capsys, "memory", "plan", "--config", str(cfg), "--gpus", "2")
+    assert rc == 2 and "not_a_model" in err and "measure" in err
+
+
+def test_plan_falls_back_to_measure_mode_for_a_family_transformers_knows(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({
+        "model_type": "gpt_neox", "hidden_size": 128, "num_attention_heads": 4,
+        "num_hidden_layers": 2, "intermediate_size": 512, "vocab_size": 500,
+        "architectures": ["GPTNeoXForCausalLM"]}))
+    rc, out, _ = _run(capsys, "memory", "plan", "--config", str(cfg), "--batch", "2",
+                      "--seq", "64", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["kind"] == "measure"
+    assert set(doc["basis"].values()) == {"measured"}
+    assert "gpt_neox" in doc["notes"][0]
+    assert doc["ledger"]["params"] == 4 * doc["num_params"]
+
+
+def test_measure_a_factory_and_a_recipe_dict(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    torch = pytest.importorskip("torch")
+    src = tmp_path / "models.py"
+    src.write_text(
+        "import torch\n"
+        "def lm():\n"
+        "    return torch.nn.Sequential(torch.nn.Embedding(300, 64), torch.nn.Linear(64, 300))\n"
+        "def mlp():\n"
+        "    m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),\n"
+        "                            torch.nn.Linear(64, 4))\n"
+        "    return {'model': m, 'inputs': lambda model, b, s: torch.randn(b, 32),\n"
+        "            'loss': lambda out, batch: out.square().mean()}\n"
+        "def broken():\n"
+        "    raise RuntimeError('no weights')\n")
+    rc, out, _ = _run(capsys, "memory", "measure", f"{src}:lm", "--batch", "2", "--seq", "16",
+                      "--json")
+    doc = json.loads(out)
+    n = (300 * 64) + (64 * 300 + 300)
+    assert rc == 0 and doc["num_params"] == n and doc["ledger"]["params"] == 4 * n
+    # AdamW: two fp32 moments, plus one 4-byte step counter per parameter tensor.
+    assert doc["ledger"]["optimizer"] == 2 * 4 * n + 3 * 4
+    rc, out, _ = _run(capsys, "memory", "measure", f"{src}:mlp", "--batch", "8", "--json")
+    assert rc == 0 and json.loads(out)["num_params"] == 32 * 64 + 64 + 64 * 4 + 4
+    rc, _, err = _run(capsys, "memory", "measure", f"{src}:broken")
+    assert rc == 2 and "no weights" in err and "Traceback" not in err
+    rc, _, err = _run(capsys, "memory", "measure", f"{src}:missing")
+    assert rc == 2 and "missing" in err
+    del torch
 
 
 def test_oom_message_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,6 +176,6 @@ def test_kv_encoder_only_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_memory_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
-    for sub in ("plan", "oom", "kv"):
+    for sub in ("plan", "oom", "kv", "measure"):
         rc, out, _ = _run(capsys, "memory", sub, "--help")
         assert rc == 0 and "Example" in out

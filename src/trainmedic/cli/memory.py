@@ -116,12 +116,25 @@ def plan_cmd(config: str, batch: int, seq: int, precision: str, optimizer: str,
       trainmedic memory plan --config gpt2-xl.json --batch 16 --seq 1024 --gpus 8 \\
           --strategy zero2 --gpu-memory 40GB --json
     """
+    from trainmedic.errors import UnsupportedModelError
     from trainmedic.memory.fit import fit
     from trainmedic.memory.plan import PlanConfig, plan
     from trainmedic.report.memory_text import fit_lines, ledger_lines
 
-    spec = _load_spec(config, layers)
     gpu_bytes, gpu_label = _gpu_bytes(gpu, gpu_memory)
+    try:
+        spec = _load_spec(config, layers)
+    except UnsupportedModelError as exc:
+        if strategy not in (None, "single") or gpus != 1 or tp != 1 or pp != 1:
+            raise
+        # No analytic family: measure the model transformers builds from the config instead.
+        _measure_and_show(
+            source=config, factory=_auto_factory(config, layers, attention), batch=batch,
+            seq=seq, precision=precision, optimizer=optimizer, steps=2, as_json=as_json,
+            gpu_bytes=gpu_bytes, gpu_label=gpu_label, margin=margin,
+            note=f"model_type {exc.model_type!r} has no analytic family: measured instead "
+                 f"(measure mode, CPU kernels, one GPU)")
+        return
     cfg = PlanConfig(
         batch_size=batch, seq_len=seq, precision=precision, optimizer=optimizer,
         strategy=strategy or ("single" if gpus == 1 else "ddp"), gpus=gpus,
@@ -279,3 +292,168 @@ def kv_cmd(config: str, batch: int, context: int, encoder_len: int | None, weigh
                                       gpu_label=gpu_label)))
     if result.fits is False:
         raise click.exceptions.Exit(1)
+
+
+def _auto_factory(config: str, layers: int | None, attention: str) -> Any:
+    import functools
+
+    from trainmedic.memory.hf_build import build_auto_model
+
+    return functools.partial(build_auto_model, config, num_layers=layers,
+                             attn_implementation="sdpa" if attention == "flash" else attention)
+
+
+def _measure_and_show(*, source: str, factory: Any, batch: int, seq: int, precision: str,
+                      optimizer: str, steps: int, as_json: bool, gpu_bytes: int | None,
+                      gpu_label: str, margin: float, note: str | None = None,
+                      inputs: Any = None, loss: Any = None) -> None:
+    from trainmedic.memory.fit import usable_bytes
+    from trainmedic.memory.gpus import format_bytes
+    from trainmedic.memory.measure import MeasureConfig, measure
+    from trainmedic.report.memory_text import ledger_lines
+
+    ledger = measure(factory, MeasureConfig(batch_size=batch, seq_len=seq, precision=precision,
+                                            optimizer=optimizer, steps=steps, inputs=inputs,
+                                            loss=loss))
+    fits = None
+    if gpu_bytes:
+        fits = ledger.peak_bytes <= usable_bytes(gpu_bytes, margin)
+    if as_json:
+        doc: dict[str, Any] = {"schema": _SCHEMA, "kind": "measure", "source": source,
+                               **ledger.to_json()}
+        if note:
+            doc["notes"] = [note, *doc["notes"]]
+        if gpu_bytes:
+            doc.update({"gpu_memory_bytes": gpu_bytes,
+                        "usable_bytes": usable_bytes(gpu_bytes, margin), "margin": margin,
+                        "fits": fits})
+        _emit_json(doc)
+    else:
+        lines = ledger_lines(ledger, title=f"{source}: measured one training step x{steps} "
+                                           f"(micro-batch {batch} x {seq}, {precision}, "
+                                           f"{optimizer}, CPU kernels)")
+        top = sorted((m for m in ledger.per_module if m.category == "activations"),
+                     key=lambda m: -m.bytes)[:8]
+        if top:
+            lines += ["", "  activations by module (largest first):"]
+            lines += [f"    {m.module or '<root>':<40} {format_bytes(m.bytes):>12}  meas."
+                      for m in top]
+        lines += [f"  note: {n}" for n in ([note] if note else []) + list(ledger.notes)]
+        if gpu_bytes:
+            verdict = "fits" if fits else "does NOT fit"
+            lines += ["", f"GPU {gpu_label}: {format_bytes(gpu_bytes)}, usable "
+                      f"{format_bytes(usable_bytes(gpu_bytes, margin))} after a {margin:.0%} "
+                      f"margin -> {verdict} (CPU-kernel measurement; CUDA kernels differ: "
+                      f"see `trainmedic memory plan --device-profile`)"]
+        click.echo("\n".join(lines))
+    if fits is False:
+        raise click.exceptions.Exit(1)
+
+
+@memory.command("measure")
+@click.argument("factory", required=False, metavar="MODULE:FUNCTION")
+@click.option("--config", "config", default=None, metavar="FILE",
+              help="Measure the model transformers builds from this config.json instead.")
+@click.option("--layers", type=int, default=None,
+              help="With --config: build this many layers (to trace a big model quickly).")
+@click.option("--batch", type=int, default=1, show_default=True, help="Micro-batch.")
+@click.option("--seq", type=int, default=512, show_default=True, help="Tokens per sample.")
+@click.option("--precision", default="fp32", show_default=True,
+              type=click.Choice(["fp32", "bf16-mixed", "fp16-mixed", "bf16"]))
+@click.option("--optimizer", default="adamw", show_default=True,
+              type=click.Choice(["sgd", "sgd-momentum", "adam", "adamw", "adafactor"]))
+@click.option("--attention", default="sdpa", show_default=True,
+              type=click.Choice(["eager", "sdpa"]), help="With --config: attention kernel.")
+@click.option("--steps", type=int, default=2, show_default=True,
+              help="Training steps to trace (the second has the optimizer state).")
+@click.option("--gpu", default=None, metavar="NAME", help="GPU model, e.g. h100.")
+@click.option("--gpu-memory", default=None, metavar="SIZE", help="GPU memory, e.g. 24GB.")
+@click.option("--margin", type=float, default=0.10, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the ledger as JSON.")
+def measure_cmd(factory: str | None, config: str | None, layers: int | None, batch: int,
+                seq: int, precision: str, optimizer: str, attention: str, steps: int,
+                gpu: str | None, gpu_memory: str | None, margin: float,
+                as_json: bool) -> None:
+    """Measure a real training step of any nn.Module, without allocating its memory.
+
+    MODULE:FUNCTION (or path/to/file.py:FUNCTION) returns the model; it is built on fake
+    tensors and traced through forward, loss, backward and optimizer step on CPU kernels,
+    with bytes attributed to categories and modules. The model gets token ids of shape
+    (batch, seq) from its config.vocab_size; its loss is `.loss` if the output has one, else
+    cross-entropy over the logits. The function may instead return a dict {"model": m,
+    "inputs": fn(model, batch, seq), "loss": fn(output, batch)} for other inputs.
+
+    \b
+    Examples:
+      trainmedic memory measure mypkg.models:build_lm --batch 8 --seq 1024
+      trainmedic memory measure train.py:make_model --precision bf16-mixed --gpu a10g
+      trainmedic memory measure --config config.json --layers 2 --batch 4 --seq 2048
+    """
+    from trainmedic.memory.measure import load_factory
+
+    if bool(factory) == bool(config):
+        raise click.UsageError("give MODULE:FUNCTION or --config FILE (one of them)")
+    gpu_bytes, gpu_label = _gpu_bytes(gpu, gpu_memory)
+    inputs = loss = None
+    if config:
+        source = config
+        build = _config_factory(config, layers, attention)
+    else:
+        assert factory is not None
+        source = factory
+        build, inputs, loss = _recipe_parts(load_factory(factory), factory)
+    _measure_and_show(source=source, factory=build, batch=batch, seq=seq, precision=precision,
+                      optimizer=optimizer, steps=steps, as_json=as_json, gpu_bytes=gpu_bytes,
+                      gpu_label=gpu_label, margin=margin, inputs=inputs, loss=loss)
+
+
+def _config_factory(config: str, layers: int | None, attention: str) -> Any:
+    """A factory for a config: our family builder when the family is known, else transformers'."""
+    import functools
+
+    from trainmedic.errors import UnsupportedModelError
+    from trainmedic.memory.families import read_config, spec_from_config
+    from trainmedic.memory.hf_build import build_hf_model
+
+    try:
+        spec_from_config(read_config(config), source=config)
+    except UnsupportedModelError:
+        return _auto_factory(config, layers, attention)
+    return functools.partial(build_hf_model, config, num_layers=layers,
+                             attn_implementation=attention)
+
+
+def _recipe_parts(fn: Any, name: str) -> tuple[Any, Any, Any]:
+    """Split a factory into (model factory, inputs, loss): a dict return carries all three."""
+    from trainmedic.memory.measure import FactoryError
+
+    probe: dict[str, Any] = {}
+
+    def model_factory() -> Any:
+        # Called by measure() inside its fake mode: whatever the user's function returns.
+        out = fn()
+        if isinstance(out, dict):
+            if "model" not in out:
+                raise FactoryError(f"{name} returned a dict without 'model'; expected "
+                                   f"{{'model': nn.Module, 'inputs': fn, 'loss': fn}}")
+            probe.update(out)
+            return out["model"]
+        return out
+
+    def inputs(model: Any, batch: int, seq: int) -> Any:
+        if "inputs" in probe:
+            return probe["inputs"](model, batch, seq)
+        from trainmedic.memory.measure import default_inputs
+
+        return default_inputs(model, batch, seq)
+
+    def loss(output: Any, batch: Any) -> Any:
+        if "loss" in probe:
+            return probe["loss"](output, batch)
+        from trainmedic.memory.measure import default_loss
+
+        return default_loss(output, batch)
+
+    module, _, qualname = name.rpartition(":")
+    model_factory.__module__, model_factory.__qualname__ = module, qualname
+    return model_factory, inputs, loss

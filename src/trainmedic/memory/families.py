@@ -21,7 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trainmedic.errors import ConfigError, InputError, UnreadableInputError
+from trainmedic.errors import (
+    ConfigError,
+    InputError,
+    UnreadableInputError,
+    UnsupportedModelError,
+)
 from trainmedic.memory.config_fields import ConfigFields
 from trainmedic.memory.decoder_families import DECODER_FAMILIES
 from trainmedic.memory.encoder_families import ENCODER_FAMILIES
@@ -74,10 +79,11 @@ def family_for(config: Mapping[str, Any], *, source: str = "<config>") -> Family
         )
     family = FAMILIES.lookup(model_type)
     if family is None:
-        raise InputError(
+        raise UnsupportedModelError(
             source, f"model_type {model_type!r} is not a supported family (supported: "
             f"{supported}); to plan this model, measure it instead with "
-            f"`trainmedic memory measure module:factory` (measure mode)"
+            f"`trainmedic memory measure module:factory` (measure mode)",
+            model_type=model_type,
         )
     return family
 

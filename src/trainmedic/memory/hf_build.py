@@ -35,7 +35,8 @@ from trainmedic.memory.spec import HeadKind
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["build_hf_model", "hf_config_dict", "hf_inputs", "hf_loss", "spec_with_layers"]
+__all__ = ["build_hf_model", "build_auto_model", "hf_config_dict", "hf_inputs", "hf_loss",
+           "spec_with_layers"]
 
 #: The transformers Auto class that builds each head kind from a config.
 _AUTO_CLASSES: dict[HeadKind, str] = {
@@ -227,3 +228,38 @@ def hf_loss(outputs: Any) -> torch.Tensor:
     if pooled is not None:
         total = total + pooled.mean()
     return total
+
+
+def build_auto_model(config: Mapping[str, Any] | str | Path, *, num_layers: int | None = None,
+                     attn_implementation: str = "sdpa") -> torch.nn.Module:
+    """Build any model transformers knows from its config, for families the planner lacks.
+
+    The class is the config's ``architectures[0]`` when transformers has it, else its causal-LM
+    auto class. ``num_layers`` sets ``num_hidden_layers`` when the config has that field. Meant
+    for measure mode (inside a FakeTensorMode nothing is allocated).
+    """
+    import torch
+
+    transformers = _transformers()
+    source, data = _source_and_data(config)
+    data = dict(data)
+    if num_layers is not None and "num_hidden_layers" in data:
+        data["num_hidden_layers"] = _positive("num_layers", num_layers)
+    model_type = data.pop("model_type", None)
+    try:
+        hf_config = transformers.AutoConfig.for_model(model_type, **data)
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(
+            f"{source}: transformers {transformers.__version__} does not know model_type "
+            f"{model_type!r} either ({exc}); write a factory and run `trainmedic memory "
+            f"measure module:factory`"
+        ) from exc
+    archs = data.get("architectures") or []
+    cls = getattr(transformers, archs[0], None) if archs else None
+    options = {"attn_implementation": attn_implementation, "dtype": torch.get_default_dtype()}
+    if cls is not None and hasattr(cls, "_from_config"):
+        model = cls._from_config(hf_config, **options)
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(hf_config, **options)
+    model.train()
+    return model

@@ -45,6 +45,8 @@ __all__ = [
     "MeasureConfig",
     "measure",
     "load_factory",
+    "default_inputs",
+    "default_loss",
 ]
 
 logger = logging.getLogger(__name__)
@@ -168,8 +170,8 @@ def measure(model_factory: Callable[[], Any], config: MeasureConfig) -> Ledger:
     model.train()
     with fake_mode:
         optimizer = _make_optimizer(model, config.optimizer, device)
-    make_inputs = config.inputs or _default_inputs
-    loss_fn = config.loss or _default_loss
+    make_inputs = config.inputs or default_inputs
+    loss_fn = config.loss or default_loss
 
     tracker = StorageTracker(
         module_names=module_path_names(model),
@@ -400,24 +402,33 @@ def _forward_and_loss(
 
 
 def _vocab_size(model: Any) -> int | None:
+    """The token vocabulary: ``config.vocab_size``, else the first ``nn.Embedding``'s size."""
+    import torch
+
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-    return vocab if isinstance(vocab, int) and vocab > 0 else None
+    if isinstance(vocab, int) and vocab > 0:
+        return vocab
+    for module in model.modules():
+        if isinstance(module, torch.nn.Embedding):
+            return int(module.num_embeddings)
+    return None
 
 
-def _default_inputs(model: Any, batch_size: int, seq_len: int) -> Any:
+def default_inputs(model: Any, batch_size: int, seq_len: int) -> Any:
     import torch
 
     vocab = _vocab_size(model)
     if vocab is None:
         raise ConfigError(
-            f"inputs: {type(model).__name__} has no config.vocab_size, so measure mode cannot "
-            f"make token ids for it; pass inputs=callable(model, batch_size, seq_len) "
-            f"returning the batch"
+            f"inputs: {type(model).__name__} has no config.vocab_size and no nn.Embedding, so "
+            f"measure mode cannot make token ids for it; pass inputs=callable(model, "
+            f"batch_size, seq_len) returning the batch (on the CLI: have the factory return "
+            f"{{'model': model, 'inputs': fn, 'loss': fn}})"
         )
     return torch.randint(0, vocab, (batch_size, seq_len))
 
 
-def _default_loss(out: Any, batch: Any) -> Any:
+def default_loss(out: Any, batch: Any) -> Any:
     import torch
     import torch.nn.functional as F
 
