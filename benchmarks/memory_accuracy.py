@@ -72,6 +72,7 @@ def compare(path: Path, *, precision: str, attention: str, layers: int, batch: i
                                     attention=attention, device_profile="cpu",
                                     include_context=False))
     plan_s = time.perf_counter() - t0
+    accel = accelerate_estimate(factory, precision)
     cats = {}
     for c in CATEGORIES:
         m, p = measured.categories[c], planned.categories[c]
@@ -79,7 +80,25 @@ def compare(path: Path, *, precision: str, attention: str, layers: int, batch: i
             cats[c] = (m, p)
     return {"name": path.stem, "precision": precision, "attention": attention,
             "measured": measured, "planned": planned, "categories": cats,
-            "measure_s": measure_s, "plan_s": plan_s}
+            "measure_s": measure_s, "plan_s": plan_s, "accelerate": accel}
+
+
+def accelerate_estimate(factory, precision: str) -> int | None:
+    """What ``accelerate estimate-memory`` says for the same model: the largest of its stages
+    for Adam training at batch size 1 (accelerate.commands.estimate), from a meta-device build."""
+    try:
+        from accelerate.commands.estimate import calculate_maximum_sizes, estimate_training_usage
+    except ImportError:
+        return None
+    import torch
+
+    with torch.device("meta"):
+        model = factory()
+    total_bytes, _ = calculate_maximum_sizes(model)
+    mp = {"fp32": "float32", "bf16-mixed": "bfloat16", "fp16-mixed": "float16"}.get(precision)
+    if mp is None:  # pure bf16 has no accelerate equivalent
+        return None
+    return int(max(estimate_training_usage(total_bytes, mp).values()))
 
 
 def _err(p: float, m: float) -> float:
@@ -99,13 +118,15 @@ def main() -> int:
     print(f"machine: {machine()}")
     print(f"depth {args.layers} per stack, micro-batch {args.batch} x {args.seq} tokens "
           f"(ViT: its image), AdamW, CPU kernels\n")
-    header = (f"{'config':<34} {'prec':<10} {'attn':<5} {'peak meas':>10} {'peak plan':>10} "
-              f"{'err':>6}  {'phase m/p':<19} worst category (>=1% of peak)")
+    header = (f"{'config':<28} {'prec':<10} {'attn':<5} {'peak meas':>10} {'peak plan':>10} "
+              f"{'err':>6}  {'accelerate':>10} {'err':>6}  {'phase m/p':<19} "
+              f"worst category (>=1% of peak)")
     print(header)
     print("-" * len(header))
     worst_peak = worst_cat = 0.0
     failures = 0
     runs = 0
+    accel_errs: list[float] = []
     for path in sorted(CONFIGS.glob("*.json")):
         if args.only and path.stem not in args.only:
             continue
@@ -115,9 +136,10 @@ def main() -> int:
         for precision in precisions:
             for attention in ("sdpa", "eager") if path.stem in ("llama-3.2-1b", "gpt2-large") \
                     else ("sdpa",):
+                seq = min(args.seq, spec.max_positions or args.seq)
                 try:
                     r = compare(path, precision=precision, attention=attention,
-                                layers=args.layers, batch=args.batch, seq=args.seq)
+                                layers=args.layers, batch=args.batch, seq=seq)
                 except Exception as exc:  # noqa: BLE001 - a benchmark reports and goes on
                     print(f"{path.stem:<34} {precision:<10} {attention:<5} FAILED: "
                           f"{type(exc).__name__}: {str(exc)[:120]}")
@@ -133,12 +155,23 @@ def main() -> int:
                 worst_peak = max(worst_peak, abs(peak_err))
                 worst_cat = max(worst_cat, abs(werr))
                 flag = "" if abs(peak_err) <= PEAK_BAR and abs(werr) <= CATEGORY_BAR else "  <-"
-                print(f"{path.stem:<34} {precision:<10} {attention:<5} "
+                acc = r["accelerate"]
+                acc_text = (f"{acc / 2**20:>8.0f}Mi {_err(acc, m.peak_bytes):>+6.0%}"
+                            if acc else f"{'-':>10} {'':>6}")
+                if acc:
+                    accel_errs.append(abs(_err(acc, m.peak_bytes)))
+                print(f"{path.stem[:28]:<28} {precision:<10} {attention:<5} "
                       f"{m.peak_bytes / 2**20:>8.0f}Mi {p.peak_bytes / 2**20:>8.0f}Mi "
-                      f"{peak_err:>+6.1%}  {m.peak_phase[:8] + '/' + p.peak_phase[:8]:<19} "
+                      f"{peak_err:>+6.1%}  {acc_text}  "
+                      f"{m.peak_phase[:8] + '/' + p.peak_phase[:8]:<19} "
                       f"{worst} {werr:+.1%}{flag}")
     print(f"\n{runs} runs, {failures} failed; worst peak error {worst_peak:.1%} "
           f"(bar {PEAK_BAR:.0%}), worst category error {worst_cat:.1%} (bar {CATEGORY_BAR:.0%})")
+    if accel_errs:
+        accel_errs.sort()
+        print(f"accelerate estimate-memory on the same runs: median |error| "
+              f"{accel_errs[len(accel_errs) // 2]:.0%}, worst {accel_errs[-1]:.0%} "
+              f"(model states only, no activations)")
 
     # Planning speed at full size, no allocation.
     from trainmedic.memory.fit import fit

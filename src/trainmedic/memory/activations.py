@@ -31,6 +31,8 @@ from trainmedic.memory.spec import ModelSpec
 
 __all__ = [
     "ATTENTION_KERNELS",
+    "SOFTMAX_IN_COMPUTE_DTYPE",
+    "attention_kernel",
     "DEVICE_PROFILES",
     "KernelProfile",
     "Saved",
@@ -152,7 +154,7 @@ def _norm(spec: ModelSpec, name: str, width: int, profile: KernelProfile) -> lis
 
 # Families whose eager attention applies softmax in the scores' dtype: under autocast the
 # scores stay bf16 (no fp32 mask is added to them, unlike GPT-2's causal mask).
-_SOFTMAX_IN_COMPUTE_DTYPE = frozenset({"bert", "roberta"})
+SOFTMAX_IN_COMPUTE_DTYPE = frozenset({"bert", "roberta"})
 
 # Post-norm encoders normalize the embeddings (BERT's embeddings.LayerNorm).
 _EMBEDDING_NORM_FAMILIES = frozenset({"bert", "roberta"})
@@ -183,7 +185,7 @@ def _attention_core(
     # HF repeats K/V heads for GQA/MQA before the eager matmul (repeat_kv materializes a copy of
     # num_heads width); MHA passes them through, and SDPA on CUDA takes the grouped heads as is.
     grouped = spec.num_kv_heads != spec.num_heads
-    kernel = _attention_kernel(spec, profile)
+    kernel = attention_kernel(spec, profile)
     expanded = grouped and kernel != "fused"
     k_width = (h if expanded else spec.num_kv_heads) * hd
     v_width = (h if expanded else spec.num_kv_heads) * vd
@@ -199,7 +201,7 @@ def _attention_core(
         Saved(name=f"{prefix}.k", width=k_width, role=role),
         Saved(name=f"{prefix}.v", width=v_width, role=role),
     ]
-    if kernel == "eager" and spec.family in _SOFTMAX_IN_COMPUTE_DTYPE:
+    if kernel == "eager" and spec.family in SOFTMAX_IN_COMPUTE_DTYPE:
         # BERT's eager softmax takes the scores as they are (no fp32 upcast, no fp32 mask).
         out.append(Saved(name=f"{prefix}.probs", width=h, role="cmp", region="core",
                          quadratic=True))
@@ -234,7 +236,7 @@ def _attention_core(
     return out
 
 
-def _attention_kernel(spec: ModelSpec, profile: KernelProfile) -> str:
+def attention_kernel(spec: ModelSpec, profile: KernelProfile) -> str:
     """``eager``, ``math`` (SDPA's unfused fallback) or ``fused`` (flash/efficient kernels).
 
     PyTorch's CPU flash kernel has no dropout, so SDPA with attention dropout in training falls

@@ -21,8 +21,10 @@ from typing import Any
 
 from trainmedic.errors import ConfigError
 from trainmedic.memory.activations import (
+    SOFTMAX_IN_COMPUTE_DTYPE,
     KernelProfile,
     Saved,
+    attention_kernel,
     embedding_tensors,
     head_tensors,
     layer_tensors,
@@ -50,6 +52,9 @@ __all__ = ["PlanConfig", "plan", "layer_params", "largest_param_numel"]
 #: caching allocator's bytes: typically 0.5–1.5 GiB on recent GPUs and drivers (an estimate; it
 #: is not visible to ``torch.cuda.max_memory_allocated``).
 CUDA_CONTEXT_BYTES = 1 << 30
+
+#: Saved-tensor names of a layer's MLP half (see activations.layer_tensors).
+_MLP_PREFIXES = ("mlp.", "moe.", "ln_mlp.")
 
 OPTIMIZER_IMPLS: tuple[str, ...] = ("default", "foreach", "for-loop", "fused")
 
@@ -278,11 +283,13 @@ def plan(spec: ModelSpec, cfg: PlanConfig) -> Ledger:
         return tensors_bytes(ts, batch=b, seq_len=s, profile=profile, tp=tp,
                              sequence_parallel=sp, drop_core=drop_core)
 
-    per_layer_act = [
-        _bytes(layer_tensors(spec, profile, layer=i if i < spec.num_layers else 0,
-                             cross_attention=i >= spec.num_layers))
-        for i in range(stage.layers)
-    ]
+    layer_lists = [layer_tensors(spec, profile, layer=i if i < spec.num_layers else 0,
+                                 cross_attention=i >= spec.num_layers)
+                   for i in range(stage.layers)]
+    per_layer_act = [_bytes(ts) for ts in layer_lists]
+    # What each layer's MLP half holds (freed first in backward: the MLP runs last).
+    per_layer_mlp_act = [_bytes([t for t in ts if t.name.startswith(_MLP_PREFIXES)])
+                         for ts in layer_lists]
     in_flight = min(cfg.pp, cfg.grad_accum) if cfg.pp > 1 else 1
     if cfg.pp > 1 and cfg.grad_accum < cfg.pp:
         notes.append(
@@ -376,9 +383,20 @@ def plan(spec: ModelSpec, cfg: PlanConfig) -> Ledger:
         if spec.is_moe and i >= spec.num_dense_layers:
             width = spec.moe_intermediate_size or spec.intermediate_size
             widest = 2 * width * spec.experts_per_token
-        if cfg.attention == "eager":
-            widest = max(widest, spec.num_heads * s)
         return tokens * (widest / tp + spec.hidden_size) * prec.compute
+
+    # Eager attention and SDPA's math fallback differentiate through the s² scores: in fp32,
+    # the gradients of the probabilities, of the scores and of the masked scores are live at
+    # once; under autocast the first arrives in bf16 and is freed once upcast (two fp32 ones).
+    # Counts measured on CPU with measure mode (benchmarks/memory_accuracy.py).
+    score_transient = 0.0
+    if attention_kernel(spec, profile) != "fused":
+        score_bytes = prec.compute if spec.family in SOFTMAX_IN_COMPUTE_DTYPE else 4
+        live_scores = 3 if prec.compute == 4 else 2
+        score_transient = live_scores * spec.num_heads / tp * s * tokens * score_bytes
+    # Of the attention's parameters, the output projection's (its gradient comes first).
+    o_proj_share = (spec.num_heads * spec.value_head_dim * spec.hidden_size
+                    / max(_attention_params(spec), 1))
 
     def _at(**live: float) -> dict[str, float]:
         cats = dict.fromkeys(CATEGORIES, 0.0)
@@ -403,9 +421,11 @@ def plan(spec: ModelSpec, cfg: PlanConfig) -> Ledger:
     held = [layer_held(i) for i in range(stage.layers)]
     grads_so_far = grads_live_fwd + lm_head_grad
     for i in reversed(range(stage.layers)):
-        # The moment the layer's MLP gradients are done (the MLP runs last in the forward, so
-        # first in backward); its attention gradients arrive as its activations are released.
-        new_grad = layer_grads[i] * mlp_share(i) if not grads_live_fwd else 0.0
+        # Inside the MLP's backward (it ran last, so it is differentiated first): the down
+        # projection's gradient is done, the gradients of the MLP's wide intermediate are live;
+        # the up (and gate) projections' gradients arrive next, the attention's after them.
+        down_share = 1 / (3 if spec.mlp == "gated" else 2)
+        new_grad = layer_grads[i] * mlp_share(i) * down_share if not grads_live_fwd else 0.0
         grads_so_far += new_grad
         below = in_flight * embed_act + sum(held[: i + 1])
         if cfg.recompute == "full":
@@ -415,6 +435,18 @@ def plan(spec: ModelSpec, cfg: PlanConfig) -> Ledger:
             temporaries=casts * (i + 1) / stage.layers + gathered + transient(i)
             + (layer_grads[i] if grads_live_fwd else 0.0),
             comm_buckets=comm)
+        if not grads_live_fwd:
+            grads_so_far += layer_grads[i] * mlp_share(i) * (1 - down_share)
+        if score_transient:
+            # Inside the attention backward: the MLP half is freed, and the gradients of the
+            # s² scores (of the probabilities, the scores and the masked scores) are live.
+            attn_grads = layer_grads[i] * (1 - mlp_share(i)) * o_proj_share
+            moments[f"backward_attention_{i}"] = _at(
+                grads=grads_so_far + (attn_grads if not grads_live_fwd else 0.0),
+                activations=below - in_flight * per_layer_mlp_act[i] * act_scale,
+                temporaries=casts * (i + 1) / stage.layers + gathered + score_transient
+                + (layer_grads[i] if grads_live_fwd else 0.0),
+                comm_buckets=comm)
         if not grads_live_fwd:
             grads_so_far += layer_grads[i] * (1 - mlp_share(i))
     # All grads, and what the first layers still hold when the last grads arrive (autocast's

@@ -253,6 +253,11 @@ class LiveAlerts:
         if not self._closed:
             self._events.append(event)
 
+    def due(self) -> bool:
+        """True when the next :meth:`after_step` hands the window to the alert thread (so a
+        caller that buffers rows feeds them first)."""
+        return not self._closed and (self._calls + 1) % self.every == 0
+
     def after_step(self, step: int) -> None:
         """Count a step; every ``every`` steps check the stop file and hand the window to the
         alert thread, unless its previous pass is still running or ``max_busy_fraction``

@@ -82,6 +82,13 @@ class WatchConfig:
     """Called once on the training thread, at the first step boundary after a stop was asked
     for, with the reason (save a checkpoint here)."""
 
+    rss_interval_s: float | None = 0.01
+    """Seconds between readings of the process's resident set (``rss_mb``) by a background
+    thread; each step records the latest one (so at most this old when the step ends).
+    Reading ``/proc/self/statm`` on the training thread costs 15-30 us per step on CPU (a
+    syscall on cold caches, ~0.2% of a 13 ms step), more than the rest of ``step()``.
+    ``None``: read it on the training thread at each ``step()`` (exact, at that cost)."""
+
     flush_rows: int = 512
     """Store rows queued before the writer thread is woken."""
 
@@ -115,6 +122,12 @@ class WatchConfig:
             if unknown:
                 raise ConfigError(f"stop_on: unknown symptom code(s) {unknown}; valid codes: "
                                   f"{', '.join(sorted(SYMPTOMS))}")
+        if self.rss_interval_s is not None and (
+                isinstance(self.rss_interval_s, bool)
+                or not isinstance(self.rss_interval_s, (int, float))
+                or not 0 < self.rss_interval_s <= 60):
+            raise ConfigError(f"rss_interval_s must be a number of seconds in (0, 60] or None, "
+                              f"got {self.rss_interval_s!r}")
         if self.flush_rows < 1:
             raise ConfigError(f"flush_rows must be >= 1, got {self.flush_rows}")
         if not self.flush_interval_s > 0:

@@ -1,17 +1,22 @@
 """Resident memory of this process, without psutil (not a dependency).
 
-Linux: ``/proc/self/statm`` gives the *current* resident set in pages (proc(5)); reading it
-costs a few microseconds, cheap enough for every step. Elsewhere ``resource.getrusage`` only
-gives the *peak* resident set (``ru_maxrss``: KiB on Linux, bytes on macOS), which still grows
-with a leak, so it is the fallback.
+Linux: ``/proc/self/statm`` gives the *current* resident set in pages (proc(5)). Elsewhere
+``resource.getrusage`` only gives the *peak* resident set (``ru_maxrss``: KiB on Linux, bytes
+on macOS), which still grows with a leak, so it is the fallback.
+
+Reading statm takes ~1 us in a tight loop but 15-30 us once per training step: the syscall
+then runs on cold caches (measured in the demo loop by ``benchmarks/watch_overhead.py``), the
+largest single item of the watcher's per-step work on CPU. :class:`RssSampler` reads it on a
+thread of its own instead, so the training thread only picks up the latest value.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 
-__all__ = ["rss_mb"]
+__all__ = ["rss_mb", "RssSampler"]
 
 _STATM = "/proc/self/statm"
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -48,3 +53,31 @@ def rss_mb() -> float | None:
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+class RssSampler:
+    """:func:`rss_mb` read every ``interval_s`` seconds on a daemon thread; :meth:`read`
+    returns the latest reading (at most ``interval_s`` old, plus the thread's wake-up
+    latency) without a syscall. The thread holds the GIL only for the few bytecodes around
+    the read (``os.pread`` releases it)."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.value: float | None = rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trainmedic-rss", daemon=True)
+        self._thread.start()
+
+    def read(self) -> float | None:
+        """The latest resident set size in MiB (``None`` where it cannot be read)."""
+        return self.value
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.value = rss_mb()
+
+    def close(self) -> None:
+        """Stop the thread (idempotent)."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)

@@ -104,6 +104,16 @@ class StepGuard:
                     p.grad = None
         return True
 
+    def end_healthy_step(self, loss: float | None, grad_norm: float | None) -> bool:
+        """Close a step whose loss and grad norm are host floats (or None), if it needs
+        nothing more: no update was dropped and both are finite. False: call
+        :meth:`end_step` (which records, localizes or raises by policy)."""
+        if self._skipped or (loss is not None and not math.isfinite(loss)) or (
+                grad_norm is not None and not math.isfinite(grad_norm)):
+            return False
+        self._hook_fired = False
+        return True
+
     def end_step(self, s: int, host: Mapping[str, Any], *, replay: Callable[[], Any] | None,
                  model: Any, scaler: Any, before_raise: Callable[[], None]) -> None:
         """Record (and, by policy, localize or raise on) step ``s``. Nothing runs on a healthy

@@ -46,7 +46,7 @@ from trainmedic.errors import ConfigError
 from trainmedic.run.store import RunStore
 from trainmedic.watch.clock import ForwardClock, elapsed_s
 from trainmedic.watch.config import WatchConfig
-from trainmedic.watch.host_memory import rss_mb
+from trainmedic.watch.host_memory import RssSampler, rss_mb
 from trainmedic.watch.norms import GradNorm
 from trainmedic.watch.step_guard import StepGuard
 
@@ -60,6 +60,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 _MB = float(2**20)
 _STOP_FILE_EVERY = 100
+#: Rows of the common CPU step are handed to the store and the live alerts this many at a
+#: time (or after half the store's flush interval, whichever comes first).
+_DRAIN_ROWS = 32
 
 
 class TimedLoader(Generic[T]):
@@ -174,6 +177,15 @@ class Watcher:
         self._t_request: float | None = None
         self._grad_norm_now: torch.Tensor | float | None = None
         self._pending: list[tuple[int, dict[str, Any]]] = []
+        # Rows of the common CPU step not yet handed to the store: (step, step_time_s,
+        # data_time_s, compute_time_s, lr, loss, grad_norm, rss_mb, batch_size, tokens).
+        self._rows: list[tuple[Any, ...]] = []
+        self._t_drained = self._t_last
+        self._drain_s = cfg.flush_interval_s / 2
+        self._host_only = (not self._cuda and self.fetch_every == 1
+                           and self.scaler is None)
+        self._rss_sampler: RssSampler | None = None
+        self._rss: Callable[[], float | None] = rss_mb
         self._hooks: list[Any] = []
         self._closed = False
         self._guard = StepGuard(self.nan_policy, on_accelerator=self._device.type != "cpu",
@@ -218,6 +230,9 @@ class Watcher:
                 meta=dict(self._meta))
         if self._cuda:
             self._torch.cuda.reset_peak_memory_stats(self._device)
+        if cfg.rss_interval_s is not None:
+            self._rss_sampler = RssSampler(cfg.rss_interval_s)
+            self._rss = self._rss_sampler.read
 
     # -- public API -------------------------------------------------------------------
     @property
@@ -258,19 +273,68 @@ class Watcher:
         """
         if self._closed:
             return
-        torch = self._torch
         loss = self._check_loss(loss)
         now = time.perf_counter()
         start = self._t_request if self._t_request is not None else self._t_last
-        step_time_s = now - start
         self._t_last = now
         self._t_request = None
         if step is not None:
             self._step = int(step)
         s = self._step
-        host: dict[str, float | None] = {"data_time_s": self._data_wait_s, "rss_mb": rss_mb()}
+        gn: Any = grad_norm
+        if gn is None:
+            gn = self._grad_norm_now if self._grad_norm_now is not None else self._grad_norm()
+        self._grad_norm_now = None
+        fwd = self._forward.take() if self._forward is not None else None
+        data_s, self._data_wait_s = self._data_wait_s, 0.0
+        fast = self._host_only and not extra and not self._param_stats \
+            and not self._layers_armed
+        if fast and loss is not None and type(loss) is not float:
+            if loss.is_cpu:  # a tensor (_check_loss): read now, no device to wait for
+                loss = loss.item()
+            else:
+                fast = False
+        if fast and gn is not None and type(gn) is not float:
+            if not isinstance(gn, self._torch.Tensor):
+                gn = float(gn)
+            elif gn.is_cpu:
+                gn = gn.item()
+            else:
+                fast = False
+        if not fast:
+            self._step_full(s, now - start, data_s, fwd, loss, gn, batch_size, tokens,
+                            replay, extra)
+            return
+        # The common CPU step: every value is a host float now. The row is kept as a tuple
+        # and built, stored and fed to the live alerts in a batch (_drain): run once per
+        # step on cold caches, that Python costs more than reading the values.
+        lr = self._lr()
+        if lr is not None and type(lr) is not float:
+            lr = float(lr)
+        self._rows.append((s, now - start, data_s, fwd, lr, loss, gn, self._rss(),
+                           batch_size, tokens))
+        self._step = s + 1
+        if not self._guard.end_healthy_step(loss, gn):
+            # After recording: under "raise" the step's row is in the store before the error.
+            self._drain()
+            self._guard.end_step(s, {"loss": loss, "grad_norm": gn}, replay=replay,
+                                 model=self.model, scaler=self.scaler, before_raise=self.flush)
+        if len(self._rows) >= _DRAIN_ROWS or now - self._t_drained >= self._drain_s:
+            self._drain()
+        if self._layers is not None and self._layers.scheduled(self._step):
+            self._layers.arm()
+            self._layers_armed = True
+        self._after_step(s)
+
+    def _step_full(self, s: int, step_time_s: float, data_s: float, fwd: Any, loss: Any,
+                   gn: Any, batch_size: int | None, tokens: int | None,
+                   replay: Callable[[], Any] | None, extra: Mapping[str, Any]) -> None:
+        """Any step: device values, extra metrics, param norms, layer health, a loss scale."""
+        if self._rows:
+            self._drain()  # rows reach the store in the order of the steps
+        torch = self._torch
+        host: dict[str, float | None] = {"data_time_s": data_s, "rss_mb": self._rss()}
         device: dict[str, Any] = {}
-        self._data_wait_s = 0.0
         if self._cuda:  # GPU time between consecutive steps; rates from it, at fetch
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
@@ -287,24 +351,17 @@ class Watcher:
                     host["samples_per_s"] = batch_size / step_time_s
                 if tokens is not None:
                     host["tokens_per_s"] = tokens / step_time_s
-        if self._forward is not None:
-            fwd = self._forward.take()
-            if fwd is not None:
-                if isinstance(fwd, list):
-                    device["compute_time_s"] = fwd
-                else:
-                    host["compute_time_s"] = fwd
+        if fwd is not None:
+            if isinstance(fwd, list):
+                device["compute_time_s"] = fwd
+            else:
+                host["compute_time_s"] = fwd
         lr = self._lr()
         if lr is not None:
             if isinstance(lr, torch.Tensor) and self._defers(lr):
                 device["lr"] = lr.detach().reshape(())
             else:
                 host["lr"] = float(lr)
-        if grad_norm is None:
-            gn = self._grad_norm_now if self._grad_norm_now is not None else self._grad_norm()
-        else:
-            gn = grad_norm
-        self._grad_norm_now = None
         if loss is not None:
             self._put(host, device, "loss", loss)
         if gn is not None:
@@ -362,6 +419,8 @@ class Watcher:
         if self._closed:
             return
         s = max(self._step - 1, 0) if step is None else int(step)
+        if self._rows:
+            self._drain()
         torch = self._torch
         host = {k: float(v) for k, v in metrics.items()
                 if not isinstance(v, torch.Tensor) or not self._defers(v)}
@@ -378,6 +437,7 @@ class Watcher:
         """Fetch pending device values and commit everything recorded so far."""
         if self._closed:
             return
+        self._drain()
         self._fetch()
         self.store.flush()
 
@@ -387,11 +447,14 @@ class Watcher:
         if self._closed:
             return
         try:
+            self._drain()
             self._fetch()
             if self._alerts is not None:
                 self._alerts.close(final_step=max(self._step - 1, 0))
         finally:
             self._closed = True
+            if self._rss_sampler is not None:
+                self._rss_sampler.close()
             for h in self._hooks:
                 h.remove()
             self._hooks = []
@@ -543,6 +606,8 @@ class Watcher:
         alerts = self._alerts
         reason: str | None = None
         if alerts is not None:
+            if self._rows and alerts.due():
+                self._drain()  # the pass must see every row up to this step
             alerts.after_step(s)
             reason = alerts.stop_reason
         elif self._stop_file is not None and s % _STOP_FILE_EVERY == 0 \
@@ -553,8 +618,33 @@ class Watcher:
             logger.warning("trainmedic: stop requested: %s", self._stop_reason)
             self.store.event(s, "stop_requested", {"reason": self._stop_reason})
             if self.config.on_stop is not None:  # once: the reason is set only once
+                self._drain()
                 self._fetch()
                 self.config.on_stop(self._stop_reason)
+
+    def _drain(self) -> None:
+        """Build the rows of buffered CPU steps and record them (store and live alerts):
+        the same row the general path builds at once."""
+        rows, self._rows = self._rows, []
+        self._t_drained = time.perf_counter()
+        record = self._record
+        for s, step_time_s, data_s, fwd, lr, loss, gn, rss, batch_size, tokens in rows:
+            row: dict[str, float | None] = {"data_time_s": data_s, "rss_mb": rss,
+                                            "step_time_s": step_time_s}
+            if step_time_s > 0:
+                if batch_size is not None:
+                    row["samples_per_s"] = batch_size / step_time_s
+                if tokens is not None:
+                    row["tokens_per_s"] = tokens / step_time_s
+            if fwd is not None:
+                row["compute_time_s"] = fwd
+            if lr is not None:
+                row["lr"] = lr
+            if loss is not None:
+                row["loss"] = loss
+            if gn is not None:
+                row["grad_norm"] = gn
+            record(s, row)
 
     def _fetch(self) -> None:
         """Bring pending device values to the host with one transfer and record them."""
