@@ -358,9 +358,14 @@ def plan(spec: ModelSpec, cfg: PlanConfig) -> Ledger:
     per_layer_params = layer_params(spec)[: stage.layers]
     # The blocks' share of this GPU's gradients (the rest: embeddings, final norm, LM head).
     layers_share = min(sum(per_layer_params) / max(stage.params, 1), 1.0)
-    lm_head_grad = 0.0
+    # Gradients of the head, which backward reaches first: an untied LM head, or ViTModel's
+    # pooler (a dense layer on the CLS token).
+    head_numel = 0
     if stage.last and spec.vocab_size and not spec.tied_embeddings:
-        lm_head_grad = grads_b * spec.vocab_size * spec.hidden_size / max(stage.params, 1)
+        head_numel = spec.vocab_size * spec.hidden_size
+    elif stage.last and spec.family == "vit" and not spec.vocab_size:
+        head_numel = spec.hidden_size * (spec.hidden_size + 1)
+    lm_head_grad = grads_b * head_numel / max(stage.params, 1)
     act_scale = (layers_act / sum(per_layer_act)) if sum(per_layer_act) else 0.0
 
     def layer_held(i: int) -> float:
