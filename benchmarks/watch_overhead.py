@@ -97,6 +97,35 @@ class Trainer:
         self.last_cpu_s = (time.thread_time() - c0) / steps
         return wall
 
+    def run_segments(self, steps: int, *, watcher: Any = None) -> list[float]:
+        """Train ``steps`` steps; return the training thread's mean CPU time per step, in
+        microseconds, of each part of the step: [zero_grad + forward + loss, backward,
+        ``optimizer.step()`` (with any hooks), ``w.step()``]."""
+        import torch.nn.functional as F
+
+        clock = time.thread_time_ns
+        acc = [0, 0, 0, 0]
+        for _ in range(steps):
+            x, y = self.make_batch(self.step_i)
+            t0 = clock()
+            self.opt.zero_grad(set_to_none=True)
+            logits = self.model(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            t1 = clock()
+            loss.backward()
+            t2 = clock()
+            self.opt.step()
+            t3 = clock()
+            if watcher is not None:
+                watcher.step(loss, batch_size=x.shape[0])
+            t4 = clock()
+            acc[0] += t1 - t0
+            acc[1] += t2 - t1
+            acc[2] += t3 - t2
+            acc[3] += t4 - t3
+            self.step_i += 1
+        return [a / steps / 1e3 for a in acc]
+
 
 def run_round(name: str, trainer: Trainer, steps: int, run_root: Path) -> float:
     """Install ``name``'s instrumentation (untimed), train ``steps`` steps (timed), remove it."""
@@ -138,14 +167,35 @@ def run_round(name: str, trainer: Trainer, steps: int, run_root: Path) -> float:
     return trainer.run(steps)
 
 
+def _thread_cpu_s(prefix: str) -> float:
+    """CPU seconds used so far by the live threads whose name starts with ``prefix``."""
+    import threading
+
+    total = 0.0
+    for t in threading.enumerate():
+        if t.name.startswith(prefix) and t.ident is not None:
+            try:
+                total += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+            except (OSError, AttributeError):  # a thread that just ended; not Linux
+                pass
+    return total
+
+
 def direct_cost_us(trainer: Trainer, steps: int, run_root: Path) -> dict[str, float]:
     """The default watcher's own CPU time on the training thread, per step, by entry point.
 
     Every place the watcher runs on the training thread (the forward pre/post hooks, the
-    optimizer pre/post-step hooks, ``w.step()``) is wrapped with ``time.thread_time()``; the
-    cost of the timer pair itself is measured and subtracted. This is the added work without
-    the machine's noise; what it leaves out (cache effects, the writer and alert threads
-    contending for the GIL) is in the interleaved ratios.
+    optimizer pre/post-step hooks, ``w.step()``) is wrapped with ``time.thread_time()``.
+    What the timer pair itself reads is measured in the same loop, at the same places,
+    around functions that do nothing (hooks and a ``step()`` of a stand-in), and subtracted:
+    inside a training loop the timer's syscall runs on cold caches and reads several
+    microseconds, ~5x what it reads in a tight loop. This is the added work without the
+    machine's noise; what it leaves out (cache effects, the hooks' dispatch, the watcher's
+    threads contending for the GIL) and what it over-counts (work the watcher moves rather
+    than adds: it creates the gradients' Python objects and reads them first, so the
+    optimizer then does less) are in the per-part A/B of :func:`net_cost_us`. Also returned:
+    the CPU time of the watcher's own threads (store writer, live alerts, RSS sampler) per
+    step, which runs beside the training thread.
     """
     from trainmedic.watch import clock, watch
     from trainmedic.watch import watcher as watcher_mod
@@ -166,17 +216,39 @@ def direct_cost_us(trainer: Trainer, steps: int, run_root: Path) -> dict[str, fl
         setattr(cls, name, wrapper)
         return lambda: setattr(cls, name, orig)
 
-    class _Empty:
-        def noop(self) -> None:
+    class _Noop:
+        """No-op stand-ins for the watcher's entry points, timed the same way."""
+
+        def fwd_pre(self, module: Any, args: Any) -> None:
             return None
 
-    # What the timing itself adds to one call: a wrapped no-op, timed the same way.
-    restore = timed(_Empty, "noop", "calibration")
-    empty = _Empty()
-    for _ in range(20_000):
-        empty.noop()
-    restore()
-    per_call_s = spent.pop("calibration") / calls.pop("calibration")
+        def fwd_post(self, module: Any, args: Any, out: Any) -> None:
+            return None
+
+        def opt_hook(self, opt: Any, args: Any, kwargs: Any) -> None:
+            return None
+
+        def step(self, loss: Any, **kwargs: Any) -> None:
+            return None
+
+    labels = {"fwd_pre": "forward hooks", "fwd_post": "forward hooks",
+              "opt_hook": "optimizer hooks", "step": "w.step()"}
+    undo = [timed(_Noop, name, label) for name, label in labels.items()]
+    noop = _Noop()
+    handles = [trainer.model.register_forward_pre_hook(noop.fwd_pre),
+               trainer.model.register_forward_hook(noop.fwd_post),
+               trainer.opt.register_step_pre_hook(noop.opt_hook),
+               trainer.opt.register_step_post_hook(noop.opt_hook)]
+    try:
+        trainer.run(steps, watcher=noop)
+    finally:
+        for h in handles:
+            h.remove()
+        for u in undo:
+            u()
+    per_call_s = {k: spent[k] / calls[k] for k in spent}
+    spent.clear()
+    calls.clear()
 
     undo = [timed(clock.ForwardClock, "_pre", "forward hooks"),
             timed(clock.ForwardClock, "_post", "forward hooks"),
@@ -186,12 +258,56 @@ def direct_cost_us(trainer: Trainer, steps: int, run_root: Path) -> dict[str, fl
     try:
         with watch(trainer.model, trainer.opt, run_dir=run_root / "direct",
                    start_step=trainer.step_i) as w:
+            threads0 = _thread_cpu_s("trainmedic")
             trainer.run(steps, watcher=w)
+            threads_s = _thread_cpu_s("trainmedic") - threads0
     finally:
         for u in undo:
             u()
-    out = {k: 1e6 * max(0.0, v - calls[k] * per_call_s) / steps for k, v in spent.items()}
+    out = {k: 1e6 * max(0.0, v - calls[k] * per_call_s[k]) / steps for k, v in spent.items()}
     out["total"] = sum(out.values())
+    out["timer_us_per_call"] = 1e6 * statistics.mean(per_call_s.values())
+    out["threads"] = 1e6 * threads_s / steps
+    return out
+
+
+def net_cost_us(trainer: Trainer, rounds: int, steps: int, run_root: Path) -> dict[str, Any]:
+    """The default watcher's added CPU time on the training thread, per part of the step:
+    short rounds of the plain loop and of the watched loop, alternating, each part's mean
+    CPU time per step (:meth:`Trainer.run_segments`), and the median over rounds of the
+    paired difference. Unlike :func:`direct_cost_us` this counts what the watcher changes in
+    the work around it (the hooks' dispatch, the optimizer finding the gradients' Python
+    objects made and their memory in cache); it is noisier (a ~1 ms part of the step moves
+    by tens of microseconds between rounds on a shared machine)."""
+    from trainmedic.watch import watch
+
+    parts = ("forward", "backward", "optimizer", "w.step()")
+    diffs: list[list[float]] = []
+    plain: list[list[float]] = []
+    for r in range(rounds + 1):
+        got: dict[str, list[float]] = {}
+        for name in (("plain", "watch") if r % 2 else ("watch", "plain")):
+            if name == "plain":
+                got[name] = trainer.run_segments(steps)
+            else:
+                with watch(trainer.model, trainer.opt, run_dir=run_root / f"net{r}",
+                           start_step=trainer.step_i) as w:
+                    got[name] = trainer.run_segments(steps, watcher=w)
+        if r == 0:
+            continue  # warm-up
+        plain.append(got["plain"])
+        diffs.append([a - b for a, b in zip(got["watch"], got["plain"], strict=True)])
+    out: dict[str, Any] = {
+        "plain_us": {p: statistics.median(d[i] for d in plain) for i, p in enumerate(parts)},
+        "added_us": {p: statistics.median(d[i] for d in diffs) for i, p in enumerate(parts)}}
+    touched = [d[0] + d[2] + d[3] for d in diffs]  # the parts the watcher runs in
+    q = statistics.quantiles(touched, n=4)
+    out["added_touched_us"] = statistics.median(touched)
+    out["added_touched_iqr_us"] = [q[0], q[2]]
+    every = [sum(d) for d in diffs]
+    q = statistics.quantiles(every, n=4)
+    out["added_all_us"] = statistics.median(every)
+    out["added_all_iqr_us"] = [q[0], q[2]]
     return out
 
 
@@ -224,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--steps-per-round", type=int, default=100)
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--net-rounds", type=int, default=40,
+                    help="rounds of the per-part A/B (plain vs default watcher); 0: skip it")
+    ap.add_argument("--net-steps", type=int, default=25, help="steps per round of the A/B")
+    ap.add_argument("--direct-steps", type=int, default=300,
+                    help="steps of the own-time measurement (and of its calibration)")
     ap.add_argument("--batch-size", type=int, default=16,
                     help="sequences per step (the demo's is 16); larger batches show that the "
                          "watcher's cost per step is fixed, not proportional to compute")
@@ -265,15 +386,21 @@ def main(argv: list[str] | None = None) -> int:
                 cpu_round[n].append(trainer.last_cpu_s)
             if not args.json:
                 print(f"\rround {r + 1}/{args.rounds}", end="", file=sys.stderr, flush=True)
-        direct = direct_cost_us(trainer, 300, Path(tmp))
+        direct = direct_cost_us(trainer, args.direct_steps, Path(tmp))
+        trainer.run(args.direct_steps)
+        plain_cpu_us = 1e6 * trainer.last_cpu_s
+        net = (net_cost_us(trainer, args.net_rounds, args.net_steps, Path(tmp))
+               if args.net_rounds > 0 else None)
     if not args.json:
         print(file=sys.stderr)
     pass_ms = alert_pass_ms()
     base = per_round["plain"]
     result: dict[str, Any] = {"machine": describe(), "rounds": args.rounds,
                               "steps_per_round": args.steps_per_round, "variants": {},
-                              "alert_pass_ms": pass_ms, "direct_us_per_step": direct}
-    for n in names:
+                              "alert_pass_ms": pass_ms, "direct_us_per_step": direct,
+                              "plain_thread_cpu_us_per_step": plain_cpu_us,
+                              "net_us_per_step": net}
+    for n in (names if args.rounds > 0 else []):
         ratios = [a / b - 1.0 for a, b in zip(per_round[n], base, strict=True)]
         q = statistics.quantiles(ratios, n=4) if len(ratios) >= 4 else [min(ratios),
                                                                          0, max(ratios)]
@@ -292,15 +419,33 @@ def main(argv: list[str] | None = None) -> int:
     print(f"demo transformer on CPU, batch {args.batch_size} x 64, 1 torch thread; "
           f"{args.rounds} rounds x "
           f"{args.steps_per_round} steps per variant, interleaved")
-    step_ms = result["variants"]["plain"]["median_step_ms"]
+    step_us = plain_cpu_us
+    print(f"plain step: {step_us / 1000:.2f} ms of training-thread CPU")
     print(f"live alerts: one pass over a 2000-step window takes {pass_ms:.1f} ms, every 100 "
-          f"steps: {100 * pass_ms / (100 * step_ms):.2f}% of step time if it held the GIL "
-          f"throughout (it runs on its own thread)")
+          f"steps: {100 * pass_ms / (100 * step_us / 1000):.2f}% of step time if it held the "
+          f"GIL throughout (it runs on its own thread)")
     total_us = direct["total"]
+    parts = ("forward hooks", "optimizer hooks", "w.step()")
     print(f"default watcher, its own CPU time on the training thread per step: {total_us:.0f} us "
-          f"= {100 * total_us / (1000 * step_ms):.2f}% of a plain step ("
-          + ", ".join(f"{k} {v:.0f} us" for k, v in direct.items() if k != "total")
-          + ")")
+          f"= {100 * total_us / step_us:.2f}% of a plain step ("
+          + ", ".join(f"{k} {direct.get(k, 0.0):.0f} us" for k in parts)
+          + f"; timer read {direct['timer_us_per_call']:.1f} us per call in the loop, "
+            f"subtracted); its threads (store, alerts, RSS sampler): "
+            f"{direct['threads']:.0f} us of CPU per step beside it")
+    if net is not None:
+        added = net["added_us"]
+        lo, hi = net["added_touched_iqr_us"]
+        alo, ahi = net["added_all_iqr_us"]
+        print(f"default watcher, added training-thread CPU per step, A/B by part "
+              f"({args.net_rounds} rounds x {args.net_steps} steps, median of paired "
+              f"differences): "
+              + ", ".join(f"{k} {v:+.0f} us" for k, v in added.items())
+              + f"; the parts it runs in (forward, optimizer, w.step) "
+                f"{net['added_touched_us']:+.0f} us = "
+                f"{100 * net['added_touched_us'] / step_us:+.2f}% (IQR {lo:+.0f}..{hi:+.0f} us);"
+                f" whole step {net['added_all_us']:+.0f} us (IQR {alo:+.0f}..{ahi:+.0f} us)")
+    if args.rounds <= 0:
+        return 0
     print(f"{'variant':<16}{'step (ms)':>10}{'added (wall)':>14}{'IQR of added':>20}"
           f"{'added (thread CPU)':>20}")
     for n, v in result["variants"].items():
