@@ -19,33 +19,20 @@ from __future__ import annotations
 
 import argparse
 import functools
-import platform
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine import one_line  # noqa: E402
 
 CONFIGS = ROOT / "tests" / "data" / "model-configs"
 PEAK_BAR = 0.03
 CATEGORY_BAR = 0.05
 CATEGORY_FLOOR = 0.01  # categories under 1% of the peak are listed but not judged
-
-
-def machine() -> str:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{cpu}, {len(__import__('os').sched_getaffinity(0))} cores, Python "
-            f"{platform.python_version()}, torch {torch.__version__}")
 
 
 def compare(path: Path, *, precision: str, attention: str, layers: int, batch: int,
@@ -119,9 +106,11 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="config stems to run (default: all)")
     args = ap.parse_args()
 
+    import torch
+
     from trainmedic.memory.families import load_spec
 
-    print(f"machine: {machine()}")
+    print(one_line() + f"; torch {torch.__version__}")
     print(f"depth {args.layers} per stack, micro-batch {args.batch} x {args.seq} tokens "
           f"(ViT: its image), AdamW, CPU kernels\n")
     header = (f"{'config':<28} {'prec':<10} {'attn':<5} {'peak meas':>10} {'peak plan':>10} "
