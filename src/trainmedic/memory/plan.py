@@ -329,13 +329,12 @@ def plan(spec: ModelSpec, cfg: PlanConfig) -> Ledger:
                         + (spec.vocab_size * spec.hidden_size if stage.last else 0)) / tp
         casts = max(matmul_numel, 0) * prec.compute
     gathered = 0.0
-    if lay.shards_params or (lay.family == "fsdp" and not lay.shards_params):
+    if lay.shards_params:
         # ZeRO-3 / FSDP gather each layer's full parameters for compute: the current and the
-        # prefetched unit are live at once (FSDP's default forward/backward prefetch).
+        # prefetched unit are live at once (FSDP's default forward/backward prefetch);
+        # SHARD_GRAD_OP keeps every gathered parameter from the forward to the backward.
         unit = stage.largest_layer / tp * prec.compute
-        gathered = 2 * unit
-        if not lay.shards_params:  # SHARD_GRAD_OP keeps the gathered params from fwd to bwd
-            gathered = numel * prec.compute
+        gathered = numel * prec.compute if lay.keeps_gathered else 2 * unit
     comm = 0.0
     if lay.family == "ddp" and not cfg.ddp_bucket_view:
         comm = numel * prec.grad

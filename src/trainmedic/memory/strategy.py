@@ -50,6 +50,9 @@ class Layout:
     shards_optimizer: bool
     shards_grads: bool
     shards_params: bool
+    keeps_gathered: bool = False
+    """The gathered (unsharded) parameters stay from forward to backward (FSDP SHARD_GRAD_OP):
+    only the sharded copy is stored at rest."""
 
     def divisor(self, what: str) -> int:
         """Ways data parallelism splits the state ``what`` (optimizer, grads or params)."""
@@ -90,7 +93,8 @@ def layout(
                       shards_params=stage >= 3)
     if strategy == "fsdp-grad-op":
         return Layout(strategy=strategy, dp=dp, shard=dp, family="fsdp",
-                      shards_optimizer=True, shards_grads=True, shards_params=False)
+                      shards_optimizer=True, shards_grads=True, shards_params=True,
+                      keeps_gathered=True)
     shard = min(dp, gpus_per_node // max(tp, 1) or 1) if strategy == "fsdp-hybrid" else dp
     return Layout(strategy=strategy, dp=dp, shard=max(shard, 1), family="fsdp",
                   shards_optimizer=True, shards_grads=True, shards_params=True)
