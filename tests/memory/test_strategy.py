@@ -74,3 +74,17 @@ def test_pipeline_first_stage_holds_pp_microbatches() -> None:
                                                          rel=0.01)
     whole = plan(SPEC, PlanConfig(gpus=1, **{**base, "strategy": "single"}))
     assert full.activations_total_bytes == pytest.approx(whole.activations_total_bytes, rel=0.05)
+
+
+def test_fsdp_shard_grad_op_keeps_gathered_params_through_backward() -> None:
+    base = dict(batch_size=1, seq_len=512, gpus=8, precision="bf16-mixed",
+                device_profile="cuda", include_context=False)
+    full = plan(SPEC, PlanConfig(strategy="fsdp", **base))
+    grad_op = plan(SPEC, PlanConfig(strategy="fsdp-grad-op", **base))
+    # Both store fp32 params sharded 8 ways (Zhao et al. 2023 §3.2) ...
+    assert full.categories["params"] == grad_op.categories["params"] == pytest.approx(
+        SPEC.num_params * 4 / 8, rel=0.01)
+    # ... but SHARD_GRAD_OP holds every gathered bf16 parameter from forward to backward,
+    # where FULL_SHARD holds two layers' worth.
+    assert grad_op.categories["temporaries"] >= SPEC.num_params * 2
+    assert full.categories["temporaries"] < SPEC.num_params * 2 / 4
