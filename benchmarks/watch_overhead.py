@@ -9,7 +9,8 @@ The loop is the demo's: the 2-layer character transformer (d_model 64), batch 16
 characters, AdamW, on CPU with one torch thread. Variants:
 
 * ``plain``: no instrumentation (the baseline);
-* ``watch``: ``trainmedic.watch`` with its defaults (per-step telemetry, param norm and
+* ``watch``: ``trainmedic.watch`` with its defaults, ``w.step()`` called as the demo calls it
+  (``batch_size``, ``tokens`` and a ``replay`` closure) (per-step telemetry, param norm and
   update ratio every 50 steps, the NaN guard in "skip" mode, live alerts every 100 steps);
 * ``watch_no_guard``: the same with ``nan_policy="record"``: the guard's cost is the
   difference from ``watch``;
@@ -29,12 +30,30 @@ median over rounds of (its mean step time in the round / plain's in the same rou
 wall time (what a user pays, noise and GIL contention with the watcher's threads included)
 and in the training thread's CPU time (``time.thread_time``: the work added on that thread,
 blind to the VM's stalls, which make wall-time ratios here swing by +-2% between runs).
-Bars (issue 3): watch <= 1 %, watch_layers50 <= 3 %, the guard unmeasurable.
+
+Two finer figures for the default watcher, less noisy than whole-step ratios:
+
+* its own time (:func:`direct_cost_us`): the training thread's CPU time inside each of its
+  entry points, less what the timer reads around a do-nothing function at the same places;
+  and the CPU time of its threads (store writer, live alerts, RSS sampler), which run beside
+  the training thread;
+* its added time by part of the step (:func:`net_cost_us`): steps with and without the
+  watcher's hooks side by side (a coin per step), the training thread's CPU per part
+  (forward, backward, optimizer step, ``w.step()``), difference of the medians. This also
+  counts what the watcher changes around its own code, both ways: the hooks' dispatch, and
+  the optimizer finding the gradients' Python objects already made and their memory already
+  in cache by the grad-norm pass (tens of microseconds that the own-time figure charges to
+  the watcher).
+
+Inside a training loop each call the watcher makes runs on cold caches (the step's kernels
+evicted them): ~3-10x its cost in a tight loop, and more when other processes share the
+machine's cache. Bars (issue 3): watch <= 1 %, watch_layers50 <= 3 %, the guard unmeasurable.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
@@ -74,6 +93,13 @@ class Trainer:
         self.step_i = 0
         self.last_cpu_s = 0.0
 
+    def batch_loss(self, x: Any, y: Any) -> Any:
+        """The loss of one batch: what the demo hands the NaN guard as ``replay=``."""
+        import torch.nn.functional as F
+
+        logits = self.model(x)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
     def run(self, steps: int, *, watcher: Any = None,
             ctx: Callable[[], AbstractContextManager[Any]] = nullcontext) -> float:
         """Train ``steps`` steps; return the mean wall time per step in seconds (and keep the
@@ -91,41 +117,36 @@ class Trainer:
                 loss.backward()
             self.opt.step()
             if watcher is not None:
-                watcher.step(loss, batch_size=x.shape[0])
+                watcher.step(loss, batch_size=x.shape[0], tokens=x.numel(),
+                             replay=functools.partial(self.batch_loss, x, y))
             self.step_i += 1
         wall = (time.perf_counter() - t0) / steps
         self.last_cpu_s = (time.thread_time() - c0) / steps
         return wall
 
-    def run_segments(self, steps: int, *, watcher: Any = None) -> list[float]:
-        """Train ``steps`` steps; return the training thread's mean CPU time per step, in
-        microseconds, of each part of the step: [zero_grad + forward + loss, backward,
-        ``optimizer.step()`` (with any hooks), ``w.step()``]."""
+    def step_parts(self, watcher: Any = None) -> tuple[int, int, int, int]:
+        """Train one step; return the training thread's CPU time, in nanoseconds, of each
+        part of it: zero_grad + forward + loss, backward, ``optimizer.step()`` (with any
+        hooks), ``w.step()``."""
         import torch.nn.functional as F
 
         clock = time.thread_time_ns
-        acc = [0, 0, 0, 0]
-        for _ in range(steps):
-            x, y = self.make_batch(self.step_i)
-            t0 = clock()
-            self.opt.zero_grad(set_to_none=True)
-            logits = self.model(x)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-            t1 = clock()
-            loss.backward()
-            t2 = clock()
-            self.opt.step()
-            t3 = clock()
-            if watcher is not None:
-                watcher.step(loss, batch_size=x.shape[0])
-            t4 = clock()
-            acc[0] += t1 - t0
-            acc[1] += t2 - t1
-            acc[2] += t3 - t2
-            acc[3] += t4 - t3
-            self.step_i += 1
-        return [a / steps / 1e3 for a in acc]
-
+        x, y = self.make_batch(self.step_i)
+        replay = functools.partial(self.batch_loss, x, y)
+        t0 = clock()
+        self.opt.zero_grad(set_to_none=True)
+        logits = self.model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        t1 = clock()
+        loss.backward()
+        t2 = clock()
+        self.opt.step()
+        t3 = clock()
+        if watcher is not None:
+            watcher.step(loss, batch_size=x.shape[0], tokens=x.numel(), replay=replay)
+        t4 = clock()
+        self.step_i += 1
+        return t1 - t0, t2 - t1, t3 - t2, t4 - t3
 
 def run_round(name: str, trainer: Trainer, steps: int, run_root: Path) -> float:
     """Install ``name``'s instrumentation (untimed), train ``steps`` steps (timed), remove it."""
@@ -271,45 +292,56 @@ def direct_cost_us(trainer: Trainer, steps: int, run_root: Path) -> dict[str, fl
     return out
 
 
-def net_cost_us(trainer: Trainer, rounds: int, steps: int, run_root: Path) -> dict[str, Any]:
-    """The default watcher's added CPU time on the training thread, per part of the step:
-    short rounds of the plain loop and of the watched loop, alternating, each part's mean
-    CPU time per step (:meth:`Trainer.run_segments`), and the median over rounds of the
-    paired difference. Unlike :func:`direct_cost_us` this counts what the watcher changes in
-    the work around it (the hooks' dispatch, the optimizer finding the gradients' Python
-    objects made and their memory in cache); it is noisier (a ~1 ms part of the step moves
-    by tens of microseconds between rounds on a shared machine)."""
+def net_cost_us(trainer: Trainer, steps: int, run_root: Path) -> dict[str, Any]:
+    """The default watcher's added CPU time on the training thread, per part of the step,
+    from steps with and without it side by side: one watcher is made, its hooks are taken
+    off, and before each step a coin decides whether they are put back (and ``w.step()``
+    called) for that step; hooks go on and off between steps, outside the timed parts. The
+    figure per part is the difference of the median CPU time per step of that part with
+    and without the watcher. Unlike :func:`direct_cost_us` this counts what the watcher
+    changes in the work around it (the hooks' dispatch; the optimizer finding the
+    gradients' Python objects made and their memory in cache); pairing neighbouring steps
+    keeps the machine's drift out. Its threads run through both kinds of step, so what
+    they cost the training thread is only in the interleaved whole-run ratios."""
     from trainmedic.watch import watch
 
     parts = ("forward", "backward", "optimizer", "w.step()")
-    diffs: list[list[float]] = []
-    plain: list[list[float]] = []
-    for r in range(rounds + 1):
-        got: dict[str, list[float]] = {}
-        for name in (("plain", "watch") if r % 2 else ("watch", "plain")):
-            if name == "plain":
-                got[name] = trainer.run_segments(steps)
-            else:
-                with watch(trainer.model, trainer.opt, run_dir=run_root / f"net{r}",
-                           start_step=trainer.step_i) as w:
-                    got[name] = trainer.run_segments(steps, watcher=w)
-        if r == 0:
-            continue  # warm-up
-        plain.append(got["plain"])
-        diffs.append([a - b for a, b in zip(got["watch"], got["plain"], strict=True)])
-    out: dict[str, Any] = {
-        "plain_us": {p: statistics.median(d[i] for d in plain) for i, p in enumerate(parts)},
-        "added_us": {p: statistics.median(d[i] for d in diffs) for i, p in enumerate(parts)}}
-    touched = [d[0] + d[2] + d[3] for d in diffs]  # the parts the watcher runs in
-    q = statistics.quantiles(touched, n=4)
-    out["added_touched_us"] = statistics.median(touched)
-    out["added_touched_iqr_us"] = [q[0], q[2]]
-    every = [sum(d) for d in diffs]
-    q = statistics.quantiles(every, n=4)
-    out["added_all_us"] = statistics.median(every)
-    out["added_all_iqr_us"] = [q[0], q[2]]
-    return out
-
+    rng = random.Random(1)
+    times: dict[bool, list[tuple[int, int, int, int]]] = {True: [], False: []}
+    model, opt = trainer.model, trainer.opt
+    with watch(model, opt, run_dir=run_root / "net", start_step=trainer.step_i) as w:
+        clock = w._forward
+        for h in (*w._hooks, *clock._handles):  # detached: put back on the watched steps
+            h.remove()
+        for i in range(steps + 20):
+            on = rng.random() < 0.5
+            if on:
+                handles = [opt.register_step_pre_hook(w._on_pre_optimizer_step),
+                           opt.register_step_post_hook(w._on_post_optimizer_step),
+                           model.register_forward_pre_hook(clock._pre),
+                           model.register_forward_hook(clock._post)]
+            got = trainer.step_parts(w if on else None)
+            if on:
+                for h in handles:
+                    h.remove()
+            if i >= 20:  # warm-up
+                times[on].append(got)
+    added = {p: (statistics.median(t[i] for t in times[True])
+                 - statistics.median(t[i] for t in times[False])) / 1e3
+             for i, p in enumerate(parts)}
+    # The spread: the same figure over each quarter of the run.
+    quarters = []
+    for k in range(4):
+        sub = {on: v[k * len(v) // 4:(k + 1) * len(v) // 4] for on, v in times.items()}
+        quarters.append(sum(
+            (statistics.median(t[i] for t in sub[True])
+             - statistics.median(t[i] for t in sub[False])) / 1e3 for i in (0, 2, 3)))
+    return {"steps": {"with": len(times[True]), "without": len(times[False])},
+            "plain_us": {p: statistics.median(t[i] for t in times[False]) / 1e3
+                         for i, p in enumerate(parts)},
+            "added_us": added,
+            "added_touched_us": added["forward"] + added["optimizer"] + added["w.step()"],
+            "added_touched_quarters_us": quarters}
 
 def alert_pass_ms(window: int = 2000) -> float:
     """Median time of one live-alert pass over a full window of watcher-like rows."""
@@ -340,9 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--steps-per-round", type=int, default=100)
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--net-rounds", type=int, default=40,
-                    help="rounds of the per-part A/B (plain vs default watcher); 0: skip it")
-    ap.add_argument("--net-steps", type=int, default=25, help="steps per round of the A/B")
+    ap.add_argument("--net-steps", type=int, default=1200,
+                    help="steps of the per-part A/B, half with the watcher; 0: skip it")
     ap.add_argument("--direct-steps", type=int, default=300,
                     help="steps of the own-time measurement (and of its calibration)")
     ap.add_argument("--batch-size", type=int, default=16,
@@ -376,8 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     cpu_round: dict[str, list[float]] = {n: [] for n in names}
     trainer = Trainer(make_batch, len(vocab))
     with tempfile.TemporaryDirectory() as tmp:
-        for n in names:  # warm-up: allocator, first-call costs, imports
-            run_round(n, trainer, 20, Path(tmp))
+        for n in (names if args.rounds > 0 else ["plain", "watch"]):  # warm-up: allocator,
+            run_round(n, trainer, 20, Path(tmp))                       # first calls, imports
         for r in range(args.rounds):
             order = names[:]
             rng.shuffle(order)
@@ -389,8 +420,8 @@ def main(argv: list[str] | None = None) -> int:
         direct = direct_cost_us(trainer, args.direct_steps, Path(tmp))
         trainer.run(args.direct_steps)
         plain_cpu_us = 1e6 * trainer.last_cpu_s
-        net = (net_cost_us(trainer, args.net_rounds, args.net_steps, Path(tmp))
-               if args.net_rounds > 0 else None)
+        net = (net_cost_us(trainer, args.net_steps, Path(tmp))
+               if args.net_steps > 0 else None)
     if not args.json:
         print(file=sys.stderr)
     pass_ms = alert_pass_ms()
@@ -434,16 +465,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{direct['threads']:.0f} us of CPU per step beside it")
     if net is not None:
         added = net["added_us"]
-        lo, hi = net["added_touched_iqr_us"]
-        alo, ahi = net["added_all_iqr_us"]
-        print(f"default watcher, added training-thread CPU per step, A/B by part "
-              f"({args.net_rounds} rounds x {args.net_steps} steps, median of paired "
-              f"differences): "
+        q = net["added_touched_quarters_us"]
+        print(f"default watcher, added training-thread CPU per step, A/B by part over "
+              f"{net['steps']['with']} steps with it and {net['steps']['without']} without, "
+              f"side by side (difference of medians): "
               + ", ".join(f"{k} {v:+.0f} us" for k, v in added.items())
               + f"; the parts it runs in (forward, optimizer, w.step) "
                 f"{net['added_touched_us']:+.0f} us = "
-                f"{100 * net['added_touched_us'] / step_us:+.2f}% (IQR {lo:+.0f}..{hi:+.0f} us);"
-                f" whole step {net['added_all_us']:+.0f} us (IQR {alo:+.0f}..{ahi:+.0f} us)")
+                f"{100 * net['added_touched_us'] / step_us:+.2f}% (quarters of the run: "
+              + ", ".join(f"{v:+.0f}" for v in q) + " us)")
     if args.rounds <= 0:
         return 0
     print(f"{'variant':<16}{'step (ms)':>10}{'added (wall)':>14}{'IQR of added':>20}"

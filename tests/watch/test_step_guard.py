@@ -51,6 +51,21 @@ def test_skip_drops_grads_only_when_non_finite() -> None:
     assert "pass replay=" in data["detail"]
 
 
+def test_a_healthy_step_closes_without_end_step() -> None:
+    guard, events = _guard("skip")
+    p = torch.nn.Parameter(torch.ones(3))
+    p.grad = torch.ones(3)
+    assert not guard.check_grads(2.0, torch, [p], None)
+    assert guard.end_healthy_step(1.0, 2.0) and guard.end_healthy_step(None, None)
+    for loss, norm in ((math.nan, 2.0), (1.0, math.inf), (-math.inf, None)):
+        assert not guard.end_healthy_step(loss, norm)
+    assert guard.check_grads(math.nan, torch, [p], None)  # the update was dropped
+    assert not guard.end_healthy_step(1.0, None)  # so end_step must record it
+    guard.end_step(3, {"loss": 1.0}, replay=None, model=None, scaler=None,
+                   before_raise=lambda: None)
+    assert [e[0] for e in events] == [3]
+
+
 def test_after_the_first_few_events_no_more_replays_or_warnings(
         caplog: pytest.LogCaptureFixture) -> None:
     guard, events = _guard("skip")

@@ -116,8 +116,8 @@ def test_device_values_are_fetched_in_batches(tmp_path: pathlib.Path) -> None:
             loss.backward()
             opt.step()
             w.step(loss)
-            assert len(w._pending) == (i + 1) % 4
-            assert all(not v.requires_grad for _, d in w._pending for v in d.values())
+            assert len(w._rec.pending) == (i + 1) % 4
+            assert all(not v.requires_grad for _, d in w._rec.pending for v in d.values())
         w.store.flush()
         assert len(read_store(tmp_path / "metrics.sqlite").get("loss")) == 4  # type: ignore[arg-type]
     assert len(read_store(tmp_path / "metrics.sqlite").get("loss")) == 6  # type: ignore[arg-type]
@@ -175,6 +175,84 @@ def test_rss_reader_and_its_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host_memory, "_HAS_STATM", False)
     peak = host_memory.rss_mb()
     assert peak is not None and peak >= now * 0.5
+
+
+def test_rss_sampler_follows_the_resident_set() -> None:
+    sampler = host_memory.RssSampler(0.01)
+    try:
+        before = sampler.read()
+        assert before is not None and before > 10
+        block = np.ones(200 * 2**20 // 8)  # 200 MiB, every page touched
+        deadline = time.monotonic() + 5.0
+        while (sampler.read() or 0.0) < before + 150 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen = sampler.read()
+        assert seen is not None and seen >= before + 150, (before, seen)
+        assert abs(seen - (host_memory.rss_mb() or 0.0)) < 50  # the same reading, inline
+        del block
+    finally:
+        sampler.close()
+    assert not sampler._thread.is_alive()
+    sampler.close()  # idempotent
+
+
+@pytest.mark.parametrize("rss_interval_s", [None, 0.05])
+def test_rss_is_recorded_every_step_inline_or_sampled(tmp_path: pathlib.Path,
+                                                       rss_interval_s: float | None) -> None:
+    import threading
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with watch(model, opt, run_dir=tmp_path, rss_interval_s=rss_interval_s) as w:
+        sampling = any(t.name == "trainmedic-rss" for t in threading.enumerate())
+        assert sampling == (rss_interval_s is not None)
+        for _ in range(5):
+            opt.zero_grad()
+            F.mse_loss(model(torch.randn(4, 8)), torch.randn(4, 1)).backward()
+            opt.step()
+            w.step(1.0)
+    assert not any(t.name == "trainmedic-rss" for t in threading.enumerate())
+    rss = read_store(tmp_path / "metrics.sqlite").get("rss_mb")
+    assert rss is not None and rss.steps.tolist() == list(range(5))
+    assert np.all(rss.values > 10)
+
+
+def test_rows_are_batched_but_stored_in_step_order(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(8, 8), torch.randn(8, 1)
+    losses = []
+    with watch(model, opt, run_dir=tmp_path, alert_every=10, alert_window=20,
+               param_every=None) as w:
+        for i in range(45):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            if i == 20:
+                w.step(loss, extra_metric=float(i))  # the general path, between batched rows
+            else:
+                w.step(loss, batch_size=8)
+            if i == 30:
+                w.log({"val_loss": 1.5})
+            if i % 10 == 9:  # a live-alert pass is handed the window at this step: every
+                assert w._rec.rows == []  # row up to here was fed to it first
+        w.flush()
+        run = read_store(tmp_path / "metrics.sqlite")
+        assert run.get("loss").steps.tolist() == list(range(45))  # type: ignore[union-attr]
+    run = read_store(tmp_path / "metrics.sqlite")
+    loss = run.get("loss")
+    assert loss is not None and loss.steps.tolist() == list(range(45))
+    np.testing.assert_allclose(loss.values, losses, rtol=1e-6)
+    for metric in ("lr", "grad_norm", "step_time_s", "data_time_s", "rss_mb"):
+        assert run.get(metric).steps.tolist() == list(range(45)), metric  # type: ignore[union-attr]
+    rates = run.get("samples_per_s")
+    assert rates is not None and 20 not in rates.steps.tolist() and len(rates) == 44
+    np.testing.assert_allclose(rates.values, 8 / run.get("step_time_s").values[  # type: ignore[union-attr]
+        [i for i in range(45) if i != 20]], rtol=1e-9)
+    assert run.get("extra_metric").steps.tolist() == [20]  # type: ignore[union-attr]
+    assert run.get("val_loss").steps.tolist() == [30]  # type: ignore[union-attr]
 
 
 def test_importing_watch_does_not_import_torch() -> None:

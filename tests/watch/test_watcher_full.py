@@ -88,7 +88,9 @@ def test_config_validation_names_the_field(tmp_path: pathlib.Path) -> None:
                           ({"stop_on": "divergence"}, "stop_on"),
                           ({"stop_on": {"diverging"}}, "stop_on"),
                           ({"alert_every": 100, "alert_window": 150}, "alert_window"),
-                          ({"on_stop": 3}, "on_stop")):
+                          ({"on_stop": 3}, "on_stop"),
+                          ({"rss_interval_s": 0}, "rss_interval_s"),
+                          ({"rss_interval_s": "fast"}, "rss_interval_s")):
         with pytest.raises(ConfigError, match=field):
             WatchConfig(**kwargs)
     with pytest.raises(ConfigError, match="no_such_option"):
@@ -322,3 +324,29 @@ print("trained", i + 1, w.store.enabled)
     loss = load_paths([tmp_path]).get("loss")
     assert loss is not None and 200 <= len(loss) < 3000
     assert loss.steps.tolist() == list(range(len(loss)))  # a clean prefix, nothing torn
+
+
+def test_the_replay_draws_the_dropout_masks_of_the_step(tmp_path: pathlib.Path) -> None:
+    class FirstLog(torch.nn.Module):  # -inf exactly when dropout zeroed the first input
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.log(x[:, :1])
+
+    model = torch.nn.Sequential(torch.nn.Dropout(0.5), FirstLog(), torch.nn.Linear(1, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.ones(1, 20), torch.zeros(1, 1)
+    rng_at_forward = []
+    with watch(model, opt, run_dir=tmp_path, alert_every=None) as w:
+        for _ in range(40):
+            opt.zero_grad()
+            rng_at_forward.append(torch.get_rng_state())
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            w.step(loss, replay=lambda: F.mse_loss(model(x), y))
+            assert torch.equal(w._guard.rng_state.cpu, rng_at_forward[-1])
+    events = load_paths([tmp_path]).events_of("nonfinite")
+    assert len(events) > 3  # about half the steps
+    # Each replay had to draw the step's own mask to see the -inf again (a different draw
+    # misses it half the time): the first three, replayed, all name the module.
+    for e in events[:3]:
+        assert (e.data["where"], e.data["module"]) == ("forward", "1"), e.data

@@ -253,19 +253,17 @@ class LiveAlerts:
         if not self._closed:
             self._events.append(event)
 
-    def due(self) -> bool:
-        """True when the next :meth:`after_step` hands the window to the alert thread (so a
-        caller that buffers rows feeds them first)."""
-        return not self._closed and (self._calls + 1) % self.every == 0
-
-    def after_step(self, step: int) -> None:
+    def after_step(self, step: int, before_pass: Callable[[], None] | None = None) -> None:
         """Count a step; every ``every`` steps check the stop file and hand the window to the
         alert thread, unless its previous pass is still running or ``max_busy_fraction``
         says it is too soon (then this round is skipped: the next one sees the same rows and
-        more)."""
+        more). ``before_pass`` is called first on those steps (a caller that buffers rows
+        feeds them there)."""
         self._calls += 1
         if self._calls % self.every or self._closed:
             return
+        if before_pass is not None:
+            before_pass()
         if self._stop_file is not None and self._stop_reason is None \
                 and os.path.exists(self._stop_file):
             self._set_stop(f"stop file {self._stop_file} found at step {step}")

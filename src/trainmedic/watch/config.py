@@ -82,12 +82,13 @@ class WatchConfig:
     """Called once on the training thread, at the first step boundary after a stop was asked
     for, with the reason (save a checkpoint here)."""
 
-    rss_interval_s: float | None = 0.01
+    rss_interval_s: float | None = 0.05
     """Seconds between readings of the process's resident set (``rss_mb``) by a background
-    thread; each step records the latest one (so at most this old when the step ends).
-    Reading ``/proc/self/statm`` on the training thread costs 15-30 us per step on CPU (a
-    syscall on cold caches, ~0.2% of a 13 ms step), more than the rest of ``step()``.
-    ``None``: read it on the training thread at each ``step()`` (exact, at that cost)."""
+    thread; each step records the latest reading, at most this old when the step ends
+    (steps shorter than this share a reading). On the training thread, reading
+    ``/proc/self/statm`` costs 20-30 us per step on CPU (a syscall on cold caches: ~0.2% of
+    the demo's 13 ms step, as much as the rest of ``step()``); the thread costs about as
+    much CPU, on another core. ``None``: read it in each ``step()`` (exact, at that cost)."""
 
     flush_rows: int = 512
     """Store rows queued before the writer thread is woken."""

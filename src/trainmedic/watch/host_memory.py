@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 
 __all__ = ["rss_mb", "RssSampler"]
 
@@ -59,14 +58,17 @@ def rss_mb() -> float | None:
 class RssSampler:
     """:func:`rss_mb` read every ``interval_s`` seconds on a daemon thread; :meth:`read`
     returns the latest reading (at most ``interval_s`` old, plus the thread's wake-up
-    latency) without a syscall. The thread sleeps in ``time.sleep`` (lighter than an
-    ``Event.wait``, which builds a lock per call) and holds the GIL only for the few
-    bytecodes around the read (``os.pread`` releases it)."""
+    latency) without a syscall. The thread waits on a held lock with a timeout (one C call
+    per wake; an ``Event.wait`` builds a lock and runs Python on every call), which
+    :meth:`close` releases to stop it at once; it holds the GIL only for the few bytecodes
+    around the read (``os.pread`` releases it)."""
 
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
         self.value: float | None = rss_mb()
-        self._stopped = False
+        self._gate = threading.Lock()
+        self._gate.acquire()  # released by close(): the thread's wait then succeeds
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="trainmedic-rss", daemon=True)
         self._thread.start()
 
@@ -75,15 +77,14 @@ class RssSampler:
         return self.value
 
     def _run(self) -> None:
-        sleep, interval = time.sleep, self.interval_s
-        while True:
-            sleep(interval)
-            if self._stopped:
-                return
+        wait, interval = self._gate.acquire, self.interval_s
+        while not wait(True, interval):
             self.value = rss_mb()
 
     def close(self) -> None:
-        """Stop the thread (idempotent); waits for it at most one interval."""
-        self._stopped = True
+        """Stop the thread and wait for it (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._gate.release()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.interval_s + 1.0)
+            self._thread.join(timeout=5.0)

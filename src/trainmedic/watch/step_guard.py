@@ -55,7 +55,8 @@ class StepGuard:
         self._skipped = False
         self._hook_fired = False
         self._read_rng: Callable[[], Any] | None = None
-        if self.drops_updates:
+        self._drops = policy in ("skip", "raise")
+        if self._drops:
             from trainmedic.watch.nan_guard import rng_state_reader
 
             self._read_rng = rng_state_reader(device)
@@ -63,7 +64,7 @@ class StepGuard:
     @property
     def drops_updates(self) -> bool:
         """True for the policies that read the grad norm before the update (skip, raise)."""
-        return self.policy in ("skip", "raise")
+        return self._drops
 
     @property
     def rng_state(self) -> Any:
@@ -89,7 +90,7 @@ class StepGuard:
         under skip/raise. The one read the guard needs: free on CPU (already a float), a
         sync on an accelerator. Returns True when the update was dropped."""
         self._hook_fired = True
-        if grad_norm is None or not self.drops_updates:
+        if grad_norm is None or not self._drops:
             return False
         finite = math.isfinite(grad_norm) if isinstance(grad_norm, float) else bool(
             torch.isfinite(grad_norm))

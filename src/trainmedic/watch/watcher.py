@@ -19,16 +19,20 @@ pre-clip norm); ``step_time_s`` (on CPU the wall time from the request for the s
 batch when the loader is wrapped, else from the previous ``step()``, to this ``step()``;
 evaluation between steps is not counted; on CUDA the GPU time between consecutive
 ``step()`` calls, from CUDA events); ``data_time_s`` (time waiting in the wrapped loader);
-``compute_time_s`` (training forward passes, see :mod:`trainmedic.watch.clock`); ``rss_mb``;
-on CUDA ``mem_alloc_mb``, ``mem_reserved_mb``, ``mem_peak_mb``; ``samples_per_s`` and
-``tokens_per_s`` when ``batch_size`` / ``tokens`` are given; ``loss_scale`` with a
-``GradScaler`` (the scale after this step's ``update()``). Every ``param_every`` steps:
-``param_norm`` and ``update_ratio``. Every ``layer_every`` steps: ``layer/<module>/<stat>``.
+``compute_time_s`` (training forward passes, see :mod:`trainmedic.watch.clock`); ``rss_mb``
+(the latest reading of a background sampler, at most ``rss_interval_s`` old; or read in
+``step()`` with ``rss_interval_s=None``); on CUDA ``mem_alloc_mb``, ``mem_reserved_mb``,
+``mem_peak_mb``; ``samples_per_s`` and ``tokens_per_s`` when ``batch_size`` / ``tokens``
+are given; ``loss_scale`` with a ``GradScaler`` (the scale after this step's ``update()``).
+Every ``param_every`` steps: ``param_norm`` and ``update_ratio``. Every ``layer_every``
+steps: ``layer/<module>/<stat>``.
 
 No host-device sync per step: values that live on a GPU stay there and are fetched together
 every ``fetch_every`` steps with one ``tolist()``. The only exception is ``nan_policy="skip"``
 or ``"raise"`` on an accelerator, which reads one flag per step (it must know before
 ``optimizer.step()`` whether to drop the update); the default there is ``"record"``.
+On CPU, rows reach the store (and the live alerts) in batches of up to 32 steps or half
+``flush_interval_s``; :meth:`Watcher.flush` hands over everything at once.
 See :class:`~trainmedic.watch.config.WatchConfig` for every option.
 """
 
@@ -44,10 +48,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from trainmedic.errors import ConfigError
 from trainmedic.run.store import RunStore
-from trainmedic.watch.clock import ForwardClock, elapsed_s
+from trainmedic.watch.clock import ForwardClock
 from trainmedic.watch.config import WatchConfig
 from trainmedic.watch.host_memory import RssSampler, rss_mb
 from trainmedic.watch.norms import GradNorm
+from trainmedic.watch.recorder import Recorder, read_now
 from trainmedic.watch.step_guard import StepGuard
 
 if TYPE_CHECKING:
@@ -176,12 +181,6 @@ class Watcher:
         self._t_last = time.perf_counter()
         self._t_request: float | None = None
         self._grad_norm_now: torch.Tensor | float | None = None
-        self._pending: list[tuple[int, dict[str, Any]]] = []
-        # Rows of the common CPU step not yet handed to the store: (step, step_time_s,
-        # data_time_s, compute_time_s, lr, loss, grad_norm, rss_mb, batch_size, tokens).
-        self._rows: list[tuple[Any, ...]] = []
-        self._t_drained = self._t_last
-        self._drain_s = cfg.flush_interval_s / 2
         self._host_only = (not self._cuda and self.fetch_every == 1
                            and self.scaler is None)
         self._rss_sampler: RssSampler | None = None
@@ -190,6 +189,9 @@ class Watcher:
         self._closed = False
         self._guard = StepGuard(self.nan_policy, on_accelerator=self._device.type != "cpu",
                                 record_event=self._record_event, device=self._device)
+        self._rec = Recorder(self._torch, self.store, None, fetch_every=self.fetch_every,
+                             drain_rows=_DRAIN_ROWS, drain_s=cfg.flush_interval_s / 2,
+                             check_fetched=self._guard.check_fetched)
         # update_ratio: a copy of the parameters taken before the update on measured steps.
         self._before_update: list[torch.Tensor] | None = None
         self._param_stats: dict[str, Any] = {}
@@ -228,6 +230,7 @@ class Watcher:
                 rank=self.store.rank, source=str(self.store.path),
                 record_event=self.store.event, min_severity=cfg.alert_min_severity,
                 meta=dict(self._meta))
+            self._rec.alerts = self._alerts
         if self._cuda:
             self._torch.cuda.reset_peak_memory_stats(self._device)
         if cfg.rss_interval_s is not None:
@@ -306,21 +309,21 @@ class Watcher:
                             replay, extra)
             return
         # The common CPU step: every value is a host float now. The row is kept as a tuple
-        # and built, stored and fed to the live alerts in a batch (_drain): run once per
-        # step on cold caches, that Python costs more than reading the values.
-        lr = self._lr()
+        # and built, stored and fed to the live alerts in a batch (Recorder.hold): run once
+        # per step on cold caches, that Python costs more than reading the values.
+        opt = self.optimizer
+        lr = opt.param_groups[0].get("lr") if opt is not None and opt.param_groups else None
         if lr is not None and type(lr) is not float:
             lr = float(lr)
-        self._rows.append((s, now - start, data_s, fwd, lr, loss, gn, self._rss(),
-                           batch_size, tokens))
+        rec = self._rec
+        rec.hold((s, now - start, data_s, fwd, lr, loss, gn, self._rss(), batch_size, tokens),
+                 now)
         self._step = s + 1
         if not self._guard.end_healthy_step(loss, gn):
             # After recording: under "raise" the step's row is in the store before the error.
-            self._drain()
+            rec.drain()
             self._guard.end_step(s, {"loss": loss, "grad_norm": gn}, replay=replay,
                                  model=self.model, scaler=self.scaler, before_raise=self.flush)
-        if len(self._rows) >= _DRAIN_ROWS or now - self._t_drained >= self._drain_s:
-            self._drain()
         if self._layers is not None and self._layers.scheduled(self._step):
             self._layers.arm()
             self._layers_armed = True
@@ -330,9 +333,8 @@ class Watcher:
                    gn: Any, batch_size: int | None, tokens: int | None,
                    replay: Callable[[], Any] | None, extra: Mapping[str, Any]) -> None:
         """Any step: device values, extra metrics, param norms, layer health, a loss scale."""
-        if self._rows:
-            self._drain()  # rows reach the store in the order of the steps
         torch = self._torch
+        rec = self._rec
         host: dict[str, float | None] = {"data_time_s": data_s, "rss_mb": self._rss()}
         device: dict[str, Any] = {}
         if self._cuda:  # GPU time between consecutive steps; rates from it, at fetch
@@ -358,20 +360,20 @@ class Watcher:
                 host["compute_time_s"] = fwd
         lr = self._lr()
         if lr is not None:
-            if isinstance(lr, torch.Tensor) and self._defers(lr):
+            if isinstance(lr, torch.Tensor) and rec.defers(lr):
                 device["lr"] = lr.detach().reshape(())
             else:
                 host["lr"] = float(lr)
         if loss is not None:
-            self._put(host, device, "loss", loss)
+            rec.put(host, device, "loss", loss)
         if gn is not None:
-            self._put(host, device, "grad_norm", gn)
+            rec.put(host, device, "grad_norm", gn)
         for name, value in extra.items():
             if value is not None:
-                self._put(host, device, name, value)
+                rec.put(host, device, name, value)
         if self.scaler is not None:
             scale = getattr(self.scaler, "_scale", None)
-            if isinstance(scale, torch.Tensor) and not self._defers(scale):
+            if isinstance(scale, torch.Tensor) and not rec.defers(scale):
                 host["loss_scale"] = scale.item()
             elif isinstance(scale, torch.Tensor):
                 device["loss_scale"] = scale.detach().reshape(()).clone()
@@ -385,7 +387,7 @@ class Watcher:
             for name, value in self._param_stats.items():
                 if isinstance(value, float):
                     host[name] = value
-                elif self._defers(value):
+                elif rec.defers(value):
                     device[name] = value
                 else:
                     host[name] = value.item()
@@ -396,15 +398,13 @@ class Watcher:
             layer_meta = self._layers.pop_meta() if stats else None
             if layer_meta:  # module order as executed, types: what the detectors read
                 self.store.set_meta(**layer_meta)
-            if stats and self._defers(next(iter(stats.values()))):
+            if stats and rec.defers(next(iter(stats.values()))):
                 device.update(stats)
             elif stats:
-                host.update(_read_now(torch, stats))
-        self._record(s, host)
+                host.update(read_now(torch, stats))
+        rec.record(s, host)
         if device:
-            self._pending.append((s, device))
-            if len(self._pending) >= self.fetch_every:
-                self._fetch()
+            rec.hold_device(s, device)
         self._step = s + 1
         # After recording: under "raise" the step's row is in the store before the error.
         self._guard.end_step(s, host, replay=replay, model=self.model, scaler=self.scaler,
@@ -419,26 +419,21 @@ class Watcher:
         if self._closed:
             return
         s = max(self._step - 1, 0) if step is None else int(step)
-        if self._rows:
-            self._drain()
-        torch = self._torch
+        torch, rec = self._torch, self._rec
         host = {k: float(v) for k, v in metrics.items()
-                if not isinstance(v, torch.Tensor) or not self._defers(v)}
+                if not isinstance(v, torch.Tensor) or not rec.defers(v)}
         dev = {k: v.detach().reshape(()) for k, v in metrics.items()
-               if isinstance(v, torch.Tensor) and self._defers(v)}
+               if isinstance(v, torch.Tensor) and rec.defers(v)}
         if host:
-            self._record(s, host)
+            rec.record(s, host)
         if dev:
-            self._pending.append((s, dev))
-            if len(self._pending) >= self.fetch_every:
-                self._fetch()
+            rec.hold_device(s, dev)
 
     def flush(self) -> None:
         """Fetch pending device values and commit everything recorded so far."""
         if self._closed:
             return
-        self._drain()
-        self._fetch()
+        self._rec.flush()
         self.store.flush()
 
     def close(self) -> None:
@@ -447,8 +442,7 @@ class Watcher:
         if self._closed:
             return
         try:
-            self._drain()
-            self._fetch()
+            self._rec.flush()
             if self._alerts is not None:
                 self._alerts.close(final_step=max(self._step - 1, 0))
         finally:
@@ -519,24 +513,6 @@ class Watcher:
             raise ConfigError(f"w.step(loss): loss must be a scalar tensor or a number, got "
                               f"{type(loss).__name__}") from None
 
-    def _put(self, host: dict[str, Any], device: dict[str, Any], name: str,
-             value: Any) -> None:
-        """One value into this step's host row (read now) or device row (fetched later)."""
-        if type(value) is float:
-            host[name] = value
-        elif isinstance(value, self._torch.Tensor):
-            if value.is_cpu and self.fetch_every == 1:
-                host[name] = value.item()  # no device to wait for, no graph kept
-            else:
-                device[name] = value.detach().reshape(())
-        else:
-            host[name] = float(value)
-
-    def _defers(self, value: Any) -> bool:
-        """Hold a tensor for the batched fetch (an accelerator tensor, or ``fetch_every > 1``)
-        rather than reading it now (a CPU tensor: ``item()`` costs no sync)."""
-        return bool(not value.is_cpu or self.fetch_every > 1)
-
     def _stop_file_path(self, stop_file: str | pathlib.Path | None) -> pathlib.Path | None:
         if stop_file is None:
             return None
@@ -579,9 +555,9 @@ class Watcher:
         torch = self._torch
         with torch.no_grad():  # on the parameters themselves: no graph under no_grad
             after = self._params
-            delta = torch._foreach_sub(after, before)
+            torch._foreach_sub_(before, after)  # minus the update, in the copy's memory
             param_norm = self._grad_norm.of_aligned(after)
-            update_norm = self._grad_norm.of_aligned(delta)
+            update_norm = self._grad_norm.of_aligned(before)
         if isinstance(param_norm, float):
             self._param_stats = {"param_norm": param_norm,
                                  "update_ratio": update_norm / max(param_norm, 1e-30)}
@@ -591,24 +567,13 @@ class Watcher:
 
     # -- recording --------------------------------------------------------------------
     def _record_event(self, s: int, kind: str, data: dict[str, Any]) -> None:
-        self.store.event(s, kind, data)
-        if self._alerts is not None:
-            from trainmedic.run.series import RunEvent
-
-            self._alerts.add_event(RunEvent(s, kind, dict(data), self.store.rank))
-
-    def _record(self, s: int, row: Mapping[str, Any]) -> None:
-        self.store.log(s, row)
-        if self._alerts is not None:
-            self._alerts.feed(s, row)
+        self._rec.record_event(s, kind, data)
 
     def _after_step(self, s: int) -> None:
         alerts = self._alerts
         reason: str | None = None
         if alerts is not None:
-            if self._rows and alerts.due():
-                self._drain()  # the pass must see every row up to this step
-            alerts.after_step(s)
+            alerts.after_step(s, self._rec.drain)  # a pass sees every row up to this step
             reason = alerts.stop_reason
         elif self._stop_file is not None and s % _STOP_FILE_EVERY == 0 \
                 and self._stop_file.exists():
@@ -618,62 +583,8 @@ class Watcher:
             logger.warning("trainmedic: stop requested: %s", self._stop_reason)
             self.store.event(s, "stop_requested", {"reason": self._stop_reason})
             if self.config.on_stop is not None:  # once: the reason is set only once
-                self._drain()
-                self._fetch()
+                self._rec.flush()
                 self.config.on_stop(self._stop_reason)
-
-    def _drain(self) -> None:
-        """Build the rows of buffered CPU steps and record them (store and live alerts):
-        the same row the general path builds at once."""
-        rows, self._rows = self._rows, []
-        self._t_drained = time.perf_counter()
-        record = self._record
-        for s, step_time_s, data_s, fwd, lr, loss, gn, rss, batch_size, tokens in rows:
-            row: dict[str, float | None] = {"data_time_s": data_s, "rss_mb": rss,
-                                            "step_time_s": step_time_s}
-            if step_time_s > 0:
-                if batch_size is not None:
-                    row["samples_per_s"] = batch_size / step_time_s
-                if tokens is not None:
-                    row["tokens_per_s"] = tokens / step_time_s
-            if fwd is not None:
-                row["compute_time_s"] = fwd
-            if lr is not None:
-                row["lr"] = lr
-            if loss is not None:
-                row["loss"] = loss
-            if gn is not None:
-                row["grad_norm"] = gn
-            record(s, row)
-
-    def _fetch(self) -> None:
-        """Bring pending device values to the host with one transfer and record them."""
-        if not self._pending:
-            return
-        torch = self._torch
-        pending, self._pending = self._pending, []
-        tensors = [v for _, d in pending for v in d.values() if isinstance(v, torch.Tensor)]
-        values: list[float] = []
-        if tensors:
-            dev = tensors[0].device
-            flat = [v.to(dev, torch.float64) for v in tensors]
-            values = torch.stack(flat).tolist()  # the one sync; events below are complete
-        i = 0
-        for s, d in pending:
-            row: dict[str, float] = {}
-            for name, v in d.items():
-                if isinstance(v, torch.Tensor):
-                    row[name] = values[i]
-                    i += 1
-                elif isinstance(v, list):  # CUDA event pairs
-                    row[name] = elapsed_s(v)
-            for name, v in d.items():
-                if isinstance(v, tuple) and v and v[0] == "rate":
-                    t = row.get("step_time_s")
-                    if t:
-                        row[name] = v[1] / t
-            self._guard.check_fetched(s, row)
-            self._record(s, row)
 
 
 def watch(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
@@ -681,14 +592,3 @@ def watch(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None
     """Start watching a training loop; use as a context manager (see :class:`Watcher`)."""
     return Watcher(model, optimizer, run_dir=run_dir, **kwargs)
 
-
-def _read_now(torch: Any, values: Mapping[str, Any]) -> dict[str, float]:
-    """CPU tensors to floats with one ``tolist()`` per dtype, not one ``item()`` each (each
-    torch call costs ~10 us inside a real loop; a layer-health step has hundreds of values)."""
-    groups: dict[Any, list[str]] = {}
-    for name, v in values.items():
-        groups.setdefault(v.dtype, []).append(name)
-    out: dict[str, float] = {}
-    for names in groups.values():
-        out.update(zip(names, torch.stack([values[n] for n in names]).tolist(), strict=True))
-    return out
