@@ -27,8 +27,13 @@ FAULTS = ("none", "diverge", "spike", "flat", "overfit", "stall", "leak")
               help="HTML report path (default: <out>/report.html).")
 @click.option("--fail-on", type=click.Choice(FAIL_ON_CHOICES), default="never", show_default=True,
               help="Exit 1 when a finding is at or above this severity.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Save a checkpoint every N steps under <out>/checkpoints; SIGTERM/SIGUSR1 "
+                   "then save and stop (exit 75).")
+@click.option("--resume", is_flag=True,
+              help="Continue from the latest good checkpoint under <out>/checkpoints.")
 def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json: bool,
-         html: str | None, fail_on: str) -> None:
+         html: str | None, fail_on: str, checkpoint_every: int | None, resume: bool) -> None:
     """Train a tiny character-level transformer on CPU, record it, diagnose it, report it.
 
     The fault is injected for real (a too-high learning rate, poisoned batches, a frozen
@@ -40,21 +45,42 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
       trainmedic demo
       trainmedic demo --fault spike --out runs/spike
       trainmedic demo --fault diverge --json | jq '.findings[].symptom'
+      trainmedic demo --checkpoint-every 50 --out runs/ck   # kill it, then:
+      trainmedic demo --checkpoint-every 50 --out runs/ck --resume
     """
+    # Imported here: `trainmedic diagnose` must not pay for the checkpoint package.
+    from trainmedic.checkpoint.preemption import EXIT_PREEMPTED, Preempted
     from trainmedic.demo import DemoConfig, run_demo
     from trainmedic.diagnose.engine import diagnose as run_detectors
     from trainmedic.run import load_run
 
     out = Path(out_dir) if out_dir else Path("runs") / f"demo-{fault}"
-    kwargs: dict[str, object] = {"fault": fault, "out_dir": out, "seed": seed}
+    kwargs: dict[str, object] = {"fault": fault, "out_dir": out, "seed": seed,
+                                 "checkpoint_every": checkpoint_every, "resume": resume}
     if steps is not None:
         kwargs["steps"] = steps
     config = DemoConfig(**kwargs)  # type: ignore[arg-type]
-    with progress_bar(f"training the demo model (fault: {fault})") as progress:
-        run_dir = run_demo(config, progress=progress)
+    if resume:
+        _say_where_it_resumes(config.checkpoint_dir)
+    try:
+        with progress_bar(f"training the demo model (fault: {fault})") as progress:
+            run_dir = run_demo(config, progress=progress)
+    except Preempted as stop:
+        click.echo(f"trainmedic: {stop}; rerun with --resume to continue", err=True)
+        raise click.exceptions.Exit(EXIT_PREEMPTED) from None
     run = load_run(str(run_dir))
     result = run_detectors(run)
     from trainmedic.cli.presenter import present
 
     present(result, run, as_json=as_json, html=html or str(Path(run_dir) / "report.html"))
     raise click.exceptions.Exit(exit_code_for(result.worst(), fail_on))
+
+
+def _say_where_it_resumes(root: Path) -> None:
+    from trainmedic.checkpoint.manager import CheckpointManager
+
+    latest = CheckpointManager(root).latest() if root.is_dir() else None
+    if latest is None:
+        click.echo(f"trainmedic: no checkpoint under {root}: starting from step 0", err=True)
+    else:
+        click.echo(f"trainmedic: resuming from {latest}", err=True)

@@ -30,12 +30,14 @@ def cli() -> None:
     \b
     First look:   trainmedic demo --fault spike
     After a run:  trainmedic diagnose runs/my-run/ --html report.html
+    Recovering:   trainmedic ckpt latest checkpoints/
     """
 
 
 def _register() -> None:
     # Subcommands live in their own modules; each keeps its heavy imports inside the command
     # body so that `trainmedic diagnose` on a log never pays for torch.
+    from trainmedic.cli.ckpt import ckpt
     from trainmedic.cli.demo import demo
     from trainmedic.cli.diagnose import diagnose
     from trainmedic.cli.export import export
@@ -45,6 +47,7 @@ def _register() -> None:
     cli.add_command(demo)
     cli.add_command(export)
     cli.add_command(memory)
+    cli.add_command(ckpt)
 
 
 _register()

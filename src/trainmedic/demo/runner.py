@@ -25,10 +25,21 @@ leak       the loop keeps every step's logits and probabilities (still attached 
            "to pick the best one at the end", in lists never cleared: resident memory grows by
            ~0.9 MB a step
 =========  ================================================================================
+
+Checkpoints (``checkpoint_every``, ``resume``): the model and optimizer through
+``CheckpointManager`` under ``<run_dir>/checkpoints``, and the training state of
+``trainmedic.checkpoint.training_state`` (step, the global RNG streams and, in ``extra``, the
+state of the generator the batches are drawn from), so a resumed demo draws the very batches
+the uninterrupted one would and records the same losses. The learning rate is a function of
+the step, so there is no scheduler state. SIGTERM / SIGUSR1 save at the next step boundary and
+stop the run (:class:`~trainmedic.checkpoint.preemption.Preempted`); touching
+``<run_dir>/checkpoints/SAVE_NOW`` saves and goes on. The ``flat`` fault's stale copy (the
+one its optimizer steps) is not saved: a resumed ``flat`` run starts the copy over.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -39,9 +50,12 @@ import pathlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError
+
+if TYPE_CHECKING:
+    from trainmedic.checkpoint.preemption import Preempted
 
 __all__ = ["DemoConfig", "FAULTS", "DEFAULT_STEPS", "run_demo"]
 
@@ -94,6 +108,15 @@ class DemoConfig:
     small to gain from more, and on a 2-vCPU machine two OpenMP threads next to the store's
     writer thread made some steps take seconds (measured), which is noise in step times."""
 
+    checkpoint_every: int | None = None
+    """Save a checkpoint every this many steps under ``<run_dir>/checkpoints`` (the last 3
+    kept); ``None``: none (SIGTERM then stops the demo as it would any process)."""
+
+    resume: bool = False
+    """Continue from the latest good checkpoint under ``<run_dir>/checkpoints``: the store is
+    kept and the run goes on from the checkpoint's step. With no checkpoint there, the demo
+    starts from step 0."""
+
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
             raise ConfigError(f"fault must be one of {', '.join(FAULTS)}; got {self.fault!r}")
@@ -104,6 +127,10 @@ class DemoConfig:
         _check_int("eval_every", self.eval_every, 1, 1_000_000)
         if self.num_threads is not None:
             _check_int("num_threads", self.num_threads, 1, 1024)
+        if self.checkpoint_every is not None:
+            _check_int("checkpoint_every", self.checkpoint_every, 1, 1_000_000)
+        if not isinstance(self.resume, bool):
+            raise ConfigError(f"resume must be True or False, got {self.resume!r}")
         if self.out_dir is not None and not isinstance(self.out_dir, pathlib.Path):
             try:
                 object.__setattr__(self, "out_dir", pathlib.Path(self.out_dir))
@@ -116,6 +143,17 @@ class DemoConfig:
         if self.out_dir is not None:
             return self.out_dir
         return pathlib.Path("trainmedic-demo") / self.fault
+
+    @property
+    def checkpoint_dir(self) -> pathlib.Path:
+        """Where checkpoints go: ``<run_dir>/checkpoints``."""
+        return self.run_dir / "checkpoints"
+
+    def training_config(self) -> dict[str, Any]:
+        """What defines the training (hashed into each checkpoint: a checkpoint of another
+        fault, seed, length or batch shape is refused)."""
+        return {"demo_fault": self.fault, "steps": self.steps, "seed": self.seed,
+                "batch_size": self.batch_size, "context_len": self.context_len}
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
@@ -165,23 +203,62 @@ def _return_freed_memory() -> None:
         pass
 
 
+def _save(manager: Any, model: Any, optimizer: Any, gen: Any, step: int, batch: int,
+          context: int) -> pathlib.Path:
+    """A checkpoint at the boundary after ``step`` steps: weights, optimizer, counters, RNG,
+    and the batch generator's state (the demo's data position)."""
+    from trainmedic.checkpoint import training_state
+
+    loop = training_state.LoopState(step=step, samples_seen=step * batch,
+                                    tokens_seen=step * batch * context)
+    train = training_state.capture(loop, config_hash=None,
+                                   extra={"batch_generator": gen.get_state()})
+    path: pathlib.Path = manager.save(step, {"model": model, "optimizer": optimizer,
+                                             "train": train})
+    return path
+
+
+def _resume(manager: Any, model: Any, optimizer: Any, gen: Any) -> int:
+    """Load the latest good checkpoint into the model, optimizer, RNG and batch generator;
+    return its step."""
+    from trainmedic.checkpoint import training_state
+
+    loaded = manager.load({"model": model, "optimizer": optimizer})
+    loop = training_state.LoopState()
+    training_state.restore(loaded.train, loop)
+    gen.set_state(loaded.train["extra"]["batch_generator"])
+    logger.info("demo resumed from %s at step %d", loaded.path, loop.step)
+    return loop.step
+
+
 def run_demo(config: DemoConfig, *,
              progress: Callable[[int, int], None] | None = None) -> pathlib.Path:
     """Train the demo with ``config.fault`` injected; return the run_dir holding its store.
 
-    ``progress(done, total)`` is called after every step.
+    ``progress(done, total)`` is called after every step. With checkpoints on, a SIGTERM or
+    SIGUSR1 saves at the next step boundary and raises
+    :class:`~trainmedic.checkpoint.preemption.Preempted` once the store is closed.
     """
     import numpy as np
     import torch
     import torch.nn.functional as F
 
+    from trainmedic.checkpoint.preemption import Preempted, PreemptionWatch
     from trainmedic.demo.corpus import load_corpus
     from trainmedic.demo.model import CharTransformer
     from trainmedic.watch import watch
 
     cfg = config
     run_dir = cfg.run_dir
-    _clear_store(run_dir)
+    manager: Any = None
+    if cfg.checkpoint_every is not None or cfg.resume:
+        from trainmedic.checkpoint.manager import CheckpointManager
+
+        manager = CheckpointManager(cfg.checkpoint_dir, keep_last=3,
+                                    config=cfg.training_config())
+    resuming = cfg.resume and manager.latest() is not None
+    if not resuming:
+        _clear_store(run_dir)
     _return_freed_memory()
     threads_before = torch.get_num_threads()
     torch.set_num_threads(cfg.num_threads or 1)
@@ -218,6 +295,9 @@ def run_demo(config: DemoConfig, *,
                                         momentum=_DIVERGE_MOMENTUM)
         else:
             optimizer = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
+        start = 0
+        if resuming:
+            start = _resume(manager, model, optimizer, gen)
 
         val_gen = torch.Generator().manual_seed(12345)
         val_starts = torch.randint(0, len(val) - T - 1, (64,), generator=val_gen)
@@ -227,7 +307,7 @@ def run_demo(config: DemoConfig, *,
         spike_steps = {int(f * cfg.steps) for f in _SPIKE_AT} if cfg.fault == "spike" else set()
 
         def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            for step in range(cfg.steps):
+            for step in range(start, cfg.steps):
                 if cfg.fault == "stall":
                     time.sleep(_STALL_SLEEP_S)  # the slow loader: real wall time, measured
                 starts = torch.randint(0, len(train) - T - 1, (B,), generator=gen)
@@ -258,9 +338,16 @@ def run_demo(config: DemoConfig, *,
             logits = model(x)
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
-        with watch(model, optimizer, run_dir=run_dir, meta=meta, layer_every=_LAYER_EVERY,
-                   nan_policy="skip") as w:
-            for step, (x, y) in enumerate(w.wrap_loader(batches())):
+        preempted: Preempted | None = None
+        with contextlib.ExitStack() as stack:
+            preemption = None
+            if manager is not None and cfg.checkpoint_every is not None:
+                preemption = stack.enter_context(
+                    PreemptionWatch(flag_file=cfg.checkpoint_dir / "SAVE_NOW"))
+            w = stack.enter_context(watch(model, optimizer, run_dir=run_dir, meta=meta,
+                                          layer_every=_LAYER_EVERY, nan_policy="skip",
+                                          start_step=start))
+            for step, (x, y) in enumerate(w.wrap_loader(batches()), start=start):
                 for group in optimizer.param_groups:
                     group["lr"] = _lr_at(step, cfg.steps, peak, decay=cfg.fault != "diverge")
                 model.zero_grad(set_to_none=True)
@@ -280,7 +367,22 @@ def run_demo(config: DemoConfig, *,
                     w.log({"val_loss": evaluate()})
                 if progress is not None:
                     progress(step + 1, cfg.steps)
+                if manager is None:
+                    continue
+                request = preemption.poll() if preemption is not None else None
+                due = cfg.checkpoint_every is not None and (step + 1) % cfg.checkpoint_every == 0
+                if due or request is not None:
+                    path = _save(manager, model, optimizer, gen, step + 1, B, T)
+                    if request == "save" and preemption is not None:
+                        preemption.clear_save_request()
+                    if request == "stop" and preemption is not None:
+                        preempted = Preempted(step + 1, path, preemption.signal_received)
+                        break
         del kept_for_metric
+        if manager is not None:
+            manager.wait()
+        if preempted is not None:
+            raise preempted
     finally:
         torch.set_num_threads(threads_before)
     return run_dir

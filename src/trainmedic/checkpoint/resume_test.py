@@ -1,0 +1,507 @@
+"""The resume test: does saving, a fresh process and loading reproduce the uninterrupted run?
+
+``resume_test(ResumeTestConfig(recipe="trainmedic.demo:recipe", steps=N, at=K))`` runs three
+fresh Python processes on the same recipe (``python -m trainmedic.checkpoint.resume_test``):
+
+1. **straight**: N optimizer steps without a checkpoint, recording every step's loss, a hash
+   of every micro-batch, the final weights, and at step K a fingerprint of the whole state
+   (model, optimizer, scheduler, scaler, counters, data position, every RNG stream);
+2. **first**: K steps, then a save through ``CheckpointManager`` (into ``root``);
+3. **resume**: load that checkpoint, fingerprint the state right after the load, and run to N.
+
+(``concurrent``: the first two at the same time.)
+
+The resumed run must reproduce the straight one: the per-step losses and the final weights
+bitwise (or within ``atol``, for GPU kernels that are not deterministic). When it does not,
+the report names the state that differs first, in this order: the first K steps themselves
+(the recipe is not reproducible from a fresh process at all), then, at the boundary, model
+weights, optimizer state, scheduler, scaler, counters, data position, the RNG streams, the
+first batch after the resume (data order: after the RNG, which random transforms of a batch
+draw from); then the first step whose loss differs and the final
+weights. With ``atol`` the model and optimizer at the boundary are compared within it; every
+other boundary state is compared exactly.
+
+Cost: three interpreter starts (torch import included), N + K + (N - K) = 2N steps, one save
+and one load, and two fingerprints (a sha256 of every state tensor); with ``atol``, a CPU copy
+of the model and optimizer state at the boundary in each of two processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainmedic.errors import ConfigError, InputError, TrainmedicError
+
+__all__ = ["ResumeTestConfig", "ResumeReport", "SABOTAGES", "resume_test"]
+
+logger = logging.getLogger(__name__)
+
+#: Deliberately broken resumes, to prove the test catches each (see ``RecipeRunner.resume``).
+SABOTAGES = ("rng", "data", "rng-before-data", "generator", "optimizer")
+
+_PHASES = ("straight", "first", "resume")
+
+
+@dataclass(kw_only=True, frozen=True)
+class ResumeTestConfig:
+    """One resume test. A bad field raises ``ConfigError`` naming it."""
+
+    recipe: str
+    """The recipe factory, ``module:function`` or ``path/file.py:function``."""
+
+    steps: int
+    """N: optimizer steps of the straight run (>= 2)."""
+
+    at: int
+    """K: the step saved after, then resumed from (1 <= K < N)."""
+
+    atol: float | None = None
+    """Largest absolute difference of a loss or a weight still counted equal; ``None``:
+    bitwise."""
+
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the recipe factory (JSON-able), e.g. ``{"num_workers": 2}``."""
+
+    root: Path | None = None
+    """Where the checkpoint is written (kept); ``None``: a temporary folder, deleted after."""
+
+    sabotage: str | None = None
+    """Break the resume on purpose (one of ``SABOTAGES``): the test must then report it."""
+
+    timeout_s: float = 900.0
+    """Seconds each of the three runs may take."""
+
+    concurrent: bool = False
+    """Run the straight and the first run at the same time: faster on a CPU with cores to
+    spare, twice the memory (leave it off for a recipe that fills an accelerator)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.recipe, str) or ":" not in self.recipe:
+            raise ConfigError(f"recipe must be 'module:function' or 'path/file.py:function', "
+                              f"got {self.recipe!r}")
+        for name, lo in (("steps", 2), ("at", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ConfigError(f"{name} must be an integer >= {lo}, got {v!r}")
+        if self.at >= self.steps:
+            raise ConfigError(f"at must be below steps (resume inside the run): got at "
+                              f"{self.at}, steps {self.steps}")
+        a = self.atol
+        if a is not None and (isinstance(a, bool) or not isinstance(a, (int, float))
+                              or not math.isfinite(a) or a < 0):
+            raise ConfigError(f"atol must be a finite number >= 0 or None, got {a!r}")
+        try:
+            json.dumps(dict(self.overrides), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"overrides must be JSON-able: {exc}") from None
+        if self.sabotage is not None and self.sabotage not in SABOTAGES:
+            raise ConfigError(f"sabotage must be one of {', '.join(SABOTAGES)}, got "
+                              f"{self.sabotage!r}")
+        if not isinstance(self.concurrent, bool):
+            raise ConfigError(f"concurrent must be True or False, got {self.concurrent!r}")
+        if not self.timeout_s > 0:
+            raise ConfigError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+        if self.root is not None and not isinstance(self.root, Path):
+            object.__setattr__(self, "root", Path(self.root))
+
+
+@dataclass(kw_only=True)
+class ResumeReport:
+    """The verdict, and what differs when the resume is not exact."""
+
+    equal: bool
+    """Losses and final weights reproduced (bitwise, or within ``atol``), and (bitwise mode)
+    every state at the boundary too."""
+
+    first_difference: str | None
+    """The first state that differs (``model``, ``optimizer``, ``scheduler``, ``scaler``,
+    ``counters``, ``data position``, ``rng.torch_cpu``, ``rng.cuda:<i>``, ``rng.numpy``,
+    ``rng.python``, ``data order``, ``loss``, ``final weights``, or ``determinism`` when the
+    first K steps already differ); ``None`` when equal."""
+
+    differences: list[str]
+    """One line per differing state, in the order above."""
+
+    steps: int
+    at: int
+    atol: float | None
+    losses_straight: list[float]
+    losses_resumed: list[float]
+    """The losses of steps K..N-1 after the resume."""
+
+    max_loss_diff: float
+    max_weight_diff: float
+    checkpoint: str | None
+    """The checkpoint saved at step K (deleted after the test unless ``root`` was given)."""
+
+    timings_s: dict[str, float]
+    """Wall seconds of each run (``straight``, ``first``, ``resume``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- fingerprints (run in the phase processes) -------------------------------------------------
+
+def _digest_tensor(t: Any) -> str:
+    import torch
+
+    t = t.detach().cpu().contiguous()
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _digests(obj: Any, prefix: str = "") -> dict[str, str]:
+    """Flatten a state dict: ``{"state.0.exp_avg": digest, "param_groups.0.lr": repr}``."""
+    import torch
+
+    out: dict[str, str] = {}
+    if isinstance(obj, torch.Tensor):
+        out[prefix] = _digest_tensor(obj)
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            out.update(_digests(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            out.update(_digests(v, f"{prefix}.{i}" if prefix else str(i)))
+    else:
+        out[prefix] = repr(obj)
+    return out
+
+
+def _tensors(obj: Any, prefix: str = "") -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {}
+    if isinstance(obj, torch.Tensor):
+        out[prefix] = obj.detach().to("cpu", copy=True)
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            out.update(_tensors(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            out.update(_tensors(v, f"{prefix}.{i}" if prefix else str(i)))
+    return out
+
+
+def batch_digest(batch: Any) -> str:
+    """A hash of every tensor and value in a batch, in order."""
+    return hashlib.sha256(json.dumps(_digests(batch), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _fingerprint(runner: Any, *, tensors: bool, batches_drawn: int) -> dict[str, Any]:
+    from trainmedic.checkpoint.training_state import capture_rng
+
+    r = runner.recipe
+    out: dict[str, Any] = {"batches_drawn": batches_drawn}
+    for name, obj in (("model", r.model), ("optimizer", r.optimizer),
+                      ("scheduler", r.scheduler), ("scaler", r.scaler)):
+        out[name] = _digests(obj.state_dict()) if obj is not None else {}
+    loop = runner.loop
+    out["counters"] = {"step": loop.step, "epoch": loop.epoch,
+                       "samples_seen": loop.samples_seen, "tokens_seen": loop.tokens_seen}
+    out["data position"] = {"epoch": loop.epoch, "batches_in_epoch": loop.batches_in_epoch}
+    rng = capture_rng()
+    out["rng"] = {"torch_cpu": _digests(rng["torch_cpu"])}
+    for i, s in enumerate(rng["cuda"]):
+        out["rng"][f"cuda:{i}"] = _digests(s)
+    out["rng"].update(numpy=_digests(rng["numpy"]), python=_digests(rng["python"]))
+    if tensors:
+        out["model_tensors"] = _tensors(r.model.state_dict())
+        out["optimizer_tensors"] = _tensors(r.optimizer.state_dict())
+    return out
+
+
+def _run_phase(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """One of the three runs, in this (fresh) process."""
+    import torch
+
+    from trainmedic.recipe.recipe import load_recipe
+    from trainmedic.recipe.runner import RecipeRunner
+
+    phase, steps, at = spec["phase"], int(spec["steps"]), int(spec["at"])
+    recipe = load_recipe(spec["recipe"], **spec["overrides"])
+    manager = None
+    if phase != "straight":
+        from trainmedic.checkpoint.manager import CheckpointManager
+
+        manager = CheckpointManager(spec["root"], keep_last=None, config=dict(recipe.config))
+    runner = RecipeRunner(recipe, manager=manager)
+    batches: list[str] = []
+    runner.on_batch = lambda b: batches.append(batch_digest(b))
+    out: dict[str, Any] = {"phase": phase}
+    tensors = spec.get("atol") is not None
+    losses: list[float] = []
+    if phase == "straight":
+        losses += runner.run(at).losses
+        out["boundary"] = _fingerprint(runner, tensors=tensors, batches_drawn=len(batches))
+        losses += runner.run(steps).losses
+    elif phase == "first":
+        losses += runner.run(at).losses
+        out["checkpoint"] = str(runner.save())
+        wait = getattr(manager, "wait", None)
+        if callable(wait):
+            wait()
+    else:
+        loaded = runner.resume(path=spec["checkpoint"], sabotage=spec.get("sabotage"))
+        if loaded is None or runner.loop.step != at:
+            raise InputError(spec["checkpoint"], f"resumed at step {runner.loop.step}, not at "
+                             f"{at}")
+        out["boundary"] = _fingerprint(runner, tensors=tensors, batches_drawn=0)
+        losses += runner.run(steps).losses
+    out["losses"] = torch.tensor(losses, dtype=torch.float64)
+    out["batches"] = batches
+    out["final"] = {k: v.detach().to("cpu", copy=True)
+                    for k, v in recipe.model.state_dict().items()}
+    return out
+
+
+def _phase_main(argv: list[str]) -> int:
+    """``python -m trainmedic.checkpoint.resume_test SPEC.json``: run one phase, write its
+    result (``torch.save``) where the spec says; on a TrainmedicError write it as JSON and
+    exit 2."""
+    import torch
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    spec = json.loads(Path(argv[0]).read_text())
+    try:
+        result = _run_phase(spec)
+    except TrainmedicError as exc:
+        err: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+        if isinstance(exc, InputError):
+            err.update(path=exc.path, message=exc.message)
+        Path(spec["error"]).write_text(json.dumps(err))
+        return 2
+    except Exception:
+        traceback.print_exc()
+        return 3
+    torch.save(result, spec["out"])
+    return 0
+
+
+# -- the parent: three processes, then compare -------------------------------------------------
+
+def _child_env() -> dict[str, str]:
+    """The environment of the phase processes: this one's, with this process's own additions
+    to sys.path (the recipe's folder, a test directory) on PYTHONPATH, so they import the
+    same modules."""
+    env = dict(os.environ)
+    skip = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    extra: list[str] = []
+    for p in sys.path:
+        if not p or not os.path.isdir(p):
+            continue
+        real = os.path.realpath(p)
+        if any(real == s or real.startswith(s + os.sep) for s in skip):
+            continue
+        extra.append(p)
+    if extra:
+        old = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = os.pathsep.join(extra + ([old] if old else []))
+    return env
+
+
+class _Phase:
+    """One phase process, started; :meth:`result` waits for it."""
+
+    def __init__(self, phase: str, spec: dict[str, Any], work: Path, timeout_s: float,
+                 env: dict[str, str]) -> None:
+        self.phase = phase
+        self.timeout_s = timeout_s
+        self.spec = dict(spec, phase=phase, out=str(work / f"{phase}.pt"),
+                         error=str(work / f"{phase}.error.json"))
+        spec_path = work / f"{phase}.json"
+        spec_path.write_text(json.dumps(self.spec))
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainmedic.checkpoint.resume_test", str(spec_path)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def result(self) -> tuple[dict[str, Any], float]:
+        import torch
+
+        spec, phase = self.spec, self.phase
+        try:
+            _, stderr = self.proc.communicate(
+                timeout=max(1.0, self.timeout_s - (time.perf_counter() - self.t0)))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            raise InputError(spec["recipe"], f"the {phase} run took more than "
+                             f"{self.timeout_s:g} s; give fewer steps or a longer "
+                             "timeout") from None
+        wall = time.perf_counter() - self.t0
+        rc = self.proc.returncode
+        err_path = Path(spec["error"])
+        if rc == 2 and err_path.is_file():
+            err = json.loads(err_path.read_text())
+            if err.get("type") == "ConfigError":
+                raise ConfigError(err["message"])
+            if "path" in err:
+                raise InputError(err["path"], err["message"])
+            raise InputError(spec["recipe"], err["message"])
+        if rc != 0:
+            tail = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+            raise InputError(spec["recipe"], f"the {phase} run failed (exit {rc}): "
+                             f"{tail[-1] if tail else 'no message'}")
+        return torch.load(spec["out"], weights_only=True), wall
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+def _first_diff(a: Mapping[str, str], b: Mapping[str, str]) -> str | None:
+    for k in list(a) + [k for k in b if k not in a]:
+        if a.get(k) != b.get(k):
+            return k
+    return None
+
+
+def _max_abs_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[float, str | None]:
+    worst, where = 0.0, None
+    for k in a:
+        if k not in b or a[k].shape != b[k].shape or a[k].dtype != b[k].dtype:
+            return math.inf, k
+        if a[k].is_floating_point() or a[k].is_complex():
+            d = float((a[k].double() - b[k].double()).abs().max()) if a[k].numel() else 0.0
+            if math.isnan(d):
+                d = math.inf
+        else:
+            d = 0.0 if bool((a[k] == b[k]).all()) else math.inf
+        if d > worst:
+            worst, where = d, k
+    extra = [k for k in b if k not in a]
+    if extra:
+        return math.inf, extra[0]
+    return worst, where
+
+
+def _compare(s: Mapping[str, Any], f: Mapping[str, Any], r: Mapping[str, Any],
+             cfg: ResumeTestConfig) -> tuple[list[tuple[str, str]], float, float]:
+    """(name, line) per difference, in the report's order; max loss and weight diffs."""
+    K, atol = cfg.at, cfg.atol
+    tol = atol if atol is not None else 0.0
+    diffs: list[tuple[str, str]] = []
+    ls, lf, lr = s["losses"].tolist(), f["losses"].tolist(), r["losses"].tolist()
+
+    def close(x: float, y: float) -> bool:
+        return x == y or (atol is not None and abs(x - y) <= atol)
+
+    for i, (x, y) in enumerate(zip(ls[:K], lf, strict=False)):
+        if not close(x, y):
+            diffs.append(("determinism", f"determinism: step {i} of two fresh runs differs "
+                          f"({x!r} vs {y!r}) before any checkpoint: the recipe is not "
+                          "reproducible run to run (seed it; set deterministic kernels; or "
+                          "use --atol)"))
+            break
+    sb, rb = s["boundary"], r["boundary"]
+    for part in ("model", "optimizer"):
+        if atol is not None:
+            worst, where = _max_abs_diff(sb[f"{part}_tensors"], rb[f"{part}_tensors"])
+            if worst > atol:
+                by = f"by {worst:.3g}" if math.isfinite(worst) else \
+                    "(a tensor missing, of another shape or dtype, or not finite)"
+                diffs.append((part, f"{part}: state right after the load differs from the "
+                              f"straight run's at step {K} {by}, first at {where!r}"))
+            continue
+        key = _first_diff(sb[part], rb[part])
+        if key is not None:
+            diffs.append((part, f"{part}: state right after the load differs from the "
+                          f"straight run's at step {K}, first at {key!r}"))
+    for part in ("scheduler", "scaler", "counters", "data position"):
+        key = _first_diff(sb[part], rb[part])
+        if key is not None:
+            diffs.append((part, f"{part}: {key} is {rb[part].get(key)} after the load, "
+                          f"{sb[part].get(key)} in the straight run at step {K}"))
+    rng_differs = False
+    for stream in list(sb["rng"]) + [k for k in rb["rng"] if k not in sb["rng"]]:
+        if sb["rng"].get(stream) != rb["rng"].get(stream):
+            rng_differs = True
+            diffs.append((f"rng.{stream}", f"rng.{stream}: the {stream} random stream after "
+                          f"the load is not the straight run's at step {K} (not restored, or "
+                          "restored before the data iterator was recreated and drew from it)"))
+    n = int(sb["batches_drawn"])
+    want, got = s["batches"][n:], r["batches"]
+    j = next((i for i, (x, y) in enumerate(zip(want, got, strict=False)) if x != y), None)
+    if j is not None:
+        which = "the first batch" if j == 0 else f"batch {j}"
+        why = " (the RNG differs too: a random transform of the batch would show here)" \
+            if rng_differs else ""
+        diffs.append(("data order", f"data order: {which} after the resume is not the "
+                      f"straight run's micro-batch {n + j}{why}"))
+    loss_diff = max((abs(x - y) for x, y in zip(ls[K:], lr, strict=False)), default=0.0)
+    if len(lr) != len(ls) - K:
+        loss_diff = math.inf
+    for i, (x, y) in enumerate(zip(ls[K:], lr, strict=False)):
+        if not close(x, y):
+            diffs.append(("loss", f"loss: step {K + i} is {y!r} after the resume, {x!r} "
+                          f"straight (|diff| {abs(x - y):.3g})"))
+            break
+    w_diff, where = _max_abs_diff(s["final"], r["final"])
+    if w_diff > tol:
+        diffs.append(("final weights", f"final weights: differ by {w_diff:.3g} at {where!r}"))
+    return diffs, loss_diff, w_diff
+
+
+def resume_test(config: ResumeTestConfig) -> ResumeReport:
+    """Run the three processes and compare them (see the module doc)."""
+    cfg = config
+    with tempfile.TemporaryDirectory(prefix="trainmedic-resume-") as tmp:
+        work = Path(tmp)
+        root = cfg.root if cfg.root is not None else work / "checkpoints"
+        spec: dict[str, Any] = {"recipe": cfg.recipe, "overrides": dict(cfg.overrides),
+                                "steps": cfg.steps, "at": cfg.at, "root": str(root),
+                                "atol": cfg.atol, "sabotage": cfg.sabotage}
+        target, _, _ = cfg.recipe.rpartition(":")
+        if target.endswith(".py"):  # the phase processes run from the same cwd; absolute anyway
+            spec["recipe"] = f"{Path(target).resolve()}:{cfg.recipe.rpartition(':')[2]}"
+        env = _child_env()
+        timings: dict[str, float] = {}
+        runs = [_Phase("straight", spec, work, cfg.timeout_s, env)]
+        try:
+            if cfg.concurrent:
+                runs.append(_Phase("first", spec, work, cfg.timeout_s, env))
+            straight, timings["straight"] = runs[0].result()
+            if not cfg.concurrent:
+                runs.append(_Phase("first", spec, work, cfg.timeout_s, env))
+            first, timings["first"] = runs[1].result()
+        finally:
+            for r in runs:
+                r.stop()
+        spec["checkpoint"] = first["checkpoint"]
+        resumed, timings["resume"] = _Phase("resume", spec, work, cfg.timeout_s, env).result()
+        diffs, loss_diff, w_diff = _compare(straight, first, resumed, cfg)
+    if cfg.atol is not None:
+        # Within atol the verdict is the losses and the final weights; the boundary is
+        # reported to explain a failure, not to cause one.
+        fatal = {"determinism", "loss", "final weights"}
+        equal = not any(name in fatal for name, _ in diffs)
+    else:
+        equal = not diffs
+    return ResumeReport(
+        equal=equal, first_difference=diffs[0][0] if diffs and not equal else None,
+        differences=[line for _, line in diffs], steps=cfg.steps, at=cfg.at, atol=cfg.atol,
+        losses_straight=straight["losses"].tolist(), losses_resumed=resumed["losses"].tolist(),
+        max_loss_diff=loss_diff, max_weight_diff=w_diff,
+        checkpoint=first["checkpoint"] if cfg.root is not None else None, timings_s=timings)
+
+
+if __name__ == "__main__":
+    sys.exit(_phase_main(sys.argv[1:]))

@@ -1,0 +1,137 @@
+"""The demo as a recipe: ``trainmedic.demo:recipe``, so every recipe tool runs on it.
+
+The healthy demo's training (the tiny character transformer, AdamW, warm-up then cosine), fed
+the way real runs are: a ``Dataset`` of corpus windows behind
+``DataLoader(shuffle=True, num_workers=N, generator=...)``, each window starting at a random
+offset (drawn in the worker, from the RNG torch seeds per worker), dropout, and a ``LambdaLR``.
+That is every source of randomness an exact resume must carry: the sampler's permutation,
+the workers' augmentation, dropout in the main process.
+
+(The module is not called ``recipe.py``: importing a submodule binds its name on the package,
+which would hide the function ``trainmedic.demo.recipe`` behind the module.)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+from trainmedic.demo.corpus import load_corpus
+from trainmedic.demo.model import CharTransformer
+from trainmedic.errors import ConfigError
+from trainmedic.recipe.recipe import PRECISIONS, Recipe
+
+__all__ = ["recipe", "CharWindows", "encoded_corpus"]
+
+
+def encoded_corpus() -> tuple[torch.Tensor, int]:
+    """The shipped corpus as int64 character ids, and the vocabulary size (sorted characters,
+    as ``run_demo`` uses them)."""
+    text = load_corpus()
+    vocab = sorted(set(text))
+    index = {ch: i for i, ch in enumerate(vocab)}
+    return torch.tensor([index[ch] for ch in text], dtype=torch.int64), len(vocab)
+
+
+class CharWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Window ``i`` of ``context_len`` characters (and the next-character targets) starts at
+    ``i * context_len`` plus a random offset in ``[0, jitter]``, drawn from torch's global RNG
+    (in a worker: the one torch seeds ``base_seed + worker_id``)."""
+
+    def __init__(self, ids: torch.Tensor, context_len: int, jitter: int) -> None:
+        self.ids = ids
+        self.context_len = context_len
+        self.jitter = jitter
+        self.n = (len(ids) - context_len - 1 - jitter) // context_len + 1
+        if self.n < 1:
+            raise ConfigError(f"train_chars: {len(ids)} characters hold no window of "
+                              f"{context_len} + {jitter} jitter; give more")
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        off = int(torch.randint(0, self.jitter + 1, ())) if self.jitter else 0
+        s = i * self.context_len + off
+        return self.ids[s:s + self.context_len], self.ids[s + 1:s + self.context_len + 1]
+
+
+def _next_char_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+    x, y = batch
+    logits = model(x)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def _lr_factor(step: int, *, steps: int) -> float:
+    """Linear warm-up over 10 % of the steps (at least 5), then cosine down to 10 %: the
+    demo's own schedule (``trainmedic.demo.runner``), as a multiplier of the peak."""
+    warm = max(5, steps // 10)
+    if step < warm:
+        return (step + 1) / warm
+    progress = (step - warm) / max(1, steps - warm)
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _int(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(f"{name} must be an integer from {lo} to {hi}, got {value!r}")
+    return value
+
+
+def recipe(*, steps: int = 200, seed: int = 0, num_workers: int = 0, dropout: float = 0.1,
+           batch_size: int = 16, context_len: int = 64, lr: float = 3e-3,
+           weight_decay: float = 0.01, grad_accum: int = 1, precision: str = "fp32",
+           max_grad_norm: float | None = 1.0, train_chars: int | None = None, jitter: int = 8,
+           loader_generator: bool = True) -> Recipe:
+    """The demo's char transformer as a :class:`~trainmedic.Recipe`.
+
+    ``steps`` sizes the LR schedule (the runner is told how many steps to run);
+    ``train_chars`` keeps only the first characters of the training split (small epochs, for
+    tests that cross epoch boundaries); ``loader_generator`` False leaves the loader without
+    a generator of its own, so it draws its permutation from the global torch RNG.
+    """
+    _int("steps", steps, 1, 10**9)
+    _int("seed", seed, 0, 2**63 - 1)
+    _int("num_workers", num_workers, 0, 64)
+    _int("batch_size", batch_size, 1, 4096)
+    _int("context_len", context_len, 8, 512)
+    _int("grad_accum", grad_accum, 1, 1024)
+    _int("jitter", jitter, 0, 4096)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
+            or not 0 <= dropout < 1:
+        raise ConfigError(f"dropout must be a number in [0, 1), got {dropout!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < 10:
+        raise ConfigError(f"lr must be a number in (0, 10), got {lr!r}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got "
+                          f"{precision!r}")
+    ids, vocab_size = encoded_corpus()
+    n_val = len(ids) // 10
+    train = ids[:-n_val]
+    if train_chars is not None:
+        train = train[:_int("train_chars", train_chars, context_len + 2, len(train))]
+    config: dict[str, Any] = {
+        "recipe": "trainmedic.demo:recipe", "steps": steps, "seed": seed,
+        "num_workers": num_workers, "dropout": dropout, "batch_size": batch_size,
+        "context_len": context_len, "lr": lr, "weight_decay": weight_decay,
+        "grad_accum": grad_accum, "precision": precision, "max_grad_norm": max_grad_norm,
+        "train_chars": train_chars, "jitter": jitter, "loader_generator": loader_generator}
+
+    torch.manual_seed(seed)
+    model = CharTransformer(vocab_size, context_len=context_len, dropout=float(dropout))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, functools.partial(_lr_factor, steps=steps))
+    scaler = torch.amp.GradScaler("cpu") if precision == "fp16-mixed" else None
+    generator = torch.Generator().manual_seed(seed) if loader_generator else None
+    data = DataLoader(CharWindows(train, context_len, jitter), batch_size=batch_size,
+                      shuffle=True, drop_last=True, num_workers=num_workers,
+                      generator=generator)
+    return Recipe(model=model, optimizer=optimizer, loss_fn=_next_char_loss, data=data,
+                  scheduler=scheduler, scaler=scaler, precision=precision,
+                  grad_accum=grad_accum, max_grad_norm=max_grad_norm, config=config, seed=seed)
