@@ -530,7 +530,8 @@ def test_load_factory_from_a_module_and_from_a_file(
         ("no_colon_here", FactoryError, "expected module:function"),
         ("tm_no_such_module_xyz:build", FactoryError, "no module named 'tm_no_such_module_xyz'"),
         ("tm_factory_mod2:missing", FactoryError, "has no attribute 'missing'"),
-        ("tm_factory_mod2:NOT_CALLABLE", FactoryError, "is a int, expected a callable"),
+        ("tm_factory_mod2:NOT_CALLABLE", FactoryError, "NOT_CALLABLE is a int, expected a "
+         "callable"),
         ("does/not/exist.py:build", UnreadableInputError, "no such Python file"),
     ],
 )

@@ -23,18 +23,13 @@ The step drops the model output and the batch after the loss (as the HF Trainer'
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
-import os
-import sys
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from trainmedic.errors import ConfigError, TrainmedicError, UnreadableInputError
+from trainmedic.errors import ConfigError, InputError, TrainmedicError, UnreadableInputError
 from trainmedic.memory.ledger import CATEGORIES, Basis, Ledger, ModuleBytes
 
 __all__ = [
@@ -541,88 +536,15 @@ def _one_line(exc: BaseException) -> str:
 
 
 def load_factory(spec: str) -> Callable[..., Any]:
-    """Resolve ``"package.module:function"`` or ``"path/to/file.py:function"`` to a callable.
+    """Resolve ``"package.module:function"`` or ``"path/to/file.py:function"`` to a callable
+    (through :func:`trainmedic.recipe.entry_point.load_callable`, the loader every command
+    that takes user code shares); a missing file stays an ``UnreadableInputError``, every other
+    failure becomes a :class:`FactoryError` with the same one-line message."""
+    from trainmedic.recipe.entry_point import load_callable
 
-    The attribute may be dotted (``module:Class.build``). A module name is imported with the
-    current directory on ``sys.path``, as ``python -m`` would see it.
-    """
-    target, sep, attr = spec.rpartition(":")
-    if not sep or not target or not attr:
-        raise FactoryError(
-            f"factory {spec!r}: expected module:function or path/to/file.py:function"
-        )
-    if target.endswith(".py") or os.sep in target or "/" in target:
-        module = _import_file(target, spec)
-    else:
-        module = _import_module(target, spec)
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise FactoryError(
-                f"factory {spec!r}: {target} has no attribute {attr!r}; check the name after ':'"
-            )
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise FactoryError(
-            f"factory {spec!r}: {target}:{attr} is a {type(obj).__name__}, expected a callable "
-            f"returning the model"
-        )
-    return obj
-
-
-def _import_module(target: str, spec: str) -> Any:
-    with _cwd_on_path():
-        try:
-            return importlib.import_module(target)
-        except ModuleNotFoundError as exc:
-            if exc.name and target.startswith(exc.name):
-                raise FactoryError(
-                    f"factory {spec!r}: no module named {target!r}; run from the folder that "
-                    f"holds it or give path/to/file.py:function"
-                ) from exc
-            raise FactoryError(
-                f"factory {spec!r}: importing {target} failed: {_one_line(exc)}"
-            ) from exc
-        except Exception as exc:
-            raise FactoryError(
-                f"factory {spec!r}: importing {target} raised {type(exc).__name__}: "
-                f"{_one_line(exc)}"
-            ) from exc
-
-
-def _import_file(target: str, spec: str) -> Any:
-    path = Path(target)
-    if not path.is_file():
-        raise UnreadableInputError(
-            target,
-            f"no such Python file (from factory {spec!r}); expected path/to/file.py:function",
-        )
-    module_name = f"_trainmedic_factory_{abs(hash(str(path.resolve())))}"
-    file_spec = importlib.util.spec_from_file_location(module_name, path)
-    if file_spec is None or file_spec.loader is None:
-        raise UnreadableInputError(target, "cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(file_spec)
-    sys.modules[module_name] = module
     try:
-        with _cwd_on_path(str(path.resolve().parent)):
-            file_spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(module_name, None)
-        raise FactoryError(
-            f"factory {spec!r}: running {target} raised {type(exc).__name__}: {_one_line(exc)}"
-        ) from exc
-    return module
-
-
-@contextmanager
-def _cwd_on_path(folder: str | None = None) -> Iterator[None]:
-    """Put ``folder`` (default: the current directory) first on ``sys.path`` while importing."""
-    entry = folder or os.getcwd()
-    added = entry not in sys.path
-    if added:
-        sys.path.insert(0, entry)
-    try:
-        yield
-    finally:
-        if added and entry in sys.path:
-            sys.path.remove(entry)
+        return load_callable(spec, what="model factory")
+    except UnreadableInputError:
+        raise
+    except InputError as exc:
+        raise FactoryError(f"factory {spec!r}: {exc.message}") from exc
