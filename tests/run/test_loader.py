@@ -344,3 +344,20 @@ def test_folder_skips_json_tables_that_are_not_logs(tmp_path):
     write(tmp_path / "sizes.json", '{"width": [1, 2], "height": [3, 4]}')
     run = load_run(str(tmp_path))
     assert not run.has("width")
+
+
+def test_trainmedic_checkpoint_folders_are_not_read_as_logs(tmp_path):
+    # A run folder with checkpoints under it (trainmedic demo --checkpoint-every): the
+    # checkpoint's manifest.json is JSON but not a log, and its .pt files are weights.
+    (tmp_path / "metrics.csv").write_text("step,loss\n0,2.0\n1,1.5\n2,1.2\n")
+    ck = tmp_path / "checkpoints" / "step-00000002"
+    ck.mkdir(parents=True)
+    (ck / "manifest.json").write_text('{"schema": "trainmedic.checkpoint/1", "step": 2}')
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "manifest.json").write_text('{"schema": "something-else", "step": 2}')
+    run = load_run(tmp_path)
+    assert run.get("loss").values.tolist() == [2.0, 1.5, 1.2]
+    paths = [n.path or "" for n in run.notes]
+    assert not any("step-00000002" in p for p in paths)
+    assert any("notes" in (n.path or "") or "notes" in n.message for n in run.notes)

@@ -251,6 +251,16 @@ def _read_store(path: Path) -> Run:
     return run
 
 
+def _is_trainmedic_checkpoint(d: Path) -> bool:
+    """A checkpoint written by trainmedic's CheckpointManager: weights, no metrics to read."""
+    try:
+        with open(d / "manifest.json", "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    return b'"trainmedic.checkpoint/' in head
+
+
 def _walk(root: Path) -> Iterator[tuple[Path, int]]:
     """Files under ``root`` with their depth, in natural path order, bounded in depth."""
     def natural(name: str) -> list[Any]:
@@ -268,7 +278,7 @@ def _walk(root: Path) -> Iterator[tuple[Path, int]]:
             p = Path(e.path)
             try:
                 if e.is_dir(follow_symlinks=False):
-                    if depth < MAX_DEPTH:
+                    if depth < MAX_DEPTH and not _is_trainmedic_checkpoint(p):
                         yield from rec(p, depth + 1)
                 elif e.is_file():
                     yield p, depth
