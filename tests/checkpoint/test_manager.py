@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -110,29 +112,71 @@ def test_manifest_records_the_save(tmp_path: Path) -> None:
         torch.load(path / f.path, weights_only=True)
 
 
-def test_async_save_snapshots_the_state_at_save(tmp_path: Path) -> None:
+def _hold_background_copy(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Make async saves wait for the returned event before copying the deferred tensors."""
+    from trainmedic.checkpoint import staging
+
+    gate = threading.Event()
+    real_finish = staging.StagedState.finish
+
+    def held(self: Any) -> Any:
+        gate.wait(timeout=30)
+        return real_finish(self)
+
+    monkeypatch.setattr(staging.StagedState, "finish", held)
+    return gate
+
+
+def test_async_save_snapshots_the_state_at_save(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     objs = _objects()
     _train(objs, range(0, 2))
     model, opt = objs["model"], objs["optimizer"]
     want_model = copy.deepcopy(model.state_dict())
     want_opt = copy.deepcopy(opt.state_dict())
     mgr = CheckpointManager(tmp_path, async_save=True, keep_last=None)
+    gate = _hold_background_copy(monkeypatch)
     first = mgr.save(2, {"model": model, "optimizer": opt})
-    with torch.no_grad():  # training goes on while the thread writes
-        for p in model.parameters():
-            p.add_(1.0)
-        for st in opt.state.values():
-            st["exp_avg"].mul_(-3.0)
+    # Training goes on at once (the forward updates BatchNorm's buffers, staged already); the
+    # next optimizer.step() waits until the parameters and moments have been copied.
+    threading.Timer(0.3, gate.set).start()
+    t0 = time.perf_counter()
+    _train(objs, range(2, 4))
+    held_s = time.perf_counter() - t0
     mgr.wait()
+    assert held_s >= 0.25
     assert _same_state(torch.load(first / "model.pt", weights_only=True), want_model)
     assert _same_state(torch.load(first / "optimizer.pt", weights_only=True), want_opt)
     # The staging buffers are reused: the next save holds the new values, the first is intact.
+    monkeypatch.undo()
     now = copy.deepcopy(model.state_dict())
     second = mgr.save(3, {"model": model, "optimizer": opt})
     mgr.wait()
     assert _same_state(torch.load(second / "model.pt", weights_only=True), now)
     assert verify(first).ok and verify(second).ok
     assert _same_state(torch.load(first / "model.pt", weights_only=True), want_model)
+
+
+def test_async_save_refuses_parameters_changed_outside_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objs = _objects()
+    _train(objs, range(0, 2))
+    model, opt = objs["model"], objs["optimizer"]
+    mgr = CheckpointManager(tmp_path, async_save=True, keep_last=None)
+    gate = _hold_background_copy(monkeypatch)
+    mgr.save(2, {"model": model, "optimizer": opt})
+    with torch.no_grad():  # a weight edit outside optimizer.step(): the copy could be torn
+        next(model.parameters()).add_(1.0)
+    gate.set()
+    with pytest.raises(InputError, match="changed in place between save"):
+        mgr.wait()
+    assert mgr.latest() is None  # nothing torn was committed
+    # Training and saving go on.
+    _train(objs, range(2, 3))
+    path = mgr.save(3, {"model": model, "optimizer": opt})
+    mgr.wait()
+    assert verify(path).ok
 
 
 def test_tied_weights_stay_tied(tmp_path: Path) -> None:

@@ -45,15 +45,19 @@ no config nothing is compared. A rank without its own ``train_state.rank{r}.pt``
 grew) gets rank 0's, with ``LoadedCheckpoint.train_rank`` saying so: the recipe's
 ``training_state.restore`` decides what a resize means.
 
-**Async save** (``async_save=True``, ``torch`` format): ``save`` copies every tensor into CPU
-staging buffers (pinned for CUDA tensors; kept and reused by later saves, so the steady state
-allocates nothing) and returns once the copy is done; a background thread then writes and
-commits. The next ``save``, ``load``, ``latest`` or ``wait()`` first joins it and raises its
-error, if any (the new save is then not started). The thread is not a daemon: a process that
-ends normally finishes its last save first; with several ranks call ``wait()`` before
-``destroy_process_group()`` (the thread's collectives need the group). The cost: one extra
-CPU copy of the state, held between saves (``close()`` frees it). ``dcp`` saves are always
-synchronous (DCP's collectives run on the training thread).
+**Async save** (``async_save=True``, ``torch`` format): ``save`` copies into CPU staging
+buffers (reused by later saves, so the steady state allocates nothing) what a forward could
+change -- module buffers, the training state, and anything on a GPU (pinned buffers) -- and
+returns; a background thread then copies the parameters and optimizer state, which only
+``optimizer.step()`` changes, holding the next ``optimizer.step()`` until that copy is done
+(a step pre-hook), and writes and commits (see ``staging``). A parameter or moment changed in
+place before that step fails the save instead of writing it torn. The next ``save``, ``load``,
+``latest`` or ``wait()`` first joins the thread and raises its error, if any (the new save is
+then not started). The thread is not a daemon: a process that ends normally finishes its last
+save first; with several ranks call ``wait()`` before ``destroy_process_group()`` (the thread's
+collectives need the group). The cost: one extra CPU copy of the state, held between saves
+(``close()`` frees it). ``dcp`` saves are always synchronous (DCP's collectives run on the
+training thread).
 
 **Retention** (``keep_last``): after each commit, rank 0 deletes the committed checkpoints
 beyond the newest ``keep_last`` by step, never the one just saved, and removes temporary
@@ -90,6 +94,7 @@ from trainmedic.checkpoint.manifest import (
     train_state_name,
     utc_now,
 )
+from trainmedic.checkpoint.staging import StagedState, Stager
 from trainmedic.checkpoint.verify import Problem, check_file, load_pt, owned_copy
 from trainmedic.checkpoint.verify import latest as _verified_latest
 from trainmedic.errors import ConfigError, InputError
@@ -213,6 +218,24 @@ class _Read:
     problems: list[Problem] = field(default_factory=list)
 
 
+def _deferrable(objs: Mapping[str, Any]) -> Any:
+    """Which tensors an async save may copy after ``save()`` returns: the model's parameters
+    and the optimizer's state, which only ``optimizer.step()`` changes (staging.py). None
+    (copy everything now) without an optimizer to hold."""
+    optimizer = objs.get("optimizer")
+    if optimizer is None or not hasattr(optimizer, "register_step_pre_hook"):
+        return None
+    ptrs: set[int] = set()
+    model = objs.get("model")
+    if model is not None and hasattr(model, "parameters"):
+        ptrs.update(p.untyped_storage().data_ptr() for p in model.parameters())
+    for state in getattr(optimizer, "state", {}).values():
+        for v in state.values():
+            if hasattr(v, "untyped_storage"):
+                ptrs.add(v.untyped_storage().data_ptr())
+    return lambda t: t.untyped_storage().data_ptr() in ptrs
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, InputError):
         return str(exc)
@@ -251,7 +274,8 @@ class CheckpointManager:
         self.rank, self.world_size = self._comm.rank, self._comm.world
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._buffers: dict[tuple[Any, ...], Any] = {}
+        self._stager = Stager()
+        self._staged: StagedState | None = None
         self._warned_async_dcp = False
 
     # -- save ----------------------------------------------------------------------------
@@ -284,9 +308,13 @@ class CheckpointManager:
                             if v is not None})
         fmt = "dcp" if dcp else "torch"
         if self.async_save and not dcp:
-            staged, staged_train = self._stage_all(files, train)
+            staged = self._stager.stage(files, train, defer=_deferrable(objs))
+            if staged.pending:
+                # Hold the next optimizer.step() until the deferred copy is done (staging.py).
+                staged.hook = objs["optimizer"].register_step_pre_hook(staged.hold)
+            self._staged = staged
             self._thread = threading.Thread(
-                target=self._background, args=(step, staged, staged_train, entries),
+                target=self._background, args=(step, staged, entries),
                 name=f"trainmedic-ckpt-save-{step}", daemon=False)
             self._thread.start()
             return self.root / step_dir_name(step)
@@ -422,58 +450,16 @@ class CheckpointManager:
                         "checkpoints away", step, self.root, max(newer))
 
     # -- async ----------------------------------------------------------------------------
-    def _stage_all(self, files: dict[str, Any], train: Any) -> tuple[dict[str, Any], Any]:
-        import torch
-
-        memo: dict[Any, Any] = {}
-        staged = {key: self._stage(obj, (key,), memo) for key, obj in files.items()}
-        staged_train = self._stage(train, (TRAIN_KEY,), memo) if train is not None else None
-        if any(getattr(t, "is_pinned", lambda: False)() for t in memo.values()):
-            torch.cuda.synchronize()  # the non_blocking device-to-host copies
-        return staged, staged_train
-
-    def _stage(self, obj: Any, path: tuple[Any, ...], memo: dict[Any, Any]) -> Any:
-        """A copy of ``obj`` whose tensors live in this manager's CPU staging buffers."""
-        import torch
-
-        if isinstance(obj, torch.Tensor):
-            src = obj.detach()
-            if src.layout != torch.strided:
-                return src.to("cpu", copy=True)
-            # Tied weights (two keys, one storage) stay one tensor, as torch.save keeps them.
-            key = (src.untyped_storage().data_ptr(), src.storage_offset(), tuple(src.shape),
-                   tuple(src.stride()), src.dtype, str(src.device))
-            if key in memo:
-                return memo[key]
-            pin = src.device.type == "cuda"
-            buf = self._buffers.get(path)
-            if buf is None or buf.shape != src.shape or buf.dtype != src.dtype:
-                buf = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=pin)
-                self._buffers[path] = buf
-            buf.copy_(src, non_blocking=pin)
-            memo[key] = buf
-            return buf
-        if isinstance(obj, dict):
-            out = type(obj)()
-            for k, v in obj.items():
-                out[k] = self._stage(v, (*path, k), memo)
-            meta = getattr(obj, "_metadata", None)  # module versions of a state_dict
-            if meta is not None:
-                out._metadata = copy.deepcopy(meta)  # type: ignore[attr-defined]
-            return out
-        if isinstance(obj, list):
-            return [self._stage(v, (*path, i), memo) for i, v in enumerate(obj)]
-        if isinstance(obj, tuple):
-            return tuple(self._stage(v, (*path, i), memo) for i, v in enumerate(obj))
-        if isinstance(obj, (set, bytearray)):
-            return copy.copy(obj)
-        return obj
-
-    def _background(self, step: int, files: dict[str, Any], train: Any,
-                    entries: dict[str, str]) -> None:
+    def _background(self, step: int, staged: StagedState, entries: dict[str, str]) -> None:
         try:
-            self._save_now(step, files, train, entries, None, "torch")
+            changed = staged.finish()
+            staged.release()
+            if changed is not None:
+                raise InputError(str(self.root), f"async checkpoint step {step} was not "
+                                 f"saved: {changed}")
+            self._save_now(step, staged.files, staged.train, entries, None, "torch")
         except BaseException as exc:  # noqa: BLE001 - surfaces on wait() / the next save
+            staged.release()
             self._error = exc
 
     def wait(self) -> None:
@@ -482,6 +468,9 @@ class CheckpointManager:
         if thread is not None:
             thread.join()
             self._thread = None
+        if self._staged is not None:
+            self._staged.release()  # the step pre-hook
+            self._staged = None
         err, self._error = self._error, None
         if err is not None:
             raise err
@@ -491,7 +480,7 @@ class CheckpointManager:
         try:
             self.wait()
         finally:
-            self._buffers.clear()
+            self._stager.clear()
 
     def __enter__(self) -> CheckpointManager:
         return self
