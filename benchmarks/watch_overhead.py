@@ -202,7 +202,8 @@ def _thread_cpu_s(prefix: str) -> float:
     return total
 
 
-def direct_cost_us(trainer: Trainer, steps: int, run_root: Path) -> dict[str, float]:
+def direct_cost_us(trainer: Trainer, steps: int, run_root: Path,
+                   **options: Any) -> dict[str, float]:
     """The default watcher's own CPU time on the training thread, per step, by entry point.
 
     Every place the watcher runs on the training thread (the forward pre/post hooks, the
@@ -278,7 +279,7 @@ def direct_cost_us(trainer: Trainer, steps: int, run_root: Path) -> dict[str, fl
             timed(watcher_mod.Watcher, "step", "w.step()")]
     try:
         with watch(trainer.model, trainer.opt, run_dir=run_root / "direct",
-                   start_step=trainer.step_i) as w:
+                   start_step=trainer.step_i, **options) as w:
             threads0 = _thread_cpu_s("trainmedic")
             trainer.run(steps, watcher=w)
             threads_s = _thread_cpu_s("trainmedic") - threads0
@@ -292,7 +293,8 @@ def direct_cost_us(trainer: Trainer, steps: int, run_root: Path) -> dict[str, fl
     return out
 
 
-def net_cost_us(trainer: Trainer, steps: int, run_root: Path) -> dict[str, Any]:
+def net_cost_us(trainer: Trainer, steps: int, run_root: Path,
+                **options: Any) -> dict[str, Any]:
     """The default watcher's added CPU time on the training thread, per part of the step,
     from steps with and without it side by side: one watcher is made, its hooks are taken
     off, and before each step a coin decides whether they are put back (and ``w.step()``
@@ -309,7 +311,8 @@ def net_cost_us(trainer: Trainer, steps: int, run_root: Path) -> dict[str, Any]:
     rng = random.Random(1)
     times: dict[bool, list[tuple[int, int, int, int]]] = {True: [], False: []}
     model, opt = trainer.model, trainer.opt
-    with watch(model, opt, run_dir=run_root / "net", start_step=trainer.step_i) as w:
+    with watch(model, opt, run_dir=run_root / "net", start_step=trainer.step_i,
+               **options) as w:
         clock = w._forward
         for h in (*w._hooks, *clock._handles):  # detached: put back on the watched steps
             h.remove()
@@ -379,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=16,
                     help="sequences per step (the demo's is 16); larger batches show that the "
                          "watcher's cost per step is fixed, not proportional to compute")
+    ap.add_argument("--nan-policy", default=None, choices=("skip", "raise", "record"),
+                    help="the watcher's nan_policy for the own-time and per-part figures "
+                         "(default: the watcher's default, 'skip' on CPU)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
@@ -417,10 +423,11 @@ def main(argv: list[str] | None = None) -> int:
                 cpu_round[n].append(trainer.last_cpu_s)
             if not args.json:
                 print(f"\rround {r + 1}/{args.rounds}", end="", file=sys.stderr, flush=True)
-        direct = direct_cost_us(trainer, args.direct_steps, Path(tmp))
+        options = {} if args.nan_policy is None else {"nan_policy": args.nan_policy}
+        direct = direct_cost_us(trainer, args.direct_steps, Path(tmp), **options)
         trainer.run(args.direct_steps)
         plain_cpu_us = 1e6 * trainer.last_cpu_s
-        net = (net_cost_us(trainer, args.net_steps, Path(tmp))
+        net = (net_cost_us(trainer, args.net_steps, Path(tmp), **options)
                if args.net_steps > 0 else None)
     if not args.json:
         print(file=sys.stderr)
@@ -455,9 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"live alerts: one pass over a 2000-step window takes {pass_ms:.1f} ms, every 100 "
           f"steps: {100 * pass_ms / (100 * step_us / 1000):.2f}% of step time if it held the "
           f"GIL throughout (it runs on its own thread)")
+    who = ("default watcher" if args.nan_policy is None
+           else f"watcher (nan_policy={args.nan_policy!r})")
     total_us = direct["total"]
     parts = ("forward hooks", "optimizer hooks", "w.step()")
-    print(f"default watcher, its own CPU time on the training thread per step: {total_us:.0f} us "
+    print(f"{who}, its own CPU time on the training thread per step: {total_us:.0f} us "
           f"= {100 * total_us / step_us:.2f}% of a plain step ("
           + ", ".join(f"{k} {direct.get(k, 0.0):.0f} us" for k in parts)
           + f"; timer read {direct['timer_us_per_call']:.1f} us per call in the loop, "
@@ -466,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     if net is not None:
         added = net["added_us"]
         q = net["added_touched_quarters_us"]
-        print(f"default watcher, added training-thread CPU per step, A/B by part over "
+        print(f"{who}, added training-thread CPU per step, A/B by part over "
               f"{net['steps']['with']} steps with it and {net['steps']['without']} without, "
               f"side by side (difference of medians): "
               + ", ".join(f"{k} {v:+.0f} us" for k, v in added.items())
