@@ -134,7 +134,7 @@ def test_async_save_snapshots_the_state_at_save(tmp_path: Path,
     model, opt = objs["model"], objs["optimizer"]
     want_model = copy.deepcopy(model.state_dict())
     want_opt = copy.deepcopy(opt.state_dict())
-    mgr = CheckpointManager(tmp_path, async_save=True, keep_last=None)
+    mgr = CheckpointManager(tmp_path, async_save=True, keep_last=None, defer_copy=True)
     gate = _hold_background_copy(monkeypatch)
     first = mgr.save(2, {"model": model, "optimizer": opt})
     # Training goes on at once (the forward updates BatchNorm's buffers, staged already); the
@@ -149,6 +149,7 @@ def test_async_save_snapshots_the_state_at_save(tmp_path: Path,
     assert _same_state(torch.load(first / "optimizer.pt", weights_only=True), want_opt)
     # The staging buffers are reused: the next save holds the new values, the first is intact.
     monkeypatch.undo()
+    mgr.defer_copy = False  # and the default, eager copy gives the same files
     now = copy.deepcopy(model.state_dict())
     second = mgr.save(3, {"model": model, "optimizer": opt})
     mgr.wait()
@@ -157,13 +158,31 @@ def test_async_save_snapshots_the_state_at_save(tmp_path: Path,
     assert _same_state(torch.load(first / "model.pt", weights_only=True), want_model)
 
 
+def test_default_async_save_copies_everything_before_returning(tmp_path: Path) -> None:
+    objs = _objects()
+    _train(objs, range(0, 2))
+    model, opt = objs["model"], objs["optimizer"]
+    want_model = copy.deepcopy(model.state_dict())
+    want_opt = copy.deepcopy(opt.state_dict())
+    mgr = CheckpointManager(tmp_path, async_save=True, keep_last=None)
+    path = mgr.save(2, {"model": model, "optimizer": opt})
+    with torch.no_grad():  # anything may change once save() has returned
+        for p in model.parameters():
+            p.add_(1.0)
+        for st in opt.state.values():
+            st["exp_avg"].mul_(-3.0)
+    mgr.wait()
+    assert _same_state(torch.load(path / "model.pt", weights_only=True), want_model)
+    assert _same_state(torch.load(path / "optimizer.pt", weights_only=True), want_opt)
+
+
 def test_async_save_refuses_parameters_changed_outside_the_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     objs = _objects()
     _train(objs, range(0, 2))
     model, opt = objs["model"], objs["optimizer"]
-    mgr = CheckpointManager(tmp_path, async_save=True, keep_last=None)
+    mgr = CheckpointManager(tmp_path, async_save=True, keep_last=None, defer_copy=True)
     gate = _hold_background_copy(monkeypatch)
     mgr.save(2, {"model": model, "optimizer": opt})
     with torch.no_grad():  # a weight edit outside optimizer.step(): the copy could be torn

@@ -45,19 +45,22 @@ no config nothing is compared. A rank without its own ``train_state.rank{r}.pt``
 grew) gets rank 0's, with ``LoadedCheckpoint.train_rank`` saying so: the recipe's
 ``training_state.restore`` decides what a resize means.
 
-**Async save** (``async_save=True``, ``torch`` format): ``save`` copies into CPU staging
-buffers (reused by later saves, so the steady state allocates nothing) what a forward could
-change -- module buffers, the training state, and anything on a GPU (pinned buffers) -- and
-returns; a background thread then copies the parameters and optimizer state, which only
-``optimizer.step()`` changes, holding the next ``optimizer.step()`` until that copy is done
-(a step pre-hook), and writes and commits (see ``staging``). A parameter or moment changed in
-place before that step fails the save instead of writing it torn. The next ``save``, ``load``,
-``latest`` or ``wait()`` first joins the thread and raises its error, if any (the new save is
-then not started). The thread is not a daemon: a process that ends normally finishes its last
-save first; with several ranks call ``wait()`` before ``destroy_process_group()`` (the thread's
-collectives need the group). The cost: one extra CPU copy of the state, held between saves
-(``close()`` frees it). ``dcp`` saves are always synchronous (DCP's collectives run on the
-training thread).
+**Async save** (``async_save=True``, ``torch`` format): ``save`` copies every tensor into CPU
+staging buffers (pinned for CUDA tensors; reused by later saves, so the steady state allocates
+nothing) and returns; a background thread then writes and commits. With ``defer_copy=True``
+``save`` copies only what a forward could change (module buffers, the training state, anything
+on a GPU) and the thread copies the parameters and optimizer state -- which only
+``optimizer.step()`` changes -- holding the next ``optimizer.step()`` until that copy is done
+(see ``staging``; a parameter changed in place before that step fails the save instead of
+writing it torn). That hides the copy behind the next forward and backward when a core is
+free for it; on a machine whose cores the training already uses, the copy competes with the
+forward and the total delay grows (measured: ``benchmarks/ckpt_speed.py``), hence off by
+default. The next ``save``, ``load``, ``latest`` or ``wait()`` first joins the thread and
+raises its error, if any (the new save is then not started). The thread is not a daemon: a
+process that ends normally finishes its last save first; with several ranks call ``wait()``
+before ``destroy_process_group()`` (the thread's collectives need the group). The cost: one
+extra CPU copy of the state, held between saves (``close()`` frees it). ``dcp`` saves are
+always synchronous (DCP's collectives run on the training thread).
 
 **Retention** (``keep_last``): after each commit, rank 0 deletes the committed checkpoints
 beyond the newest ``keep_last`` by step, never the one just saved, and removes temporary
@@ -253,12 +256,14 @@ class CheckpointManager:
 
     def __init__(self, root: str | Path, *, keep_last: int | None = 3,
                  async_save: bool = False, config: Mapping[str, Any] | None = None,
-                 sharded: bool | None = None) -> None:
+                 sharded: bool | None = None, defer_copy: bool = False) -> None:
         if keep_last is not None and (isinstance(keep_last, bool)
                                       or not isinstance(keep_last, int) or keep_last < 1):
             raise ConfigError(f"keep_last must be an integer >= 1 or None, got {keep_last!r}")
         if not isinstance(async_save, bool):
             raise ConfigError(f"async_save must be True or False, got {async_save!r}")
+        if not isinstance(defer_copy, bool):
+            raise ConfigError(f"defer_copy must be True or False, got {defer_copy!r}")
         if sharded is not None and not isinstance(sharded, bool):
             raise ConfigError(f"sharded must be True, False or None, got {sharded!r}")
         if config is not None and not isinstance(config, Mapping):
@@ -267,6 +272,7 @@ class CheckpointManager:
         self.root = Path(root)
         self.keep_last = keep_last
         self.async_save = async_save
+        self.defer_copy = defer_copy
         self.sharded = sharded
         self._config_hash = config_hash(config) if config is not None else None
         self._config = copy.deepcopy(dict(config)) if config is not None else None
@@ -308,7 +314,8 @@ class CheckpointManager:
                             if v is not None})
         fmt = "dcp" if dcp else "torch"
         if self.async_save and not dcp:
-            staged = self._stager.stage(files, train, defer=_deferrable(objs))
+            staged = self._stager.stage(
+                files, train, defer=_deferrable(objs) if self.defer_copy else None)
             if staged.pending:
                 # Hold the next optimizer.step() until the deferred copy is done (staging.py).
                 staged.hook = objs["optimizer"].register_step_pre_hook(staged.hold)
