@@ -248,7 +248,9 @@ def test_kill_9_during_saves(tmp_path: Path) -> None:
         assert newest == start + 3, (p, by_point[p])
     from trainmedic.checkpoint.commit import clean_stale, scan
 
-    clean_stale(root)  # every writer is dead: their temporary folders go
+    # Every writer is dead: their temporary folders go, including one killed between its
+    # mkdir and its lock (which a live run would give GRACE_S seconds).
+    clean_stale(root, grace_s=0)
     assert all(d.kind == "committed" for d in scan(root))
 
 

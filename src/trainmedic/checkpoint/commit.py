@@ -481,12 +481,14 @@ def writer_alive(folder: str | Path, *, grace_s: float = GRACE_S) -> bool:
 
 
 # ----------------------------------------------------------------------------- retention
-def clean_stale(root: str | Path) -> list[Path]:
+def clean_stale(root: str | Path, *, grace_s: float = GRACE_S) -> list[Path]:
     """Remove ``.tmp-*`` folders whose writer is dead and leftover ``.del-*`` folders.
-    Returns what was removed."""
+    ``grace_s``: how long a folder without a lock yet counts as alive (0 when the caller knows
+    every writer is gone). Returns what was removed."""
     removed = []
     for d in scan(root):
-        if d.kind == "deleting" or (d.kind == "tmp" and not writer_alive(d.path)):
+        if d.kind == "deleting" or (d.kind == "tmp"
+                                    and not writer_alive(d.path, grace_s=grace_s)):
             _remove_tree(d.path)
             removed.append(d.path)
     return removed
