@@ -29,6 +29,7 @@ def cli() -> None:
 
     \b
     First look:   trainmedic demo --fault spike
+    Before a run: trainmedic memory plan --config config.json --batch 4 --seq 4096 --gpu h100
     After a run:  trainmedic diagnose runs/my-run/ --html report.html
     Recovering:   trainmedic ckpt latest checkpoints/
     """
