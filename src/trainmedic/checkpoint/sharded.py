@@ -37,7 +37,7 @@ loading world sizes when they differ, and returns ``None`` (the contract).
 ``torch.distributed.checkpoint.metadata.Metadata`` (dataclasses with ``torch.Size``, dtypes,
 a ``pathlib`` path), and DCP's own reader opens it with an unrestricted ``pickle.load``; the
 non-tensor values (optimizer hyper-parameters) are ``torch.save`` records that DCP's default
-planner opens with ``torch.load(weights_only=False)``. Here the ``.metadata`` is read by an
+planner opens with ``torch.load`` with ``weights_only`` off. Here the ``.metadata`` is read by an
 unpickler that resolves only the classes and functions listed in ``_METADATA_GLOBALS`` (data
 classes, ``torch.Size``, dtypes, a layout lookup, paths): any other global, e.g.
 ``os.system``, is refused before it can be called; what remains possible is a crafted file
