@@ -5,7 +5,7 @@ hex digits, so two writers never share a folder). The rename is the commit::
 
     1. mkdir .tmp-step-...-<token>; create .writer.lock in it, flock'ed for the writer's life
     2. write every state file (hashed while written, its write-back to disk started every
-       64 MiB), fsync each
+       64 MiB), fsync each once all are written
     3. write manifest.json (sizes and hashes of every file), fsync it, fsync the folder
     4. rename .tmp-step-... -> step-%08d            (atomic on POSIX file systems)
     5. fsync ROOT, so the rename itself survives a power cut
@@ -275,6 +275,7 @@ class PendingCheckpoint:
         self.token = token
         self.owner = owner
         self.path = root / tmp_dir_name(step, token)
+        self._unsynced: list[Path] = []
         self._lock_fd: int | None = None
 
     @classmethod
@@ -331,7 +332,9 @@ class PendingCheckpoint:
 
     # -- writing ---------------------------------------------------------------------------
     def write_torch(self, name: str, obj: Any, *, rank: int) -> FileRecord:
-        """``torch.save(obj)`` to ``name`` in the folder, hashed while written, fsynced.
+        """``torch.save(obj)`` to ``name`` in the folder, hashed while written; fsynced by
+        :meth:`sync_files` (the writer calls it once all its files are written) or at the
+        latest by :meth:`commit`.
 
         torch.save's own per-record zip CRC-32 is switched off for the call (saves ~40% of
         its time; ``torch.load`` never checks it): the whole-file CRC-32 in the manifest
@@ -347,14 +350,29 @@ class PendingCheckpoint:
                 with _torch_zip_crc_off():
                     torch.save(obj, writer)  # type: ignore[arg-type]  # a file-like
                 f.flush()
-                os.fsync(f.fileno())
         except OSError as exc:
             raise write_error(self.root, self.step, name, exc) from exc
         except RuntimeError as exc:
             if writer is not None and writer.error is not None:
                 raise write_error(self.root, self.step, name, writer.error) from exc
             raise
+        # fsync later (sync_files): this file's tail goes to disk while the next is written.
+        self._unsynced.append(path)
         return FileRecord(path=name, size_bytes=writer.size_bytes, hash=writer.hash, rank=rank)
+
+    def sync_files(self) -> None:
+        """fsync every file :meth:`write_torch` wrote and has not synced yet."""
+        while self._unsynced:
+            path = self._unsynced[0]
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise write_error(self.root, self.step, path.name, exc) from exc
+            self._unsynced.pop(0)
 
     def record(self, path: str | Path, *, rank: int) -> FileRecord:
         """Hash a file someone else wrote into the folder (DCP's), and fsync it."""
@@ -378,6 +396,7 @@ class PendingCheckpoint:
         if not self.owner:
             raise RuntimeError("only the rank that created the folder commits it")
         final = self.root / step_dir_name(self.step)
+        self.sync_files()
         try:
             for sub in sorted({p.parent for p in self.path.rglob("*") if p.is_file()}):
                 if sub != self.path:

@@ -399,6 +399,7 @@ class CheckpointManager:
             if train is not None:
                 records.append(pending.write_torch(train_state_name(self.rank), train,
                                                    rank=self.rank))
+            pending.sync_files()  # every rank's files are durable before rank 0 commits
         except BaseException as exc:  # noqa: BLE001 - reported to rank 0, re-raised below
             mine = exc
         gathered = comm.gather((records, train is not None,
