@@ -97,6 +97,7 @@ from trainmedic.checkpoint.manifest import (
     train_state_name,
     utc_now,
 )
+from trainmedic.checkpoint.process_group import ProcessGroupComm
 from trainmedic.checkpoint.staging import StagedState, Stager
 from trainmedic.checkpoint.verify import Problem, check_file, load_pt, owned_copy
 from trainmedic.checkpoint.verify import latest as _verified_latest
@@ -162,51 +163,6 @@ class LoadedCheckpoint:
     train_rank: int | None = None
     """The rank whose ``train_state`` file ``train`` came from: this rank's, or 0 when the
     checkpoint has none for this rank (saved by fewer ranks); None when there was none."""
-
-
-class _Comm:
-    """The manager's collectives, on a gloo group of its own (so a background save never
-    interleaves with the training's collectives, and NCCL default groups work too)."""
-
-    def __init__(self) -> None:
-        self.rank, self.world = 0, 1
-        self.group: Any = None
-        try:
-            import torch.distributed as dist
-        except ImportError:  # pragma: no cover - torch without distributed
-            return
-        if dist.is_available() and dist.is_initialized():
-            self.rank, self.world = dist.get_rank(), dist.get_world_size()
-            if self.world > 1:
-                self.group = dist.new_group(backend="gloo")
-
-    def broadcast(self, obj: Any) -> Any:
-        if self.world == 1:
-            return obj
-        import torch.distributed as dist
-
-        box = [obj]
-        dist.broadcast_object_list(box, src=0, group=self.group)
-        return box[0]
-
-    def gather(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj`` on rank 0 (``[]`` elsewhere)."""
-        if self.world == 1:
-            return [obj]
-        import torch.distributed as dist
-
-        out: list[Any] | None = [None] * self.world if self.rank == 0 else None
-        dist.gather_object(obj, out, dst=0, group=self.group)
-        return out or []
-
-    def all_gather(self, obj: Any) -> list[Any]:
-        if self.world == 1:
-            return [obj]
-        import torch.distributed as dist
-
-        out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, obj, group=self.group)
-        return out
 
 
 @dataclass
@@ -276,7 +232,7 @@ class CheckpointManager:
         self.sharded = sharded
         self._config_hash = config_hash(config) if config is not None else None
         self._config = copy.deepcopy(dict(config)) if config is not None else None
-        self._comm = _Comm()
+        self._comm = ProcessGroupComm()
         self.rank, self.world_size = self._comm.rank, self._comm.world
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
