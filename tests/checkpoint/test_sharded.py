@@ -48,6 +48,16 @@ MOMENTS = ("exp_avg", "exp_avg_sq")
 
 # ------------------------------------------------------------------------ helpers
 def _torchrun(nproc: int, mode: str, base: Path, timeout_s: float = 180) -> None:
+    for attempt in (1, 2):
+        out, rc = _torchrun_once(nproc, mode, base, timeout_s)
+        # One retry, only for a rank aborted by the C++ runtime itself (seen once in CI with 3
+        # ranks on 2 cores, not reproduced in dozens of runs); any other failure fails now.
+        if rc == 0 or "terminate called without an active exception" not in out or attempt == 2:
+            break
+    assert rc == 0, out[-4000:]
+
+
+def _torchrun_once(nproc: int, mode: str, base: Path, timeout_s: float) -> tuple[str, int]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
@@ -62,7 +72,7 @@ def _torchrun(nproc: int, mode: str, base: Path, timeout_s: float = 180) -> None
         out, _ = proc.communicate()
         raise AssertionError(f"torchrun {mode} did not finish in {timeout_s} s:\n"
                              f"{out[-4000:]}") from None
-    assert proc.returncode == 0, out[-4000:]
+    return out, proc.returncode
 
 
 def _load(path: Path) -> dict[str, Any]:
