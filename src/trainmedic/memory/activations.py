@@ -126,15 +126,14 @@ class Saved:
     per_sequence: bool = False
     """Shared by the batch (rotary tables): counted once, not per sample."""
 
-    def bytes(self, *, tokens: int, seq_len: int, batch: int, profile: KernelProfile) -> float:
+    def bytes(self, *, tokens: int, seq_len: int, profile: KernelProfile) -> float:
         per_elem = profile.role_bytes(self.role, mask_of=self.mask_of)
         count = seq_len if self.per_sequence else tokens
         width = self.width * (seq_len if self.quadratic else 1)
-        del batch
         return count * width * per_elem
 
 
-def _norm(spec: ModelSpec, name: str, width: int, profile: KernelProfile) -> list[Saved]:
+def _norm(spec: ModelSpec, name: str, width: int) -> list[Saved]:
     """What one normalization layer saves."""
     if spec.norm == "rmsnorm":
         # HF's Python RMSNorm: x.to(fp32) (saved by pow and by the mul with rsqrt), the rsqrt
@@ -279,7 +278,7 @@ def layer_tensors(
     p = spec.dropout
     rotary = spec.positions == "rope"
     out: list[Saved] = []
-    out += _norm(spec, "ln_attn", d, profile)
+    out += _norm(spec, "ln_attn", d)
     # The column-parallel projections' input: the normalized hidden state in the matmul dtype.
     # Under autocast each projection casts the fp32 input itself (the autocast cache holds only
     # parameters), so separate q/k/v projections keep three copies; fused ones keep one.
@@ -292,7 +291,7 @@ def layer_tensors(
     out.append(Saved(name="attn.o_in", width=spec.num_heads * spec.value_head_dim, role="cmp"))
     out += _dropout("attn.resid_dropout", d, p, region="outer", of="cmp")
     if cross_attention:
-        out += _norm(spec, "ln_cross", d, profile)
+        out += _norm(spec, "ln_cross", d)
         out.append(Saved(name="cross.in", width=d, role="cmp", region="outer"))
         # K and V of the encoder output: one shared tensor in a single dtype (counted once with
         # the embeddings), but each layer's two projections cast it anew under autocast.
@@ -303,7 +302,7 @@ def layer_tensors(
                          role="cmp"))
         out += _dropout("cross.resid_dropout", d, p, region="outer", of="cmp")
     if not spec.parallel_block:
-        out += _norm(spec, "ln_mlp", d, profile)
+        out += _norm(spec, "ln_mlp", d)
         mlp_inputs = 2 if spec.mlp == "gated" else 1
         if spec.is_moe and layer >= spec.num_dense_layers:
             mlp_inputs = 1  # the router's projection; experts gather the uncast input
@@ -368,7 +367,7 @@ def embedding_tensors(spec: ModelSpec) -> list[Saved]:
         return []
     out = [Saved(name="embed.indices", width=1, role="i64", region="outer")]
     if spec.family in _EMBEDDING_NORM_FAMILIES:
-        out += _norm(spec, "embed.norm", spec.hidden_size, KernelProfile())
+        out += _norm(spec, "embed.norm", spec.hidden_size)
     if spec.positions == "learned" and spec.family == "opt":
         # OPT computes position ids per sample (from the attention mask); GPT-2's are shared.
         out.append(Saved(name="embed.position_ids", width=1, role="i64", region="outer"))
@@ -396,12 +395,12 @@ def head_tensors(spec: ModelSpec, profile: KernelProfile) -> list[Saved]:
             Saved(name="head.norm_stats", width=2, role="f32", region="outer"),
         ]
     else:
-        out = _norm(spec, "final_norm", d, profile)
+        out = _norm(spec, "final_norm", d)
     if spec.arch == "encoder-decoder":
         # T5: the encoder's own final norm and dropout, its output (kept once for the decoder's
         # cross-attention projections), the decoder's final dropout, and each stack's relative
         # position buckets (s × s int64 indices into the bias table, shared by the batch).
-        out += _norm(spec, "enc_final_norm", d, profile)
+        out += _norm(spec, "enc_final_norm", d)
         out += _dropout("enc_final_dropout", d, spec.dropout, region="outer", of="res")
         out.append(Saved(name="enc_output", width=d, role="res", region="outer"))
         out += _dropout("dec_final_dropout", d, spec.dropout, region="outer", of="res")
@@ -435,7 +434,7 @@ def tensors_bytes(
     for t in tensors:
         if drop_core and t.region == "core":
             continue
-        b = t.bytes(tokens=tokens, seq_len=seq_len, batch=batch, profile=profile)
+        b = t.bytes(tokens=tokens, seq_len=seq_len, profile=profile)
         if t.region in ("inner", "core") or sequence_parallel:
             b /= tp
         total += b
