@@ -17,7 +17,9 @@ noise hits all alike; the figure is the median, min-max beside it):
 * **save**: ``torch.save`` of the model and optimizer state dicts to two files (what users do;
   not durable: the data may still sit in the page cache), the same plus ``fsync`` of both
   files (durable), ``CheckpointManager.save`` (sync: CRC-32 while writing, fsync, manifest,
-  rename, directory fsync), and plain DCP (``dcp.save`` of ``get_state_dict``, one process).
+  rename, directory fsync), the same with ``sync_files=False`` (everything but the fsyncs:
+  the like-for-like comparison with plain ``torch.save``), and plain DCP (``dcp.save`` of
+  ``get_state_dict``, one process).
   Throughput = state bytes / wall time. Bar (issue 5): manager >= 0.9x ``torch.save``.
 * **load**: ``torch.load(weights_only=True)`` of both files + ``load_state_dict`` into the
   live model and optimizer, against ``CheckpointManager.load(path=...)`` (CRC-32 of both
@@ -142,10 +144,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # keep_last=None: deleting the previous checkpoint is not part of the timed save
         # (it happens between rounds, as for the other rows).
         mgr = CheckpointManager(base / "ours", keep_last=None)
+        fast = CheckpointManager(base / "ours", keep_last=None, sync_files=False)
         step = iter(range(1, 10_000))
 
         def ours() -> None:
             mgr.save(next(step), {"model": model, "optimizer": opt})
+
+        def ours_no_fsync() -> None:
+            fast.save(next(step), {"model": model, "optimizer": opt})
 
         def plain_dcp() -> None:
             import torch.distributed.checkpoint as dcp
@@ -161,6 +167,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "torch.save": lambda: torch_save(False),
             "torch.save+fsync": lambda: torch_save(True),
             "manager.save": ours,
+            "manager.save(sync_files=False)": ours_no_fsync,
         }
         if not args.no_dcp:
             save_variants["dcp.save"] = plain_dcp
@@ -286,7 +293,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _row(name: str, s: dict[str, float], ref: dict[str, float] | None,
          ref2: dict[str, float] | None = None) -> str:
-    line = (f"  {name:<18} {s['median_s']:5.2f} ({s['min_s']:.2f}-{s['max_s']:.2f})  "
+    line = (f"  {name:<31} {s['median_s']:5.2f} ({s['min_s']:.2f}-{s['max_s']:.2f})  "
             f"cpu {s['cpu_median_s']:5.2f} (min {s['cpu_min_s']:.2f})  "
             f"{s['gb_per_s']:5.2f} GB/s (best {s['gb_per_s_best']:.2f})")
     for r in (ref, ref2):

@@ -199,3 +199,29 @@ def test_disk_full_is_a_clear_error_and_cleans_up(tmp_path: Path,
     p.abort()
     assert sorted(os.listdir(tmp_path)) == ["step-00000001"]
     assert torch.equal(torch.load(good / "model.pt", weights_only=True)["w"], torch.ones(3))
+
+
+def test_sync_files_false_skips_every_fsync_and_still_commits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainmedic.checkpoint.verify import verify
+
+    calls = {"n": 0}
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        calls["n"] += 1
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    p = PendingCheckpoint.create(tmp_path, 3, sync_files=False)
+    rec = p.write_torch("model.pt", {"w": torch.randn(100)}, rank=0)
+    p.sync_files()
+    final = p.commit(Manifest(step=3, world_size=1, format="torch", files=(rec,),
+                              entries={"model": "model.pt"}))
+    assert calls["n"] == 0
+    assert verify(final).status == "good"
+    durable = PendingCheckpoint.create(tmp_path, 4)
+    rec = durable.write_torch("model.pt", {"w": torch.randn(100)}, rank=0)
+    durable.commit(Manifest(step=4, world_size=1, format="torch", files=(rec,),
+                            entries={"model": "model.pt"}))
+    assert calls["n"] >= 4  # the file, the manifest, the folder, the root

@@ -82,10 +82,10 @@ def _arm(point: str, armed: dict[str, bool]) -> None:
     elif point in ("manifest", "manifest-written"):
         real_manifest = commit.write_manifest
 
-        def write_manifest(folder: Any, m: Any) -> Any:
+        def write_manifest(folder: Any, m: Any, **kwargs: Any) -> Any:
             if armed["on"] and point == "manifest":
                 die()
-            out = real_manifest(folder, m)
+            out = real_manifest(folder, m, **kwargs)
             if armed["on"]:
                 die()
             return out

@@ -15,6 +15,7 @@ import pytest
 from trainmedic.checkpoint.manifest import (
     CHUNK_BYTES,
     MANIFEST_NAME,
+    PARALLEL_MIN_BYTES,
     SCHEMA,
     FileRecord,
     HashingWriter,
@@ -66,6 +67,39 @@ def test_hashing_writer_matches_the_file_it_wrote(tmp_path: Path) -> None:
     assert w.size_bytes == p.stat().st_size
     assert w.hash == f"crc32:{zlib.crc32(p.read_bytes()):08x}"
     assert torch.load(p, weights_only=True)["b"] == [1, "x"]
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_hashing_writer_parallel_hash_equals_an_independent_crc(tmp_path: Path,
+                                                                parallel: bool) -> None:
+    # Writes both above and below PARALLEL_MIN_BYTES, interleaved: the chained CRC must stay
+    # in order whichever thread computes each piece.
+    torch = pytest.importorskip("torch")
+    state = {"big": torch.randn(3 * PARALLEL_MIN_BYTES // 4 + 7),
+             "small": torch.arange(10), "big2": torch.randn(PARALLEL_MIN_BYTES // 2)}
+    p = tmp_path / "x.pt"
+    with open(p, "wb") as f, HashingWriter(f, parallel=parallel) as w:
+        torch.save(state, w)
+        f.flush()
+    data = p.read_bytes()
+    assert w.size_bytes == len(data)
+    assert w.hash == f"crc32:{binascii.crc32(data):08x}"
+    assert w._pool is None  # the helper is stopped on exit
+
+
+def test_hashing_writer_parallel_keeps_the_os_error_and_stops_hashing() -> None:
+    class Full(io.RawIOBase):
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b: object) -> int:
+            raise OSError(28, "No space left on device")
+
+    with HashingWriter(Full(), parallel=True) as w:  # type: ignore[arg-type]
+        with pytest.raises(OSError):
+            w.write(bytes(PARALLEL_MIN_BYTES))
+        assert w.error is not None and w.error.errno == 28
+        assert w.size_bytes == 0
 
 
 def test_hashing_writer_keeps_the_os_error() -> None:

