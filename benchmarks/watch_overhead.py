@@ -108,8 +108,10 @@ class Trainer:
 
         c0 = time.thread_time()
         t0 = time.perf_counter()
-        for _ in range(steps):
-            x, y = self.make_batch(self.step_i)
+        batches: Any = self.batches(steps)
+        if watcher is not None:  # as the demo does: the batches come through the watcher
+            batches = watcher.wrap_loader(batches)
+        for x, y in batches:
             self.opt.zero_grad(set_to_none=True)
             with ctx():
                 logits = self.model(x)
@@ -124,14 +126,22 @@ class Trainer:
         self.last_cpu_s = (time.thread_time() - c0) / steps
         return wall
 
-    def step_parts(self, watcher: Any = None) -> tuple[int, int, int, int]:
-        """Train one step; return the training thread's CPU time, in nanoseconds, of each
-        part of it: zero_grad + forward + loss, backward, ``optimizer.step()`` (with any
-        hooks), ``w.step()``."""
+    def batches(self, steps: int) -> Any:
+        """The next ``steps`` batches, as a generator (what a data loader hands the loop)."""
+        for _ in range(steps):
+            yield self.make_batch(self.step_i)
+
+    def step_parts(self, watcher: Any = None,
+                   source: Any = None) -> tuple[int, int, int, int, int]:
+        """Train one step on the next batch of ``source`` (an iterator; by default a fresh
+        batch); return the training thread's CPU time, in nanoseconds, of each part of it:
+        taking the batch, zero_grad + forward + loss, backward, ``optimizer.step()`` (with
+        any hooks), ``w.step()``."""
         import torch.nn.functional as F
 
         clock = time.thread_time_ns
-        x, y = self.make_batch(self.step_i)
+        tb = clock()
+        x, y = next(source) if source is not None else self.make_batch(self.step_i)
         replay = functools.partial(self.batch_loss, x, y)
         t0 = clock()
         self.opt.zero_grad(set_to_none=True)
@@ -146,7 +156,7 @@ class Trainer:
             watcher.step(loss, batch_size=x.shape[0], tokens=x.numel(), replay=replay)
         t4 = clock()
         self.step_i += 1
-        return t1 - t0, t2 - t1, t3 - t2, t4 - t3
+        return t0 - tb, t1 - t0, t2 - t1, t3 - t2, t4 - t3
 
 def run_round(name: str, trainer: Trainer, steps: int, run_root: Path) -> float:
     """Install ``name``'s instrumentation (untimed), train ``steps`` steps (timed), remove it."""
@@ -253,8 +263,17 @@ def direct_cost_us(trainer: Trainer, steps: int, run_root: Path,
         def step(self, loss: Any, **kwargs: Any) -> None:
             return None
 
+        def wrap_loader(self, batches: Any) -> Any:
+            for b in batches:
+                self.loader_hook(0.0)
+                self.loader_hook(0.0)
+                yield b
+
+        def loader_hook(self, t: float) -> None:
+            return None
+
     labels = {"fwd_pre": "forward hooks", "fwd_post": "forward hooks",
-              "opt_hook": "optimizer hooks", "step": "w.step()"}
+              "opt_hook": "optimizer hooks", "step": "w.step()", "loader_hook": "loader"}
     undo = [timed(_Noop, name, label) for name, label in labels.items()]
     noop = _Noop()
     handles = [trainer.model.register_forward_pre_hook(noop.fwd_pre),
@@ -274,6 +293,8 @@ def direct_cost_us(trainer: Trainer, steps: int, run_root: Path,
 
     undo = [timed(clock.ForwardClock, "_pre", "forward hooks"),
             timed(clock.ForwardClock, "_post", "forward hooks"),
+            timed(watcher_mod.Watcher, "_batch_requested", "loader"),
+            timed(watcher_mod.Watcher, "_batch_arrived", "loader"),
             timed(watcher_mod.Watcher, "_on_pre_optimizer_step", "optimizer hooks"),
             timed(watcher_mod.Watcher, "_on_post_optimizer_step", "optimizer hooks"),
             timed(watcher_mod.Watcher, "step", "w.step()")]
@@ -286,7 +307,8 @@ def direct_cost_us(trainer: Trainer, steps: int, run_root: Path,
     finally:
         for u in undo:
             u()
-    out = {k: 1e6 * max(0.0, v - calls[k] * per_call_s[k]) / steps for k, v in spent.items()}
+    out = {k: 1e6 * max(0.0, v - calls[k] * per_call_s.get(k, 0.0)) / steps
+           for k, v in spent.items()}
     out["total"] = sum(out.values())
     out["timer_us_per_call"] = 1e6 * statistics.mean(per_call_s.values())
     out["threads"] = 1e6 * threads_s / steps
@@ -307,23 +329,30 @@ def net_cost_us(trainer: Trainer, steps: int, run_root: Path,
     they cost the training thread is only in the interleaved whole-run ratios."""
     from trainmedic.watch import watch
 
-    parts = ("forward", "backward", "optimizer", "w.step()")
+    parts = ("batch", "forward", "backward", "optimizer", "w.step()")
+    touched = ("batch", "forward", "optimizer", "w.step()")  # the parts it runs in
     rng = random.Random(1)
-    times: dict[bool, list[tuple[int, int, int, int]]] = {True: [], False: []}
+    times: dict[bool, list[tuple[int, ...]]] = {True: [], False: []}
     model, opt = trainer.model, trainer.opt
     with watch(model, opt, run_dir=run_root / "net", start_step=trainer.step_i,
                **options) as w:
-        clock = w._forward
-        for h in (*w._hooks, *clock._handles):  # detached: put back on the watched steps
-            h.remove()
+        # One stream of batches, taken directly on the plain steps and through the watcher's
+        # loader wrapper on the watched ones (as the demo's loop does).
+        raw = trainer.batches(steps + 20)
+        wrapped = iter(w.wrap_loader(raw))
+        clock = w._forward  # after wrap_loader: None unless the forward clock is on
+        model_hooks = [] if clock is None else [(model.register_forward_pre_hook, clock._pre)]
+        if clock is not None and clock.timed:
+            model_hooks.append((model.register_forward_hook, clock._post))
+        for h in (*w._hooks, *(clock._handles if clock is not None else ())):
+            h.remove()  # detached: put back on the watched steps
         for i in range(steps + 20):
             on = rng.random() < 0.5
             if on:
                 handles = [opt.register_step_pre_hook(w._on_pre_optimizer_step),
                            opt.register_step_post_hook(w._on_post_optimizer_step),
-                           model.register_forward_pre_hook(clock._pre),
-                           model.register_forward_hook(clock._post)]
-            got = trainer.step_parts(w if on else None)
+                           *(register(fn) for register, fn in model_hooks)]
+            got = trainer.step_parts(w if on else None, wrapped if on else raw)
             if on:
                 for h in handles:
                     h.remove()
@@ -338,12 +367,13 @@ def net_cost_us(trainer: Trainer, steps: int, run_root: Path,
         sub = {on: v[k * len(v) // 4:(k + 1) * len(v) // 4] for on, v in times.items()}
         quarters.append(sum(
             (statistics.median(t[i] for t in sub[True])
-             - statistics.median(t[i] for t in sub[False])) / 1e3 for i in (0, 2, 3)))
+             - statistics.median(t[i] for t in sub[False])) / 1e3
+            for i, p in enumerate(parts) if p in touched))
     return {"steps": {"with": len(times[True]), "without": len(times[False])},
             "plain_us": {p: statistics.median(t[i] for t in times[False]) / 1e3
                          for i, p in enumerate(parts)},
             "added_us": added,
-            "added_touched_us": added["forward"] + added["optimizer"] + added["w.step()"],
+            "added_touched_us": sum(added[p] for p in touched),
             "added_touched_quarters_us": quarters}
 
 def alert_pass_ms(window: int = 2000) -> float:
@@ -465,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     who = ("default watcher" if args.nan_policy is None
            else f"watcher (nan_policy={args.nan_policy!r})")
     total_us = direct["total"]
-    parts = ("forward hooks", "optimizer hooks", "w.step()")
+    parts = ("loader", "forward hooks", "optimizer hooks", "w.step()")
     print(f"{who}, its own CPU time on the training thread per step: {total_us:.0f} us "
           f"= {100 * total_us / step_us:.2f}% of a plain step ("
           + ", ".join(f"{k} {direct.get(k, 0.0):.0f} us" for k in parts)
@@ -479,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{net['steps']['with']} steps with it and {net['steps']['without']} without, "
               f"side by side (difference of medians): "
               + ", ".join(f"{k} {v:+.0f} us" for k, v in added.items())
-              + f"; the parts it runs in (forward, optimizer, w.step) "
+              + f"; the parts it runs in (batch, forward, optimizer, w.step) "
                 f"{net['added_touched_us']:+.0f} us = "
                 f"{100 * net['added_touched_us'] / step_us:+.2f}% (quarters of the run: "
               + ", ".join(f"{v:+.0f}" for v in q) + " us)")

@@ -63,10 +63,24 @@ def test_param_norm_and_update_ratio_match_an_oracle(tmp_path: pathlib.Path) -> 
     np.testing.assert_allclose(ur.values, [expected[s][1] for s in (0, 3, 6)], rtol=1e-4)
 
 
-def test_rates_compute_time_and_defaults(tmp_path: pathlib.Path) -> None:
+def test_one_process_records_no_compute_time_unless_asked(tmp_path: pathlib.Path) -> None:
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with watch(model, opt, run_dir=tmp_path, alert_every=None) as w:
+        assert w._forward is not None and not w._forward.timed  # the guard's RNG hook only
+        _train(w, model, opt, 3)
+    run = read_store(tmp_path / "metrics.sqlite")
+    assert run.get("compute_time_s") is None and run.get("step_time_s") is not None
+    with watch(model, opt, run_dir=tmp_path / "record", alert_every=None,
+               nan_policy="record") as w:
+        assert w._forward is None and not model._forward_pre_hooks  # nothing on the model
+        _train(w, model, opt, 2)
+
+
+def test_rates_compute_time_and_defaults(tmp_path: pathlib.Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, opt, run_dir=tmp_path, alert_every=None, forward_clock=True) as w:
         assert w.nan_policy == "skip" and w.fetch_every == 1  # CPU defaults
         _train(w, model, opt, 5)
         with torch.no_grad():
@@ -89,6 +103,7 @@ def test_config_validation_names_the_field(tmp_path: pathlib.Path) -> None:
                           ({"stop_on": {"diverging"}}, "stop_on"),
                           ({"alert_every": 100, "alert_window": 150}, "alert_window"),
                           ({"on_stop": 3}, "on_stop"),
+                          ({"forward_clock": "yes"}, "forward_clock"),
                           ({"rss_interval_s": 0}, "rss_interval_s"),
                           ({"rss_interval_s": "fast"}, "rss_interval_s")):
         with pytest.raises(ConfigError, match=field):
@@ -324,6 +339,39 @@ print("trained", i + 1, w.store.enabled)
     loss = load_paths([tmp_path]).get("loss")
     assert loss is not None and 200 <= len(loss) < 3000
     assert loss.steps.tolist() == list(range(len(loss)))  # a clean prefix, nothing torn
+
+
+def test_through_the_wrapped_loader_the_rng_is_read_as_each_batch_arrives(
+        tmp_path: pathlib.Path) -> None:
+    model = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.ones(2, 4), torch.zeros(2, 1)
+    batches = [(x, y)] * 6
+
+    def noisy_batches():  # a loader that draws from the global RNG, as augmentations do
+        for b in batches:
+            torch.rand(3)
+            yield b
+
+    with watch(model, opt, run_dir=tmp_path, alert_every=None) as w:
+        loader = w.wrap_loader(noisy_batches())
+        assert w._forward is None and not model._forward_pre_hooks  # the hook came off
+        for xb, yb in loader:
+            at_forward = torch.get_rng_state()
+            opt.zero_grad()
+            F.mse_loss(model(xb), yb).backward()
+            opt.step()
+            w.step(0.0)
+            assert torch.equal(w._guard.rng_state.cpu, at_forward)
+        # Steps whose batches do not come through the wrapped loader: the hook is back.
+        for _ in range(3):
+            opt.zero_grad()
+            at_forward = torch.get_rng_state()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            w.step(0.0)
+        assert w._forward is not None and not w._forward.timed
+        assert torch.equal(w._guard.rng_state.cpu, at_forward)
 
 
 def test_the_replay_draws_the_dropout_masks_of_the_step(tmp_path: pathlib.Path) -> None:

@@ -16,13 +16,17 @@ step times are equal across ranks and hide a straggler; the forward is not synch
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ForwardClock", "EventPair", "elapsed_s"]
+    from trainmedic.watch.watcher import Watcher
+
+__all__ = ["ForwardClock", "TimedLoader", "EventPair", "elapsed_s"]
+
+T = TypeVar("T")
 
 #: (start, end) CUDA events around one piece of GPU work.
 EventPair = tuple[Any, Any]
@@ -49,12 +53,14 @@ class ForwardClock:
     (evaluation) are not counted.
     """
 
-    def __init__(self, model: torch.nn.Module, *, cuda: bool,
+    def __init__(self, model: torch.nn.Module, *, cuda: bool, timed: bool = True,
                  on_forward_start: Callable[[], None] | None = None) -> None:
         import torch
 
         self._torch = torch
         self._cuda = cuda
+        #: False: only ``on_forward_start`` runs (no timing, no post-hook; take() is None).
+        self.timed = timed
         self._on_start = on_forward_start
         # Looked up once: these hooks run at every forward (module attribute lookups on a
         # cold cache cost more than the calls).
@@ -65,16 +71,17 @@ class ForwardClock:
         self._pairs: list[EventPair] = []
         self._start_event: Any = None
         target = _inner_module(model)
-        self._handles = [
-            target.register_forward_pre_hook(self._pre),
-            target.register_forward_hook(self._post),
-        ]
+        self._handles = [target.register_forward_pre_hook(self._pre)]
+        if timed:
+            self._handles.append(target.register_forward_hook(self._post))
 
     def _pre(self, module: Any, args: Any) -> None:
         if not self._grad_enabled():
             return
         if self._on_start is not None:
             self._on_start()
+        if not self.timed:
+            return
         if self._cuda:
             ev = self._torch.cuda.Event(enable_timing=True)
             ev.record()
@@ -106,3 +113,29 @@ class ForwardClock:
         for h in self._handles:
             h.remove()
         self._handles = []
+
+
+class TimedLoader(Generic[T]):
+    """Wraps an iterable (a DataLoader) and charges the time spent in ``next()`` to the
+    watcher's current step as data wait (``Watcher.wrap_loader`` makes it)."""
+
+    def __init__(self, iterable: Iterable[T], watcher: Watcher) -> None:
+        self._iterable = iterable
+        self._watcher = watcher
+
+    def __iter__(self) -> Iterator[T]:
+        it = iter(self._iterable)
+        clock = time.perf_counter
+        while True:
+            t0 = clock()
+            self._watcher._batch_requested(t0)
+            try:
+                item = next(it)
+            except StopIteration:
+                self._watcher._batch_arrived(clock() - t0)
+                return
+            self._watcher._batch_arrived(clock() - t0)
+            yield item
+
+    def __len__(self) -> int:
+        return len(self._iterable)  # type: ignore[arg-type]

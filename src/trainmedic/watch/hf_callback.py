@@ -157,7 +157,7 @@ class TrainmedicCallback(TrainerCallback):
         self._reset_step()
         # The step's batches were fetched between the last mark and now (get_batch_samples).
         w._batch_requested(self._mark)
-        w._add_data_wait(now - self._mark)
+        w._batch_arrived(now - self._mark)
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         w = self.watcher

@@ -130,7 +130,7 @@ class TrainmedicCallback(_Callback):
         if not self._in_step:  # the first micro-batch of an optimizer step
             w._batch_requested(self._mark)
             self._in_step = True
-        w._add_data_wait(now - self._mark)
+        w._batch_arrived(now - self._mark)
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         w = self.watcher

@@ -19,7 +19,8 @@ pre-clip norm); ``step_time_s`` (on CPU the wall time from the request for the s
 batch when the loader is wrapped, else from the previous ``step()``, to this ``step()``;
 evaluation between steps is not counted; on CUDA the GPU time between consecutive
 ``step()`` calls, from CUDA events); ``data_time_s`` (time waiting in the wrapped loader);
-``compute_time_s`` (training forward passes, see :mod:`trainmedic.watch.clock`); ``rss_mb``
+``compute_time_s`` (training forward passes, with more than one rank or
+``forward_clock=True``; see :mod:`trainmedic.watch.clock`); ``rss_mb``
 (the latest reading of a background sampler, at most ``rss_interval_s`` old; or read in
 ``step()`` with ``rss_interval_s=None``); on CUDA ``mem_alloc_mb``, ``mem_reserved_mb``,
 ``mem_peak_mb``; ``samples_per_s`` and ``tokens_per_s`` when ``batch_size`` / ``tokens``
@@ -42,13 +43,13 @@ import logging
 import os
 import pathlib
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainmedic.errors import ConfigError
 from trainmedic.run.store import RunStore
-from trainmedic.watch.clock import ForwardClock
+from trainmedic.watch.clock import ForwardClock, TimedLoader
 from trainmedic.watch.config import WatchConfig
 from trainmedic.watch.host_memory import RssSampler, rss_mb
 from trainmedic.watch.norms import GradNorm
@@ -68,32 +69,6 @@ _STOP_FILE_EVERY = 100
 #: Rows of the common CPU step are handed to the store and the live alerts this many at a
 #: time (or after half the store's flush interval, whichever comes first).
 _DRAIN_ROWS = 32
-
-
-class TimedLoader(Generic[T]):
-    """Wraps an iterable (a DataLoader) and charges the time spent in ``next()`` to the
-    watcher's current step as data wait."""
-
-    def __init__(self, iterable: Iterable[T], watcher: Watcher) -> None:
-        self._iterable = iterable
-        self._watcher = watcher
-
-    def __iter__(self) -> Iterator[T]:
-        it = iter(self._iterable)
-        clock = time.perf_counter
-        while True:
-            t0 = clock()
-            self._watcher._batch_requested(t0)
-            try:
-                item = next(it)
-            except StopIteration:
-                self._watcher._add_data_wait(clock() - t0)
-                return
-            self._watcher._add_data_wait(clock() - t0)
-            yield item
-
-    def __len__(self) -> int:
-        return len(self._iterable)  # type: ignore[arg-type]
 
 
 class Watcher:
@@ -202,11 +177,17 @@ class Watcher:
             self._hooks.append(optimizer.register_step_pre_hook(self._on_pre_optimizer_step))
             self._hooks.append(optimizer.register_step_post_hook(self._on_post_optimizer_step))
         self._forward: ForwardClock | None = None
+        #: The guard's RNG state is read as each batch leaves the wrapped loader (wrap_loader)
+        #: instead of in a forward pre-hook (see WatchConfig.forward_clock).
+        self._rng_at_batch = False
         if model is not None:
+            timed = cfg.forward_clock if cfg.forward_clock is not None \
+                else self.store.world_size > 1
             guard = self._guard.drops_updates
-            self._forward = ForwardClock(
-                model, cuda=self._cuda,
-                on_forward_start=self._guard.capture_rng if guard else None)
+            if timed or guard:
+                self._forward = ForwardClock(
+                    model, cuda=self._cuda, timed=timed,
+                    on_forward_start=self._guard.capture_rng if guard else None)
         self._param_every = cfg.param_every
         self._layers: Any = None
         self._layers_armed = False
@@ -259,7 +240,15 @@ class Watcher:
         return list(self._alerts.findings) if self._alerts is not None else []
 
     def wrap_loader(self, iterable: Iterable[T]) -> TimedLoader[T]:
-        """Iterate ``iterable`` through this to record ``data_time_s`` per step."""
+        """Iterate ``iterable`` through this to record ``data_time_s`` per step. Without the
+        forward clock, the NaN guard then reads the RNG state a replay needs (for dropout) as
+        each batch arrives, not in a forward pre-hook: exact unless the loop draws random
+        numbers between batch and forward. A step without a batch from here restores the hook."""
+        clock = self._forward
+        if clock is not None and not clock.timed and not self._closed:
+            clock.remove()
+            self._forward = None
+            self._rng_at_batch = True
         return TimedLoader(iterable, self)
 
     def step(self, loss: Any, *, batch_size: int | None = None, tokens: int | None = None,
@@ -278,7 +267,12 @@ class Watcher:
             return
         loss = self._check_loss(loss)
         now = time.perf_counter()
-        start = self._t_request if self._t_request is not None else self._t_last
+        if self._t_request is not None:
+            start = self._t_request
+        else:
+            start = self._t_last
+            if self._rng_at_batch:  # this step's batch did not come from the wrapped loader
+                self._rng_from_forward()
         self._t_last = now
         self._t_request = None
         if step is not None:
@@ -526,8 +520,19 @@ class Watcher:
         if self._t_request is None:
             self._t_request = t
 
-    def _add_data_wait(self, seconds: float) -> None:
-        self._data_wait_s += seconds
+    def _batch_arrived(self, wait_s: float) -> None:
+        self._data_wait_s += wait_s
+        if self._rng_at_batch:
+            self._guard.capture_rng()
+
+    def _rng_from_forward(self) -> None:
+        """Back to reading the guard's RNG state in a forward pre-hook."""
+        self._rng_at_batch = False
+        if self.model is not None and self._forward is None and not self._closed:
+            logger.debug("trainmedic: a step ran without a batch from the wrapped loader; "
+                         "the NaN guard reads the RNG at each forward again")
+            self._forward = ForwardClock(self.model, cuda=self._cuda, timed=False,
+                                         on_forward_start=self._guard.capture_rng)
 
     def _lr(self) -> Any:
         if self.optimizer is None or not self.optimizer.param_groups:
