@@ -125,16 +125,12 @@ class TimedLoader(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         it = iter(self._iterable)
-        clock = time.perf_counter
+        take = self._watcher._next_batch  # one call per batch: times the wait, reads the RNG
         while True:
-            t0 = clock()
-            self._watcher._batch_requested(t0)
             try:
-                item = next(it)
+                item = take(it)
             except StopIteration:
-                self._watcher._batch_arrived(clock() - t0)
                 return
-            self._watcher._batch_arrived(clock() - t0)
             yield item
 
     def __len__(self) -> int:

@@ -43,7 +43,7 @@ import logging
 import os
 import pathlib
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -519,6 +519,19 @@ class Watcher:
         # (evaluation, logging, a checkpoint save after step()) is not charged to a step.
         if self._t_request is None:
             self._t_request = t
+
+    def _next_batch(self, it: Iterator[T]) -> T:
+        """The wrapped loader's next batch: the wait is charged to the current step (which
+        starts at its first request), and the guard's RNG state read when it arrives."""
+        t0 = time.perf_counter()
+        if self._t_request is None:
+            self._t_request = t0
+        try:
+            return next(it)
+        finally:
+            self._data_wait_s += time.perf_counter() - t0
+            if self._rng_at_batch:
+                self._guard.capture_rng()
 
     def _batch_arrived(self, wait_s: float) -> None:
         self._data_wait_s += wait_s
