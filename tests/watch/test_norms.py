@@ -104,3 +104,18 @@ def test_of_aligned_norms_parameters_and_their_updates() -> None:
             p.mul_(1.01)
         delta = torch._foreach_sub(params, before)
         assert norm.of_aligned(delta) == pytest.approx(0.01 * _oracle(before), rel=1e-4)
+
+
+def test_joined_vector_gradients_with_some_missing_or_strided() -> None:
+    # One dtype on CPU: the 1-D gradients are reduced as one joined tensor.
+    params = _params(((5, 4), torch.float32), ((4,), torch.float32), ((6,), torch.float32),
+                     ((3,), torch.float32))
+    norm = GradNorm(torch, params)
+    assert len(norm._vectors) == 3
+    params[0].grad = torch.randn(5, 4)
+    assert norm() == pytest.approx(_oracle([params[0].grad]), rel=1e-6)
+    params[2].grad = torch.randn(12)[::2]  # a strided view, as an expand or slice gives
+    assert norm() == pytest.approx(_oracle([params[0].grad, params[2].grad]), rel=1e-6)
+    params[1].grad = torch.randn(4)
+    params[3].grad = torch.randn(3)
+    assert norm() == pytest.approx(_oracle([p.grad for p in params]), rel=1e-6)
