@@ -4,6 +4,7 @@ Usage (from the repository root)::
 
     .venv/bin/python benchmarks/watch_overhead.py                  # ~1-2 minutes
     .venv/bin/python benchmarks/watch_overhead.py --rounds 40 --json
+    .venv/bin/python benchmarks/watch_overhead.py --clip 1.0       # loops that clip
 
 The loop is the demo's: the 2-layer character transformer (d_model 64), batch 16 x 64
 characters, AdamW, on CPU with one torch thread. Variants:
@@ -92,6 +93,20 @@ class Trainer:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.01)
         self.step_i = 0
         self.last_cpu_s = 0.0
+        #: --clip: every loop clips the gradients to this norm (the watched ones through
+        #: ``w.clip_grad_norm_``, the others through torch's ``clip_grad_norm_``).
+        self.clip: float | None = None
+
+    def clip_grads(self, watcher: Any) -> None:
+        """Clip as the loop at hand would: through the watcher when there is one."""
+        import torch
+
+        if self.clip is None:
+            return
+        if watcher is not None:
+            watcher.clip_grad_norm_(self.clip)
+        else:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
 
     def batch_loss(self, x: Any, y: Any) -> Any:
         """The loss of one batch: what the demo hands the NaN guard as ``replay=``."""
@@ -117,6 +132,7 @@ class Trainer:
                 logits = self.model(x)
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
                 loss.backward()
+            self.clip_grads(watcher)
             self.opt.step()
             if watcher is not None:
                 watcher.step(loss, batch_size=x.shape[0], tokens=x.numel(),
@@ -150,6 +166,7 @@ class Trainer:
         t1 = clock()
         loss.backward()
         t2 = clock()
+        self.clip_grads(watcher)
         self.opt.step()
         t3 = clock()
         if watcher is not None:
@@ -267,6 +284,11 @@ def direct_cost_us(trainer: Trainer, steps: int, run_root: Path,
 
         def wrap_loader(self, batches: Any) -> Any:
             return batches
+
+        def clip_grad_norm_(self, max_norm: float) -> Any:
+            import torch
+
+            return torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), max_norm)
 
     labels = {"fwd_pre": "forward hooks", "fwd_post": "forward hooks",
               "opt_hook": "optimizer hooks", "step": "w.step()"}
@@ -408,6 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nan-policy", default=None, choices=("skip", "raise", "record"),
                     help="the watcher's nan_policy for the own-time and per-part figures "
                          "(default: the watcher's default, 'skip' on CPU)")
+    ap.add_argument("--clip", type=float, default=None, metavar="MAX_NORM",
+                    help="every loop clips its gradients to this norm: the plain ones with "
+                         "torch.nn.utils.clip_grad_norm_, the watched ones with "
+                         "w.clip_grad_norm_ (which records the pre-clip norm it takes, so the "
+                         "watcher does not read the gradients again)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
@@ -435,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     per_round: dict[str, list[float]] = {n: [] for n in names}
     cpu_round: dict[str, list[float]] = {n: [] for n in names}
     trainer = Trainer(make_batch, len(vocab))
+    trainer.clip = args.clip
     with tempfile.TemporaryDirectory() as tmp:
         for n in (names if args.rounds > 0 else ["plain", "watch"]):  # warm-up: allocator,
             run_round(n, trainer, 20, Path(tmp))                       # first calls, imports
@@ -457,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     pass_ms = alert_pass_ms()
     base = per_round["plain"]
     result: dict[str, Any] = {"machine": describe(), "rounds": args.rounds,
-                              "steps_per_round": args.steps_per_round, "variants": {},
+                              "steps_per_round": args.steps_per_round, "clip": args.clip,
+                              "variants": {},
                               "alert_pass_ms": pass_ms, "direct_us_per_step": direct,
                               "plain_thread_cpu_us_per_step": plain_cpu_us,
                               "net_us_per_step": net}
@@ -477,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(one_line())
-    print(f"demo transformer on CPU, batch {args.batch_size} x 64, 1 torch thread; "
+    clipping = "" if args.clip is None else f", gradients clipped to {args.clip:g}"
+    print(f"demo transformer on CPU, batch {args.batch_size} x 64, 1 torch thread{clipping}; "
           f"{args.rounds} rounds x "
           f"{args.steps_per_round} steps per variant, interleaved")
     step_us = plain_cpu_us

@@ -398,3 +398,60 @@ def test_the_replay_draws_the_dropout_masks_of_the_step(tmp_path: pathlib.Path) 
     # misses it half the time): the first three, replayed, all name the module.
     for e in events[:3]:
         assert (e.data["where"], e.data["module"]) == ("forward", "1"), e.data
+
+
+def test_clip_through_the_watcher_records_the_pre_clip_norm_once(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainmedic.watch.norms import GradNorm
+
+    calls = []
+    norm_of_grads = GradNorm.__call__
+    monkeypatch.setattr(GradNorm, "__call__",
+                        lambda self: calls.append(1) or norm_of_grads(self))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    twin = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    twin.load_state_dict(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=1e-3)
+    x, y = torch.randn(32, 8) * 50, torch.randn(32, 1)
+    pre_clip = []
+    with watch(model, opt, run_dir=tmp_path, alert_every=None) as w:
+        for _ in range(5):
+            for m, o in ((model, opt), (twin, twin_opt)):
+                o.zero_grad()
+                F.mse_loss(m(x), y).backward()
+            total = w.clip_grad_norm_(1.0)
+            pre_clip.append(float(torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)))
+            assert float(total) == pytest.approx(pre_clip[-1], rel=1e-6)
+            assert pre_clip[-1] > 1.0  # the clip did clip
+            for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+                # torch's clipping; the norm may differ in its last bit (combined in float64)
+                torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=0)
+            opt.step()
+            twin_opt.step()
+            w.step(F.mse_loss(model(x), y))
+        assert len(calls) == 5  # one pass over the gradients per step, not two
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9)
+    run = read_store(tmp_path / "metrics.sqlite")
+    np.testing.assert_allclose(run.get("grad_norm").values, pre_clip, rtol=1e-6)  # type: ignore[union-attr]
+    assert run.meta.get("grad_norm_basis") == "pre_clip"
+
+
+def test_clip_norm_is_used_when_the_optimizer_step_is_skipped(tmp_path: pathlib.Path) -> None:
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with watch(model, opt, run_dir=tmp_path, alert_every=None) as w:
+        model(torch.ones(2, 4) * 10).sum().backward()
+        total = float(w.clip_grad_norm_(0.5))
+        w.step(1.0)  # no optimizer.step(): e.g. a GradScaler that found an inf
+        model.zero_grad()
+        w.step(2.0)  # no gradients and no clip: no norm
+        with pytest.raises(ConfigError, match="max_norm"):
+            w.clip_grad_norm_(0.0)
+        assert float(w.clip_grad_norm_(1.0)) == 0.0  # no gradients: 0, as torch returns
+    run = read_store(tmp_path / "metrics.sqlite")
+    gn = run.get("grad_norm")
+    assert gn is not None and gn.steps.tolist() == [0]
+    assert gn.values[0] == pytest.approx(total) and total > 0.5

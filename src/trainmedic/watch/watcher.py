@@ -14,9 +14,10 @@
 
 Per step: ``loss``; ``lr`` (``optimizer.param_groups[0]["lr"]``); ``grad_norm`` (global L2
 norm of the model's gradients, taken in an optimizer step pre-hook, i.e. after backward and
-after any clipping: pass ``grad_norm=`` the value ``clip_grad_norm_`` returns to record the
-pre-clip norm); ``step_time_s`` (on CPU the wall time from the request for the step's first
-batch when the loader is wrapped, else from the previous ``step()``, to this ``step()``;
+after any clipping; clip with ``w.clip_grad_norm_(max_norm)`` instead of torch's to record
+the pre-clip norm with one pass over the gradients, not two); ``step_time_s`` (on CPU the
+wall time from the request for the step's first batch when the loader is wrapped, else from
+the previous ``step()``, to this ``step()``;
 evaluation between steps is not counted; on CUDA the GPU time between consecutive
 ``step()`` calls, from CUDA events); ``data_time_s`` (time waiting in the wrapped loader);
 ``compute_time_s`` (training forward passes, with more than one rank or
@@ -52,6 +53,7 @@ from trainmedic.run.store import RunStore
 from trainmedic.watch.clock import ForwardClock, TimedLoader
 from trainmedic.watch.config import WatchConfig
 from trainmedic.watch.host_memory import RssSampler, rss_mb
+from trainmedic.watch.inputs import check_loss, foreign_optimizer_params
 from trainmedic.watch.norms import GradNorm
 from trainmedic.watch.recorder import Recorder, read_now
 from trainmedic.watch.step_guard import StepGuard
@@ -156,6 +158,10 @@ class Watcher:
         self._t_last = time.perf_counter()
         self._t_request: float | None = None
         self._grad_norm_now: torch.Tensor | float | None = None
+        # The pre-clip norm that clip_grad_norm_() took this step: the pre-step hook uses it
+        # instead of reading every gradient a second time.
+        self._clip_norm: torch.Tensor | float | None = None
+        self._clip_meta_written = False
         self._host_only = (not self._cuda and self.fetch_every == 1
                            and self.scaler is None)
         self._rss_sampler: RssSampler | None = None
@@ -251,6 +257,30 @@ class Watcher:
             self._rng_at_batch = True
         return TimedLoader(iterable, self)
 
+    def clip_grad_norm_(self, max_norm: float, *, foreach: bool | None = None) -> Any:
+        """``torch.nn.utils.clip_grad_norm_`` over the watched parameters (call it where the
+        loop would call torch's, after ``scaler.unscale_``); returns the pre-clip norm, a 0-d
+        tensor. The step then records that pre-clip norm, as HF Trainer and Lightning log it,
+        and the gradients are read once for it, not twice. The norm is the watcher's
+        overflow-safe one; the clipping is torch's ``clip_grads_with_norm_``."""
+        torch = self._torch
+        if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)) \
+                or not max_norm > 0:
+            raise ConfigError(f"clip_grad_norm_(max_norm): expected a number > 0, got "
+                              f"{max_norm!r}")
+        norm = self._grad_norm()
+        if norm is None:  # no gradients: nothing to clip, as torch returns 0
+            return torch.zeros((), device=self._device)
+        total = torch.tensor(norm) if isinstance(norm, float) else norm
+        torch.nn.utils.clip_grads_with_norm_(self._params, float(max_norm),
+                                             total.to(torch.float32), foreach=foreach)
+        if not self._closed:
+            self._clip_norm = norm
+            if not self._clip_meta_written:
+                self._clip_meta_written = True
+                self.store.set_meta(grad_norm_basis="pre_clip")
+        return total
+
     def step(self, loss: Any, *, batch_size: int | None = None, tokens: int | None = None,
              grad_norm: Any | None = None, step: int | None = None,
              replay: Callable[[], Any] | None = None, **extra: Any) -> None:
@@ -265,7 +295,7 @@ class Watcher:
         """
         if self._closed:
             return
-        loss = self._check_loss(loss)
+        loss = check_loss(self._torch, loss)
         now = time.perf_counter()
         if self._t_request is not None:
             start = self._t_request
@@ -280,14 +310,16 @@ class Watcher:
         s = self._step
         gn: Any = grad_norm
         if gn is None:
-            gn = self._grad_norm_now if self._grad_norm_now is not None else self._grad_norm()
+            gn = self._grad_norm_now if self._grad_norm_now is not None else (
+                self._clip_norm if self._clip_norm is not None else self._grad_norm())
         self._grad_norm_now = None
+        self._clip_norm = None
         fwd = self._forward.take() if self._forward is not None else None
         data_s, self._data_wait_s = self._data_wait_s, 0.0
         fast = self._host_only and not extra and not self._param_stats \
             and not self._layers_armed
         if fast and loss is not None and type(loss) is not float:
-            if loss.is_cpu:  # a tensor (_check_loss): read now, no device to wait for
+            if loss.is_cpu:  # a tensor (check_loss): read now, no device to wait for
                 loss = loss.item()
             else:
                 fast = False
@@ -468,44 +500,15 @@ class Watcher:
         return []
 
     def _check_arguments(self) -> None:
-        """A model with nothing to train is refused; an optimizer stepping parameters the
-        model does not hold (a stale copy: the classic "loss never moves" bug) is recorded
-        as an event and logged, since the run may still mean it (e.g. a frozen teacher)."""
+        """An optimizer stepping parameters the model does not hold is recorded as an event
+        and logged (:func:`~trainmedic.watch.inputs.foreign_optimizer_params`)."""
         if self.model is None or self.optimizer is None:
             return
         self.store.set_meta(optimizer_params_checked=True)
-        in_model = {id(p) for p in self.model.parameters()}
-        opt_params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        foreign = [p for p in opt_params if id(p) not in in_model]
-        if not foreign:
-            return
-        n_el = sum(int(p.numel()) for p in foreign)
-        msg = (f"{len(foreign)} of the optimizer's {len(opt_params)} parameters "
-               f"({n_el:,} values) are not parameters of the watched model: the optimizer "
-               f"updates tensors the model does not use (built over a copy of the model?)")
-        logger.warning("trainmedic: %s", msg)
-        self.store.event(self._step, "optimizer_params_not_in_model",
-                         {"foreign": len(foreign), "optimizer_params": len(opt_params),
-                          "foreign_values": n_el, "detail": msg})
-
-    def _check_loss(self, loss: Any) -> Any:
-        torch = self._torch
-        if isinstance(loss, torch.Tensor):
-            if loss.numel() != 1:
-                raise ConfigError(
-                    f"w.step(loss): loss must be a scalar tensor, got shape "
-                    f"{tuple(loss.shape)}; reduce it first (loss.mean()) or pass a number")
-            return loss
-        if loss is None:
-            return None
-        if isinstance(loss, (str, bytes)):
-            raise ConfigError(f"w.step(loss): loss must be a scalar tensor or a number, got "
-                              f"{type(loss).__name__} {loss!r}")
-        try:
-            return float(loss)
-        except (TypeError, ValueError):
-            raise ConfigError(f"w.step(loss): loss must be a scalar tensor or a number, got "
-                              f"{type(loss).__name__}") from None
+        found = foreign_optimizer_params(self.model, self.optimizer)
+        if found is not None:
+            logger.warning("trainmedic: %s", found["detail"])
+            self.store.event(self._step, "optimizer_params_not_in_model", found)
 
     def _stop_file_path(self, stop_file: str | pathlib.Path | None) -> pathlib.Path | None:
         if stop_file is None:
@@ -553,8 +556,9 @@ class Watcher:
         return self.optimizer.param_groups[0].get("lr")
 
     def _on_pre_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        # After backward (and after any clipping), before the update changes anything.
-        gn = self._grad_norm()
+        # After backward (and after any clipping), before the update changes anything; the
+        # pre-clip norm when clip_grad_norm_() took one this step.
+        gn = self._clip_norm if self._clip_norm is not None else self._grad_norm()
         self._grad_norm_now = gn
         if self._layers_armed:
             self._layers.on_grads()
