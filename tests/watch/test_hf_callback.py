@@ -24,6 +24,7 @@ from trainmedic.diagnose.engine import diagnose  # noqa: E402
 from trainmedic.errors import ConfigError  # noqa: E402
 from trainmedic.run.loader import load_paths  # noqa: E402
 from trainmedic.watch.hf_callback import TrainmedicCallback, eval_row  # noqa: E402
+from trainmedic.watch.norms import GradNorm  # noqa: E402
 
 VOCAB, SEQ = 64, 16
 
@@ -88,10 +89,15 @@ def _series(run, name):
     return dict(zip(s.steps.tolist(), s.values.tolist(), strict=True))
 
 
-def test_grad_accumulation_run_matches_the_trainers_own_logs(tmp_path):
+def test_grad_accumulation_run_matches_the_trainers_own_logs(tmp_path, monkeypatch):
     steps, accum, every, clip = 20, 2, 5, 0.05
+    passes = []  # how often the gradients are read for a norm: once per step
+    norm_of_grads = GradNorm.__call__
+    monkeypatch.setattr(GradNorm, "__call__",
+                        lambda self: passes.append(1) or norm_of_grads(self))
     run_dir, history = _train(tmp_path, steps=steps, accum=accum, logging_steps=every,
                               max_grad_norm=clip, eval_steps=10)
+    assert len(passes) == steps
     run = load_paths([str(run_dir)])
     want = list(range(1, steps + 1))  # HF's global_step after each optimizer step
     for name in ("loss", "lr", "grad_norm", "step_time_s", "data_time_s", "samples_per_s",

@@ -16,6 +16,7 @@ from trainmedic.diagnose.engine import diagnose  # noqa: E402
 from trainmedic.errors import ConfigError  # noqa: E402
 from trainmedic.run.loader import load_paths  # noqa: E402
 from trainmedic.watch.lightning_callback import TrainmedicCallback, val_row  # noqa: E402
+from trainmedic.watch.norms import GradNorm  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -92,9 +93,14 @@ def _series(run, name):
     return dict(zip(s.steps.tolist(), s.values.tolist(), strict=True))
 
 
-def test_accumulated_clipped_run_records_every_optimizer_step(tmp_path):
+def test_accumulated_clipped_run_records_every_optimizer_step(tmp_path, monkeypatch):
     steps, accum, clip = 20, 2, 0.05
+    passes = []  # how often the gradients are read for a norm: once per step
+    norm_of_grads = GradNorm.__call__
+    monkeypatch.setattr(GradNorm, "__call__",
+                        lambda self: passes.append(1) or norm_of_grads(self))
     run, module = _fit(tmp_path, accum=accum, clip=clip, steps=steps, val_every=10)
+    assert len(passes) == steps
     want = list(range(1, steps + 1))  # trainer.global_step after each optimizer step
     for name in ("loss", "lr", "grad_norm", "step_time_s", "data_time_s", "samples_per_s"):
         got = _series(run, name)

@@ -306,6 +306,7 @@ class TrainmedicCallback(TrainerCallback):
             else:
                 norm = norm / scale.to(norm.device, norm.dtype)
         self._grad_norm = norm
+        w._clip_norm = norm  # the watcher's pre-step hook takes it, not a third pass
 
 
 def eval_row(metrics: Mapping[str, Any]) -> dict[str, Any]:

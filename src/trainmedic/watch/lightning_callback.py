@@ -118,6 +118,10 @@ class TrainmedicCallback(_Callback):
         self._last_step = int(trainer.global_step)
         self.watcher = Watcher(pl_module, optimizer, run_dir=self.run_dir,
                                start_step=self._last_step, meta=meta, **kw)
+        # Its optimizer pre-step hook runs before Lightning's closure (forward, backward): a
+        # norm there would read the previous step's gradients. on_before_optimizer_step
+        # takes it instead; the hook still copies the parameters for update_ratio.
+        self.watcher._norm_in_hook = False
         self._reset_step()
         self._mark = time.perf_counter()
 

@@ -158,9 +158,12 @@ class Watcher:
         self._t_last = time.perf_counter()
         self._t_request: float | None = None
         self._grad_norm_now: torch.Tensor | float | None = None
-        # The pre-clip norm that clip_grad_norm_() took this step: the pre-step hook uses it
-        # instead of reading every gradient a second time.
+        # A norm already taken this step (by clip_grad_norm_(), or an integration's callback
+        # before the framework clips): the pre-step hook uses it instead of reading every
+        # gradient again. _norm_in_hook=False: the hook takes none (Lightning's callback,
+        # where the hook runs before the step's backward).
         self._clip_norm: torch.Tensor | float | None = None
+        self._norm_in_hook = True
         self._clip_meta_written = False
         self._host_only = (not self._cuda and self.fetch_every == 1
                            and self.scaler is None)
@@ -558,7 +561,8 @@ class Watcher:
     def _on_pre_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # After backward (and after any clipping), before the update changes anything; the
         # pre-clip norm when clip_grad_norm_() took one this step.
-        gn = self._clip_norm if self._clip_norm is not None else self._grad_norm()
+        gn = self._clip_norm if self._clip_norm is not None else (
+            self._grad_norm() if self._norm_in_hook else None)
         self._grad_norm_now = gn
         if self._layers_armed:
             self._layers.on_grads()
