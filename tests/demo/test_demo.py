@@ -19,7 +19,7 @@ import trainmedic
 from trainmedic.demo import DEFAULT_STEPS, FAULTS, DemoConfig, run_demo
 from trainmedic.demo.corpus import CORPUS_FILE, generate_corpus, load_corpus
 from trainmedic.errors import ConfigError
-from trainmedic.run.store import read_store
+from trainmedic.run.store import RunStore, StoreLockedError, read_store
 
 SRC = pathlib.Path(trainmedic.__file__).resolve().parents[1]
 
@@ -110,3 +110,17 @@ def test_importing_demo_does_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_demo_refuses_an_out_folder_another_demo_is_writing(tmp_path: pathlib.Path) -> None:
+    from trainmedic.demo.runner import _clear_store
+
+    store = RunStore(tmp_path)
+    store.log(0, {"loss": 1.0})
+    store.flush()
+    with pytest.raises(StoreLockedError):
+        _clear_store(tmp_path)
+    assert read_store(store.path).get("loss") is not None
+    store.close()
+    _clear_store(tmp_path)
+    assert not store.path.exists()

@@ -23,6 +23,7 @@ from trainmedic.run.store import (
     StoreLockedError,
     is_store_file,
     read_store,
+    remove_store,
     store_path,
 )
 
@@ -297,3 +298,17 @@ def test_read_is_fast_enough_for_a_long_run(tmp_path: pathlib.Path) -> None:
     elapsed = time.perf_counter() - t0
     assert run.num_points == 200_000
     assert elapsed < 2.0  # ~0.15 s measured on 2 cores; generous for a noisy CI
+
+
+def test_remove_store_refuses_a_store_being_written(tmp_path: pathlib.Path) -> None:
+    store = RunStore(tmp_path)
+    store.log(0, {"loss": 1.0})
+    store.flush()
+    path = store.path
+    with pytest.raises(StoreLockedError, match="another writer"):
+        remove_store(path)
+    assert read_store(path).get("loss") is not None  # nothing of the live run was touched
+    store.close()
+    remove_store(path)
+    assert not any(p.name != path.name + ".lock" for p in tmp_path.iterdir())
+    remove_store(path)  # already gone: nothing to do

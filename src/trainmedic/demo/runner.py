@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError
+from trainmedic.run.store import remove_store
 
 if TYPE_CHECKING:
     from trainmedic.checkpoint.preemption import Preempted
@@ -176,13 +177,12 @@ def _lr_at(step: int, steps: int, peak: float, *, decay: bool = True) -> float:
 
 
 def _clear_store(run_dir: pathlib.Path) -> None:
-    """Remove an earlier demo's store files (only ours) so the new run starts its own record."""
+    """Remove an earlier demo's store files (only ours) so the new run starts its own record;
+    a store that a running demo is writing is refused (StoreLockedError), not deleted."""
     if not run_dir.is_dir():
         return
-    for p in run_dir.glob("metrics*.sqlite*"):
-        if p.name.endswith(".lock"):
-            continue
-        p.unlink()
+    for p in sorted(run_dir.glob("metrics*.sqlite")):
+        remove_store(p)
 
 
 def _return_freed_memory() -> None:

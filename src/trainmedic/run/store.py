@@ -62,6 +62,7 @@ except ImportError:  # pragma: no cover - not on the CI platform
 __all__ = [
     "RunStore",
     "StoreLockedError",
+    "remove_store",
     "STORE_FORMAT",
     "store_file_name",
     "store_path",
@@ -250,22 +251,7 @@ class RunStore:
         self._conn = conn
 
     def _acquire_lock(self) -> None:
-        if fcntl is None:  # pragma: no cover
-            return
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        fd = os.open(str(lock_path), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StoreLockedError(
-                f"{self.path}: another writer already holds this run store (lock {lock_path}); "
-                f"give each process its own run_dir, or its own rank (rank=N or torchrun's RANK)"
-            ) from None
-        except OSError:
-            os.close(fd)
-            raise
-        self._lock_fd = fd
+        self._lock_fd = _lock_store(self.path)
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
@@ -427,6 +413,42 @@ class RunStore:
         conn.executemany("INSERT INTO metrics(step, metric_id, value) VALUES (?, ?, ?)", rows)
         conn.execute("COMMIT")
         self.rows_written += len(rows)
+
+
+def _lock_store(path: pathlib.Path) -> int | None:
+    """Take the writer's lock of the store at ``path`` (an ``flock`` on ``<path>.lock``);
+    return the descriptor that holds it (closing it releases the lock). Raises
+    ``StoreLockedError`` when another writer holds it."""
+    if fcntl is None:  # pragma: no cover
+        return None
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(str(lock_path), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLockedError(
+            f"{path}: another writer already holds this run store (lock {lock_path}); "
+            f"give each process its own run_dir, or its own rank (rank=N or torchrun's RANK)"
+        ) from None
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def remove_store(path: str | os.PathLike[str]) -> None:
+    """Delete the store at ``path`` (with its WAL and shared-memory files), under its
+    writer's lock: a store a live run is writing raises ``StoreLockedError`` and is left as
+    it is. The lock file stays (unlinking it would let two writers lock different files)."""
+    path = pathlib.Path(path)
+    fd = _lock_store(path)
+    try:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            path.with_name(path.name + suffix).unlink(missing_ok=True)
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def _to_float(value: Any) -> float | None:
