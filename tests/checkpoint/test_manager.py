@@ -436,3 +436,58 @@ def test_a_failing_rank_fails_the_save_on_every_rank(two_ranks: tuple[Path, list
         results[1]["fail"]["error"]
     assert "checkpoint step 3 was not saved: rank 1 failed" in results[0]["fail"]["error"]
     assert list((base / "fail").iterdir()) == []  # the temporary folder was removed
+
+
+def test_retention_keeps_the_newest_finite_checkpoint(tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    objs = _objects()
+    with CheckpointManager(tmp_path, keep_last=2) as mgr:
+        for step in (10, 20):
+            mgr.save(step, objs)
+        assert read_manifest(tmp_path / "step-00000020").finite is True
+        with torch.no_grad():
+            objs["model"][0].weight.fill_(float("nan"))  # the run went NaN and kept saving
+        with caplog.at_level(logging.WARNING, logger="trainmedic.checkpoint"):
+            for step in (30, 40, 50):
+                mgr.save(step, objs)
+        assert "NaN/inf" in caplog.text and "model.0.weight" in caplog.text
+        assert read_manifest(tmp_path / "step-00000050").finite is False
+        kept = sorted(p.name for p in tmp_path.iterdir())
+        # the two newest, and step 20: the newest one whose state was finite
+        assert kept == ["step-00000020", "step-00000040", "step-00000050"]
+        assert mgr.latest() == tmp_path / "step-00000020"
+
+
+def test_with_the_run_latest_and_retention_respect_the_divergence(tmp_path: Path) -> None:
+    from trainmedic.run.store import RunStore
+
+    run_dir = tmp_path / "run"
+    with RunStore(run_dir) as store:  # the loss went non-finite at step 25
+        for s in range(60):
+            store.log(s, {"loss": 2.0 - 0.01 * s if s < 25 else float("nan")})
+    objs = _objects()
+    root = tmp_path / "ckpt"
+    with CheckpointManager(root, keep_last=2, run_dir=run_dir) as mgr:
+        for step in (10, 20, 30, 40, 50):
+            mgr.save(step, objs)  # finite weights (a NaN guard skipped the bad updates)
+        kept = sorted(p.name for p in root.iterdir())
+        assert kept == ["step-00000020", "step-00000040", "step-00000050"]
+        assert mgr.latest() == root / "step-00000020"
+    assert CheckpointManager(root).latest() == root / "step-00000050"  # without the run
+
+
+def test_with_the_run_load_resumes_from_before_the_divergence(tmp_path: Path) -> None:
+    from trainmedic.run.store import RunStore
+
+    run_dir = tmp_path / "run"
+    with RunStore(run_dir) as store:
+        for s in range(60):
+            store.log(s, {"loss": 2.0 - 0.01 * s if s < 25 else float("inf")})
+    root = tmp_path / "ckpt"
+    objs = _objects()
+    with CheckpointManager(root, keep_last=None) as mgr:
+        for step in (10, 20, 30):
+            mgr.save(step, objs)
+    loaded = CheckpointManager(root, run_dir=run_dir).load(_objects(seed=1))
+    assert loaded.step == 20
+    assert CheckpointManager(root).load(_objects(seed=1)).step == 30

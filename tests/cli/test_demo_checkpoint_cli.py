@@ -138,3 +138,25 @@ def test_sigterm_saves_and_exits_75(tmp_path: pathlib.Path) -> None:
     step = int(names[0].split("-")[1])
     assert 0 < step < 400
     assert losses(out)[0] == list(range(step))
+
+
+def test_after_a_divergence_resume_starts_before_it(tmp_path: pathlib.Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from trainmedic.checkpoint.verify import divergence_onset
+
+    out = tmp_path / "run"
+    main(["demo", "--fault", "diverge", "--steps", "40", "--checkpoint-every", "5",
+          "--out", str(out), "--json"])
+    onset = divergence_onset(out)
+    assert onset is not None and 5 < onset < 35
+    kept = committed(out / "checkpoints")
+    before = [n for n in kept if int(n.split("-")[1]) < onset]
+    # the newest three (all after the onset) and the newest one before it
+    assert len(kept) == 4 and len(before) == 1
+    capsys.readouterr()
+    main(["demo", "--fault", "diverge", "--steps", "40", "--checkpoint-every", "5",
+          "--out", str(out), "--resume", "--json"])
+    assert f"resuming from {out / 'checkpoints' / before[0]}" in capsys.readouterr().err
+    steps, _ = losses(out)
+    # the store holds the first run, then the resumed one from that step on
+    assert steps[:40] == list(range(40)) and steps[40] == int(before[0].split("-")[1])

@@ -63,7 +63,9 @@ extra CPU copy of the state, held between saves (``close()`` frees it). ``dcp`` 
 always synchronous (DCP's collectives run on the training thread).
 
 **Retention** (``keep_last``): after each commit, rank 0 deletes the committed checkpoints
-beyond the newest ``keep_last`` by step, never the one just saved, and removes temporary
+beyond the newest ``keep_last`` by step, never the one just saved nor the newest one that is
+trusted (finite at save and, with ``run_dir``, saved before a divergence: ``health``), and
+removes temporary
 folders whose writer is dead (see ``commit``). Saving a step lower than an existing one (a run
 rolled back) is logged: ``latest()`` still returns the highest step.
 """
@@ -86,6 +88,7 @@ from trainmedic.checkpoint.commit import (
     scan,
     step_dir_name,
 )
+from trainmedic.checkpoint.health import newest_trusted, run_divergence_onset, state_finite
 from trainmedic.checkpoint.manifest import (
     MANIFEST_NAME,
     FileRecord,
@@ -99,8 +102,7 @@ from trainmedic.checkpoint.manifest import (
 )
 from trainmedic.checkpoint.process_group import ProcessGroupComm
 from trainmedic.checkpoint.staging import StagedState, Stager
-from trainmedic.checkpoint.verify import Problem, check_file, load_pt, owned_copy
-from trainmedic.checkpoint.verify import latest as _verified_latest
+from trainmedic.checkpoint.verify import Problem, check_file, find_latest, load_pt, owned_copy
 from trainmedic.errors import ConfigError, InputError
 
 __all__ = [
@@ -210,12 +212,14 @@ class CheckpointManager:
     from the world size and the model. ``sync_files``: fsync files and folders before the
     commit (the default); False trades power-cut durability for speed, as DCP's option of
     that name does (see :class:`~trainmedic.checkpoint.commit.PendingCheckpoint`).
+    ``run_dir``: the run's store or logs; ``latest()`` then skips checkpoints saved at or
+    after the loss diverged, and retention keeps the newest one before (module doc).
     """
 
     def __init__(self, root: str | Path, *, keep_last: int | None = 3,
                  async_save: bool = False, config: Mapping[str, Any] | None = None,
                  sharded: bool | None = None, defer_copy: bool = False,
-                 sync_files: bool = True) -> None:
+                 sync_files: bool = True, run_dir: str | Path | None = None) -> None:
         if keep_last is not None and (isinstance(keep_last, bool)
                                       or not isinstance(keep_last, int) or keep_last < 1):
             raise ConfigError(f"keep_last must be an integer >= 1 or None, got {keep_last!r}")
@@ -234,6 +238,7 @@ class CheckpointManager:
         self.async_save = async_save
         self.defer_copy = defer_copy
         self.sync_files = sync_files
+        self.run_dir = Path(run_dir) if run_dir is not None else None
         self.sharded = sharded
         self._config_hash = config_hash(config) if config is not None else None
         self._config = copy.deepcopy(dict(config)) if config is not None else None
@@ -351,6 +356,9 @@ class CheckpointManager:
                                                sync_files=self.sync_files)
         records: list[FileRecord] = []
         mine: BaseException | None = None
+        # dcp: the model and optimizer are shards in dcp/, not checked here (None: unknown).
+        finite = state_finite(files, step, self.root) \
+            if self.rank == 0 and dcp_objs is None else None
         try:
             if dcp_objs is not None:
                 from trainmedic.checkpoint.sharded import save_sharded
@@ -376,7 +384,7 @@ class CheckpointManager:
                 outcome = ("error", failed)
             else:
                 try:
-                    manifest = self._manifest(step, fmt, entries, gathered)
+                    manifest = self._manifest(step, fmt, entries, gathered, finite)
                     self._warn_rollback(step)
                     outcome = ("ok", str(pending.commit(manifest)))
                 except BaseException as exc:  # noqa: BLE001 - every rank must hear of it
@@ -393,13 +401,15 @@ class CheckpointManager:
         final = Path(outcome[1])
         if self.rank == 0 and self.keep_last is not None:
             try:
-                apply_retention(self.root, self.keep_last, protect=[final])
+                trusted = newest_trusted(self.root, run_divergence_onset(self.run_dir))
+                apply_retention(self.root, self.keep_last,
+                                protect=[final, *([trusted] if trusted is not None else [])])
             except (OSError, InputError) as exc:
                 log.warning("retention under %s failed: %s", self.root, exc)
         return final
 
     def _manifest(self, step: int, fmt: str, entries: dict[str, str],
-                  gathered: list[Any]) -> Manifest:
+                  gathered: list[Any], finite: bool | None) -> Manifest:
         import torch
 
         from trainmedic import __version__
@@ -409,7 +419,7 @@ class CheckpointManager:
                         entries=entries, train_state=all(g[1] for g in gathered),
                         config_hash=self._config_hash, config=self._config,
                         created_utc=utc_now(), torch_version=str(torch.__version__),
-                        trainmedic_version=__version__)
+                        trainmedic_version=__version__, finite=finite)
 
     def _warn_rollback(self, step: int) -> None:
         try:
@@ -462,18 +472,20 @@ class CheckpointManager:
 
     # -- load ----------------------------------------------------------------------------
     def latest(self) -> Path | None:
-        """The newest committed checkpoint under the root that fully verifies, or None
-        (also when the root does not exist yet). Joins a background save first."""
+        """The newest committed checkpoint under the root that fully verifies (and, with
+        ``run_dir``, was saved before the loss diverged), or None (also when the root does
+        not exist yet). Joins a background save first."""
         self.wait()
         if not self.root.is_dir():
             return None
-        return _verified_latest(self.root)
+        return find_latest(self.root, run_dir=self.run_dir).path
 
     def load(self, state: Mapping[str, Any], *, path: str | Path | None = None,
              force: bool = False) -> LoadedCheckpoint:
         """Load a checkpoint into the objects of ``state`` in place (module doc).
 
-        ``path`` None: the newest committed checkpoint that verifies. Raises
+        ``path`` None: the newest committed checkpoint that verifies (with ``run_dir``, of
+        those saved before the loss diverged). Raises
         :class:`ConfigMismatchError`, :class:`DamagedCheckpointError` (an explicit path),
         :class:`NoCheckpointError` (none verifies) or ``InputError`` (the checkpoint lacks a
         key of ``state``, or does not fit the objects).
@@ -487,7 +499,9 @@ class CheckpointManager:
             names: Any = None
             if self.rank == 0:
                 try:
-                    names = [str(d.path) for d in scan(self.root) if d.kind == "committed"]
+                    onset = run_divergence_onset(self.run_dir)  # None without run_dir
+                    names = [str(d.path) for d in scan(self.root) if d.kind == "committed"
+                             and (onset is None or d.step < onset)]
                 except InputError as exc:
                     names = ("error", exc.path, exc.message)
             names = comm.broadcast(names)

@@ -356,6 +356,12 @@ class Manifest:
     trainmedic_version: str = ""
     """``trainmedic.__version__`` of the saving process."""
 
+    finite: bool | None = None
+    """Whether every floating tensor of the plain state files (model, optimizer, scheduler:
+    rank 0's) was finite at save; None when not checked (a ``dcp`` model and optimizer, or a
+    manifest written before this field). Retention keeps the newest checkpoint that is not
+    known non-finite."""
+
     schema: str = SCHEMA
     """Always :data:`SCHEMA` for this layout."""
 
@@ -382,6 +388,7 @@ class Manifest:
             "hash_algorithm": self.hash_algorithm, "config_hash": self.config_hash,
             "config": self.config, "entries": dict(self.entries),
             "train_state": self.train_state, "files": [rec.to_dict() for rec in self.files],
+            "finite": self.finite,
         }
 
 
@@ -521,6 +528,10 @@ def manifest_from_dict(d: Any, source: str) -> Manifest:
     if chash is not None and not isinstance(chash, str):
         problems.append(_field("", "config_hash", "a string or null", chash))
         chash = None
+    finite = d.get("finite")
+    if finite is not None and not isinstance(finite, bool):
+        problems.append(_field("", "finite", "true, false or null", finite))
+        finite = None
     if problems:
         more = f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
         raise InputError(source, "damaged manifest: " + "; ".join(problems[:2]) + more)
@@ -528,7 +539,7 @@ def manifest_from_dict(d: Any, source: str) -> Manifest:
         step=step, world_size=world, format=str(fmt), files=files, entries=dict(entries),
         train_state=train_state, config_hash=chash, config=d.get("config"),
         created_utc=str(d.get("created_utc", "")), torch_version=str(d.get("torch_version", "")),
-        trainmedic_version=str(d.get("trainmedic_version", "")),
+        trainmedic_version=str(d.get("trainmedic_version", "")), finite=finite,
     )
 
 

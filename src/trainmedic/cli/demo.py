@@ -61,7 +61,7 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
         kwargs["steps"] = steps
     config = DemoConfig(**kwargs)  # type: ignore[arg-type]
     if resume:
-        _say_where_it_resumes(config.checkpoint_dir)
+        _say_where_it_resumes(config.checkpoint_dir, config.run_dir)
     try:
         with progress_bar(f"training the demo model (fault: {fault})") as progress:
             run_dir = run_demo(config, progress=progress)
@@ -76,10 +76,11 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
     raise click.exceptions.Exit(exit_code_for(result.worst(), fail_on))
 
 
-def _say_where_it_resumes(root: Path) -> None:
+def _say_where_it_resumes(root: Path, run_dir: Path) -> None:
     from trainmedic.checkpoint.manager import CheckpointManager
 
-    latest = CheckpointManager(root).latest() if root.is_dir() else None
+    # As the demo picks it: the newest good checkpoint saved before any divergence.
+    latest = CheckpointManager(root, run_dir=run_dir).latest() if root.is_dir() else None
     if latest is None:
         click.echo(f"trainmedic: no checkpoint under {root}: starting from step 0", err=True)
     else:

@@ -254,7 +254,8 @@ def run_demo(config: DemoConfig, *,
     if cfg.checkpoint_every is not None or cfg.resume:
         from trainmedic.checkpoint.manager import CheckpointManager
 
-        manager = CheckpointManager(cfg.checkpoint_dir, keep_last=3,
+        # run_dir: resume from, and keep, the newest checkpoint saved before a divergence.
+        manager = CheckpointManager(cfg.checkpoint_dir, keep_last=3, run_dir=run_dir,
                                     config=cfg.training_config())
     resuming = cfg.resume and manager.latest() is not None
     if not resuming:
