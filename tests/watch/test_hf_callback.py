@@ -19,6 +19,9 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
+# tqdm's monitor thread would outlive these tests; tests that fork (the CSV reader's
+# two-process path) refuse to while another thread runs, whatever order the suite runs in.
+pytest.importorskip("tqdm").tqdm.monitor_interval = 0
 
 from trainmedic.diagnose.engine import diagnose  # noqa: E402
 from trainmedic.errors import ConfigError  # noqa: E402

@@ -184,6 +184,9 @@ class RunStore:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.rows_written = 0
+        #: The step of the last metric row an earlier session left in this store (None: a
+        #: new store, or one without metric rows): a caller starting a new run refuses it.
+        self.earlier_last_step: int | None = None
         if meta:
             self._check_meta_keys(meta)
         try:
@@ -217,6 +220,8 @@ class RunStore:
             conn.executescript(_SCHEMA)
             self._names: dict[str, int] = dict(
                 (str(n), int(i)) for i, n in conn.execute("SELECT id, name FROM metric_names"))
+            last = conn.execute("SELECT step FROM metrics ORDER BY rowid DESC LIMIT 1").fetchone()
+            self.earlier_last_step = int(last[0]) if last else None
             now = time.time()
             from trainmedic import __version__
 

@@ -79,6 +79,8 @@ class Watcher:
     ``config`` or the same fields as keyword arguments (see :class:`WatchConfig`);
     ``rank``/``world_size`` default to torch.distributed's (or torchrun's environment);
     ``start_step`` numbers the first step (after a resume); ``scaler`` is a ``GradScaler``.
+    A run_dir whose store already holds an earlier run's rows is refused unless
+    ``start_step`` > 0 (a resume continues that record; a new run must not interleave).
     """
 
     def __init__(
@@ -138,6 +140,13 @@ class Watcher:
         self.store = RunStore(run_dir, rank=rank, world_size=world_size, meta=meta,
                               flush_rows=cfg.flush_rows, flush_interval_s=cfg.flush_interval_s)
         self.run_dir = self.store.run_dir
+        earlier = self.store.earlier_last_step
+        if start_step == 0 and earlier is not None:
+            self.store.close()
+            raise ConfigError(
+                f"{self.store.path}: this run_dir already holds a run's record (up to step "
+                f"{earlier}); a new run from step 0 would interleave with it. Use a new "
+                f"run_dir, delete that file, or pass start_step= the step this run resumes at")
         try:
             self._setup(start_step)
         except BaseException:
