@@ -74,6 +74,13 @@ def test_a_forward_localization_names_the_module_and_is_measured_evidence() -> N
      "output of `attn` (forward), on inputs that had grown to 300"),
     ({"module": "attn", "where": "forward", "input_absmax": 300.0, "dtype": "torch.float32"},
      "the first non-finite value appeared in the output of `attn` (forward)"),
+    ({"module": "blocks.0", "where": "forward", "input_absmax": 2.04e18, "param_absmax": 6.8e17,
+      "dtype": "torch.float32"},  # the demo's diverge fault: the weights had grown
+     "output of `blocks.0` (forward), on inputs of abs-max 2.04e+18 and parameters that had "
+     "grown to 6.8e+17"),
+    ({"module": "attn", "where": "forward", "input_absmax": 300.0, "param_absmax": 40.0,
+      "dtype": "torch.float32"},
+     "the first non-finite value appeared in the output of `attn` (forward)"),
     ({"module": "norm", "where": "backward"},
      "the first non-finite gradient appeared in the backward of `norm` (backward)"),
     ({"module": None, "where": "loss"},
@@ -136,6 +143,8 @@ def test_a_forward_overflow_routes_to_stabilizing_that_module() -> None:
 @pytest.mark.parametrize(("data", "first_action"), [
     ({"module": "blocks.0.ln2", "where": "forward", "input_absmax": 1e30},
      "lower the peak learning rate"),
+    ({"module": "blocks.0", "where": "forward", "input_absmax": 1e12, "param_absmax": 1e12},
+     "lower the peak learning rate"),
     ({"module": "norm", "where": "backward"}, "put the eps inside norm's sqrt"),
     ({"module": None, "where": "loss"}, "guard log/div/sqrt in the loss"),
     ({"module": "head", "where": "input", "param_nonfinite": ["head.weight"]},
@@ -158,3 +167,17 @@ def test_localized_tables_are_consistent() -> None:
         for r in rules:
             assert r.check in CHECKS, r
             assert all(k in INTERVENTIONS for k in r.interventions), r
+
+
+def test_a_folded_nonfinite_grad_does_not_repeat_the_localization() -> None:
+    run = nan_run()
+    steps = np.arange(200)
+    gn = np.full(200, 2.0)
+    gn[120:] = np.nan
+    run.add("grad_norm", steps, gn)
+    with_event(run, 120, FORWARD)
+    found = [f for f in diagnose(run).findings if f.symptom == "nonfinite_loss"]
+    assert len(found) == 1 and "same incident: nonfinite_grad" in found[0].summary
+    keys = [(e.metric, e.step) for e in found[0].evidence
+            if e.metric == "layer/blocks.1.attn/output_absmax"]
+    assert keys == [("layer/blocks.1.attn/output_absmax", 120)]

@@ -128,7 +128,7 @@ class ConfigMismatchError(InputError):
         shown = "; ".join(differences[:5]) + (
             f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
         super().__init__(path, f"saved with another recipe config ({shown}); load it anyway "
-                               f"with force=True (--force), or resume with the config it was "
+                               f"with load(..., force=True), or resume with the config it was "
                                f"saved with")
 
 

@@ -176,7 +176,10 @@ def _fold_into(root: Finding, folded: list[Finding]) -> Finding:
     for f in folded:
         ev.append(Evidence(f.metric or "loss", f.onset_step, None, None, basis="measured",
                            note=f"folded into this finding: {f.symptom} - {f.summary}"))
-        ev.extend(f.evidence[:2])
+        # Not twice the same measurement (both findings cite the NaN guard's replay).
+        shown = {(e.metric, e.step, repr(e.value), repr(e.reference)) for e in ev}
+        ev.extend(e for e in f.evidence[:2]
+                  if (e.metric, e.step, repr(e.value), repr(e.reference)) not in shown)
         if SEVERITY_ORDER[f.severity] > SEVERITY_ORDER[sev]:
             sev = f.severity
         conf = max(conf, f.confidence)

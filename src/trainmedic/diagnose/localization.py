@@ -33,8 +33,10 @@ EVENT_KIND = "nonfinite"
 #: What broke: ``state`` = parameters already non-finite (``where="input"`` with
 #: ``param_nonfinite``), ``data`` = a non-finite batch (``where="input"`` without),
 #: ``growth`` = a forward break on inputs so large that any product of two of them overflows
-#: (abs-max >= sqrt of the dtype's maximum): the activations had grown, the module only
-#: showed it; ``forward`` = a break on moderate inputs: the module's own math.
+#: (abs-max >= sqrt of the dtype's maximum), or whose products with the module's parameters
+#: are that large (the weights had grown instead: a diverging run's updates): the run was
+#: blowing up, the module only showed it; ``forward`` = a break on moderate inputs and
+#: parameters: the module's own math.
 LocalizedKind = Literal["forward", "growth", "backward", "loss", "state", "data",
                         "not_reproduced"]
 
@@ -80,7 +82,11 @@ def localized_kind(data: Mapping[str, Any]) -> LocalizedKind | None:
 def _grown(data: Mapping[str, Any]) -> bool:
     top = DTYPE_MAX.get(str(data.get("dtype")), DTYPE_MAX["torch.float32"])
     inp = _num(data.get("input_absmax"))
-    return inp is not None and inp >= math.sqrt(top)
+    if inp is None or not math.isfinite(inp):
+        return False
+    param = _num(data.get("param_absmax"))
+    scale = max(param, 1.0) if param is not None and math.isfinite(param) else 1.0
+    return inp * scale >= math.sqrt(top)
 
 
 def module_label(data: Mapping[str, Any]) -> str:
@@ -114,8 +120,13 @@ def localized_phrase(event: RunEvent) -> str:
     if kind == "forward":
         return f"the first non-finite value appeared in the output of {_quoted(d)} (forward)"
     if kind == "growth":
+        inp = _num(d.get("input_absmax")) or 0.0
+        top = DTYPE_MAX.get(str(d.get("dtype")), DTYPE_MAX["torch.float32"])
+        grown = (f"inputs that had grown to {inp:.3g}" if inp >= math.sqrt(top) else
+                 f"inputs of abs-max {inp:.3g} and parameters that had grown to "
+                 f"{_num(d.get('param_absmax')):.3g}")
         return (f"the first non-finite value appeared in the output of {_quoted(d)} (forward), "
-                f"on inputs that had grown to {_num(d.get('input_absmax')):.3g}")
+                f"on {grown}")
     if kind == "backward":
         return (f"the first non-finite gradient appeared in the backward of {_quoted(d)} "
                 "(backward)")

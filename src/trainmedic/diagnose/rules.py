@@ -331,9 +331,10 @@ LOCALIZED_CAUSES: dict[str, tuple[CauseRule, ...]] = {
         _FP16, _ROSE, _LR_HIGH,
     ),
     "growth": (
-        CauseRule(cause="the activations had grown until the module the NaN guard named "
-                        "overflowed on them (its input abs-max was beyond the square root of "
-                        "its dtype's range): the run was diverging, the module only showed it",
+        CauseRule(cause="the activations or weights had grown until the module the NaN "
+                        "guard named overflowed on them (its input abs-max, or that times its "
+                        "parameters' abs-max, was beyond the square root of its dtype's "
+                        "range): the run was diverging, the module only showed it",
                   likelihood="high", check="nan_guard_localized",
                   interventions=("lower_lr", "clip_grad", "longer_warmup")),
         _ROSE, _LR_HIGH, _FP16,
