@@ -470,3 +470,30 @@ def test_a_new_run_from_step_0_on_a_used_run_dir_is_refused(tmp_path: pathlib.Pa
         w.step(30.0)
     run = read_store(tmp_path / "metrics.sqlite")
     assert run.get("loss").steps.tolist() == [0, 1, 2, 3, 4, 3]  # type: ignore[union-attr]
+
+
+def test_a_grad_scaler_overflow_is_recorded_without_a_warning(
+        tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    with caplog.at_level(logging.INFO, logger="trainmedic"), \
+            watch(model, opt, run_dir=tmp_path, alert_every=None, scaler=scaler,
+                  nan_policy="record") as w:
+        for i in range(12):
+            opt.zero_grad()
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            if i == 6:  # finite loss, gradients that overflow once scaled (as in fp16)
+                loss = loss * 0 + 1e35 * model.weight.sum()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            w.step(loss)
+    events = load_paths([tmp_path]).events_of("nonfinite")
+    assert [(e.step, e.data.get("scaler_skipped")) for e in events] == [(6, True)]
+    assert "GradScaler skipped the update" in events[0].data["detail"]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("GradScaler skipped" in r.getMessage() for r in caplog.records)

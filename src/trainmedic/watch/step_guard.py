@@ -56,6 +56,7 @@ class StepGuard:
         self._hook_fired = False
         self._read_rng: Callable[[], Any] | None = None
         self._drops = policy in ("skip", "raise")
+        self._last_scale: float | None = None  # a GradScaler's scale at the last step
         if self._drops:
             from trainmedic.watch.nan_guard import rng_state_reader
 
@@ -123,9 +124,7 @@ class StepGuard:
         self._skipped = self._hook_fired = False
         if self.policy == "record":
             if not self._accelerator:  # on an accelerator: in the fetched values
-                bad = nonfinite_names(host)
-                if bad:
-                    self.record(s, bad, None)
+                self._record_row(s, host)
             return
         loss = host.get("loss")
         loss_bad = isinstance(loss, float) and not math.isfinite(loss)
@@ -157,9 +156,31 @@ class StepGuard:
     def check_fetched(self, s: int, row: Mapping[str, Any]) -> None:
         """"record" on an accelerator: the check rides the batched fetch (no sync)."""
         if self._accelerator and self.policy == "record":
-            bad = nonfinite_names(row)
-            if bad:
-                self.record(s, bad, None)
+            self._record_row(s, row)
+
+    def _record_row(self, s: int, row: Mapping[str, Any]) -> None:
+        """"record": the step's event, if its loss or grad norm is non-finite. A grad norm
+        alone, on a step where a GradScaler lowered its scale, is the scaler doing its job
+        (it found the overflow and skipped the update): recorded as such, logged at INFO."""
+        scale = row.get("loss_scale")
+        prev = self._last_scale
+        if isinstance(scale, float):
+            self._last_scale = scale
+        bad = nonfinite_names(row)
+        if not bad:
+            return
+        if bad == ["grad_norm"] and isinstance(scale, float) and prev is not None \
+                and scale < prev:
+            detail = (f"not localized: GradScaler skipped the update (the gradients overflowed "
+                      f"at loss scale {prev:g}; it lowered the scale to {scale:g}): normal in "
+                      f"fp16 mixed precision unless it repeats")
+            self._record_event(s, "nonfinite", {
+                "metrics": bad, "policy": self.policy, "update_skipped": True,
+                "scaler_skipped": True, "where": "not_localized", "module": None,
+                "detail": detail})
+            logger.info("trainmedic: step %d: non-finite grad_norm; %s", s, detail)
+            return
+        self.record(s, bad, None)
 
     def record(self, s: int, bad: Sequence[str], localization: Any, *,
                skipped: bool = False) -> None:
