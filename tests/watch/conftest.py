@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -16,3 +18,14 @@ def _single_process(monkeypatch: pytest.MonkeyPatch) -> None:
     except ImportError:  # the torch-free tests still run
         return
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op thread for the test (timing- and order-sensitive reductions), restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

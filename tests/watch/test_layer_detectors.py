@@ -7,7 +7,6 @@ modules; a healthy, normalised MLP trained the same way raises neither."""
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,12 +27,7 @@ WIDTH = 32
 DEPTH = 8  # hidden Linear+activation pairs
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _deep(act: type[nn.Module], std: float) -> nn.Sequential:

@@ -8,7 +8,6 @@ import gc
 import logging
 import math
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,13 +23,7 @@ from trainmedic.watch.layer_health import (  # noqa: E402
     LayerHealth,
 )
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _mlp() -> nn.Sequential:
