@@ -21,12 +21,23 @@ from typing import Any
 
 from trainmedic.watch.clock import elapsed_s
 
-__all__ = ["Recorder", "CpuRow", "read_now"]
+__all__ = ["Recorder", "CpuRow", "put_step_time", "read_now"]
 
 #: A held CPU step: (step, step_time_s, data_time_s, compute_time_s, lr, loss, grad_norm,
 #: rss_mb, batch_size, tokens); None where a value is missing.
 CpuRow = tuple[int, float, float, Any, Any, Any, Any, Any, Any, Any]
 
+
+
+def put_step_time(row: dict[str, float | None], step_time_s: float, batch_size: int | None,
+                  tokens: int | None) -> None:
+    """A host-timed step's ``step_time_s`` and the rates from it (samples, tokens per s)."""
+    row["step_time_s"] = step_time_s
+    if step_time_s > 0:
+        if batch_size is not None:
+            row["samples_per_s"] = batch_size / step_time_s
+        if tokens is not None:
+            row["tokens_per_s"] = tokens / step_time_s
 
 class Recorder:
     """Rows of one watcher into its ``store`` and ``alerts`` (a ``LiveAlerts`` or None);
@@ -76,13 +87,8 @@ class Recorder:
         self._t_drained = time.perf_counter()
         write = self._write
         for s, step_time_s, data_s, fwd, lr, loss, gn, rss, batch_size, tokens in rows:
-            row: dict[str, float | None] = {"data_time_s": data_s, "rss_mb": rss,
-                                            "step_time_s": step_time_s}
-            if step_time_s > 0:
-                if batch_size is not None:
-                    row["samples_per_s"] = batch_size / step_time_s
-                if tokens is not None:
-                    row["tokens_per_s"] = tokens / step_time_s
+            row: dict[str, float | None] = {"data_time_s": data_s, "rss_mb": rss}
+            put_step_time(row, step_time_s, batch_size, tokens)
             if fwd is not None:
                 row["compute_time_s"] = fwd
             if lr is not None:

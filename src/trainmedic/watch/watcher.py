@@ -55,7 +55,7 @@ from trainmedic.watch.config import WatchConfig
 from trainmedic.watch.host_memory import RssSampler, rss_mb
 from trainmedic.watch.inputs import check_loss, foreign_optimizer_params
 from trainmedic.watch.norms import GradNorm
-from trainmedic.watch.recorder import Recorder, read_now
+from trainmedic.watch.recorder import Recorder, put_step_time, read_now
 from trainmedic.watch.step_guard import StepGuard
 
 if TYPE_CHECKING:
@@ -385,12 +385,7 @@ class Watcher:
                         device[name] = ("rate", float(count))
             self._last_step_event = ev
         else:
-            host["step_time_s"] = step_time_s
-            if step_time_s > 0:
-                if batch_size is not None:
-                    host["samples_per_s"] = batch_size / step_time_s
-                if tokens is not None:
-                    host["tokens_per_s"] = tokens / step_time_s
+            put_step_time(host, step_time_s, batch_size, tokens)
         if fwd is not None:
             if isinstance(fwd, list):
                 device["compute_time_s"] = fwd
