@@ -173,6 +173,54 @@ def test_a_dropping_nan_policy_is_refused_under_automatic_optimization(tmp_path)
         _fit(tmp_path, accum=1, clip=None, steps=2, nan_policy="skip")
 
 
+class _ManualNet(_Net):
+    """Manual optimization: the loop's own backward and step; NaN inputs at step 3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if self.trainer.global_step == 2:
+            x = x.clone()
+            x[0, 0] = float("nan")
+        opt = self.optimizers()
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.manual_backward(loss)
+        opt.step()
+        return loss
+
+    def on_before_optimizer_step(self, optimizer):
+        pass
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_under_manual_optimization_the_guard_drops_a_nonfinite_update(tmp_path, monkeypatch):
+    passes = []
+    norm_of_grads = GradNorm.__call__
+    monkeypatch.setattr(GradNorm, "__call__",
+                        lambda self: passes.append(1) or norm_of_grads(self))
+    torch.manual_seed(0)
+    module = _ManualNet()
+    trainer = L.Trainer(
+        max_steps=5, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[TrainmedicCallback(run_dir=tmp_path / "run", nan_policy="skip")])
+    trainer.fit(module, _loader(640, 1))
+    assert all(torch.isfinite(p).all() for p in module.parameters())  # the NaN step dropped
+    assert len(passes) == 5  # the norm read once per step, by the pre-step hook
+    run = load_paths([str(tmp_path / "run")])
+    gn = _series(run, "grad_norm")
+    assert sorted(gn) == [1, 2, 3, 4, 5] and not np.isfinite(gn[3])
+    assert all(np.isfinite(gn[s]) for s in (1, 2, 4, 5))
+    events = run.events_of("nonfinite")
+    assert events and events[0].step == 3 and events[0].data["update_skipped"] is True
+
+
 def test_val_row_keeps_validation_metrics_only():
     row = val_row({"val_loss": 1.0, "loss": 2.0, "train_loss": 2.0, "val_acc": 0.5})
     assert row == {"val_loss": 1.0, "val_acc": 0.5}

@@ -118,10 +118,13 @@ class TrainmedicCallback(_Callback):
         self._last_step = int(trainer.global_step)
         self.watcher = Watcher(pl_module, optimizer, run_dir=self.run_dir,
                                start_step=self._last_step, meta=meta, **kw)
-        # Its optimizer pre-step hook runs before Lightning's closure (forward, backward): a
-        # norm there would read the previous step's gradients. on_before_optimizer_step
-        # takes it instead; the hook still copies the parameters for update_ratio.
-        self.watcher._norm_in_hook = False
+        # Under automatic optimization its optimizer pre-step hook runs before Lightning's
+        # closure (forward, backward): a norm there would read the previous step's
+        # gradients. on_before_optimizer_step takes it instead; the hook still copies the
+        # parameters for update_ratio. Under manual optimization the loop's own backward
+        # has run by then, so the hook keeps the norm (and the NaN guard its veto).
+        if pl_module.automatic_optimization:
+            self.watcher._norm_in_hook = False
         self._reset_step()
         self._mark = time.perf_counter()
 
@@ -145,8 +148,10 @@ class TrainmedicCallback(_Callback):
         self._lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
         # Here, not in the watcher's optimizer pre-step hook: Lightning runs forward and
         # backward inside optimizer.step(closure), after that hook, which would see the
-        # previous step's gradients. Unscaled, not yet clipped.
-        self._grad_norm = w._grad_norm()
+        # previous step's gradients. Unscaled, not yet clipped. Under manual optimization
+        # the hook, which runs after this, takes it (and the NaN guard acts on it).
+        if pl_module.automatic_optimization:
+            self._grad_norm = w._grad_norm()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
