@@ -460,11 +460,14 @@ def test_clip_norm_is_used_when_the_optimizer_step_is_skipped(tmp_path: pathlib.
 def test_a_new_run_from_step_0_on_a_used_run_dir_is_refused(tmp_path: pathlib.Path) -> None:
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with watch(model, opt, run_dir=tmp_path, alert_every=None) as w:
+    with watch(model, opt, run_dir=tmp_path, alert_every=None, meta={"cfg": "A"}) as w:
         for s in range(5):
             w.step(float(s))
     with pytest.raises(ConfigError, match=r"metrics.sqlite: .*up to step 4.*start_step"):
-        watch(model, opt, run_dir=tmp_path)
+        watch(model, opt, run_dir=tmp_path, meta={"cfg": "B"})
+    # the refused run left the earlier run's record as it was
+    earlier = read_store(tmp_path / "metrics.sqlite").meta
+    assert earlier["cfg"] == "A" and earlier["sessions"] == 1
     # a resume continues the record (the store is not left locked by the refusal)
     with watch(model, opt, run_dir=tmp_path, alert_every=None, start_step=3) as w:
         w.step(30.0)

@@ -161,6 +161,7 @@ class RunStore:
         flush_rows: int = 512,
         flush_interval_s: float = 1.0,
         meta: Mapping[str, Any] | None = None,
+        refuse_earlier_run: bool = False,
     ) -> None:
         if flush_rows < 1:
             raise ConfigError(f"flush_rows must be >= 1, got {flush_rows}")
@@ -190,8 +191,11 @@ class RunStore:
         if meta:
             self._check_meta_keys(meta)
         try:
-            self._open(dict(meta or {}))
+            self._open(dict(meta or {}), refuse_earlier_run=refuse_earlier_run)
         except StoreLockedError:
+            raise
+        except ConfigError:
+            self._release_lock()
             raise
         except (OSError, sqlite3.Error) as exc:
             self._release_lock()
@@ -205,7 +209,7 @@ class RunStore:
         self._thread.start()
 
     # -- opening ----------------------------------------------------------------------
-    def _open(self, meta: dict[str, Any]) -> None:
+    def _open(self, meta: dict[str, Any], *, refuse_earlier_run: bool) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._acquire_lock()
         conn = sqlite3.connect(str(self.path), timeout=5.0, check_same_thread=False,
@@ -222,6 +226,14 @@ class RunStore:
                 (str(n), int(i)) for i, n in conn.execute("SELECT id, name FROM metric_names"))
             last = conn.execute("SELECT step FROM metrics ORDER BY rowid DESC LIMIT 1").fetchone()
             self.earlier_last_step = int(last[0]) if last else None
+            if refuse_earlier_run and last:
+                # Before the meta below is touched: a refused run leaves the earlier one's
+                # record exactly as it was.
+                raise ConfigError(
+                    f"{self.path}: this run_dir already holds a run's record (up to step "
+                    f"{int(last[0])}); a new run from step 0 would interleave with it. Use a "
+                    f"new run_dir, delete that file, or pass start_step= the step this run "
+                    f"resumes at")
             now = time.time()
             from trainmedic import __version__
 

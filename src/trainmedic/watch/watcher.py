@@ -137,16 +137,12 @@ class Watcher:
             policy = "record" if self._device.type != "cpu" else "skip"
         self.nan_policy = policy
         self._meta = dict(meta or {})
+        # A new run (start_step 0) on a store that holds a run's rows is refused before
+        # the store's meta is touched.
         self.store = RunStore(run_dir, rank=rank, world_size=world_size, meta=meta,
-                              flush_rows=cfg.flush_rows, flush_interval_s=cfg.flush_interval_s)
+                              flush_rows=cfg.flush_rows, flush_interval_s=cfg.flush_interval_s,
+                              refuse_earlier_run=start_step == 0)
         self.run_dir = self.store.run_dir
-        earlier = self.store.earlier_last_step
-        if start_step == 0 and earlier is not None:
-            self.store.close()
-            raise ConfigError(
-                f"{self.store.path}: this run_dir already holds a run's record (up to step "
-                f"{earlier}); a new run from step 0 would interleave with it. Use a new "
-                f"run_dir, delete that file, or pass start_step= the step this run resumes at")
         try:
             self._setup(start_step)
         except BaseException:
@@ -302,8 +298,8 @@ class Watcher:
         number. ``tokens``: tokens in this step's batch (for ``tokens_per_s``). ``replay``:
         a closure recomputing the loss of this step's batch (``lambda: loss_fn(model(x), y)``)
         that the NaN guard calls, only when the step was non-finite, to name the first module
-        that produced a non-finite value. ``step`` overrides the internal counter (e.g. after
-        a resume); ``extra`` records more scalars for this step under their own names.
+        that produced a non-finite value. ``step`` overrides the internal counter (e.g. a
+        framework's own step number; a resumed run passes ``start_step=`` to ``watch``); ``extra`` records more scalars for this step under their own names.
         """
         if self._closed:
             return
