@@ -491,3 +491,17 @@ def test_with_the_run_load_resumes_from_before_the_divergence(tmp_path: Path) ->
     loaded = CheckpointManager(root, run_dir=run_dir).load(_objects(seed=1))
     assert loaded.step == 20
     assert CheckpointManager(root).load(_objects(seed=1)).step == 30
+
+
+def test_a_run_dir_with_no_run_yet_is_no_divergence(tmp_path: Path) -> None:
+    from trainmedic.run.store import RunStore
+
+    root = tmp_path / "ckpt"
+    with CheckpointManager(root, keep_last=None) as mgr:
+        mgr.save(10, _objects())
+    missing = CheckpointManager(root, run_dir=tmp_path / "not-yet")  # a fresh run
+    assert missing.latest() == root / "step-00000010"
+    assert missing.load(_objects(seed=1)).step == 10
+    with RunStore(tmp_path / "empty"):
+        pass  # a store that has no rows yet
+    assert CheckpointManager(root, run_dir=tmp_path / "empty").latest() == root / "step-00000010"

@@ -478,7 +478,8 @@ class CheckpointManager:
         self.wait()
         if not self.root.is_dir():
             return None
-        return find_latest(self.root, run_dir=self.run_dir).path
+        # A run_dir with no run in it yet (a fresh run) means no divergence, not an error.
+        return find_latest(self.root, onset=run_divergence_onset(self.run_dir)).path
 
     def load(self, state: Mapping[str, Any], *, path: str | Path | None = None,
              force: bool = False) -> LoadedCheckpoint:

@@ -416,11 +416,13 @@ def divergence_onset(run_dir: str | Path) -> int | None:
 
 
 def find_latest(root: str | Path, *, run_dir: str | Path | None = None,
-                quick: bool = False) -> LatestResult:
+                onset: int | None = None, quick: bool = False) -> LatestResult:
     """The newest committed checkpoint under ``root`` that verifies, and the newer ones
     skipped (damaged, uncommitted, or saved at/after the loss diverged when ``run_dir``
-    names the run's store or logs). Raises ``InputError`` when ``root`` is not a folder."""
-    onset = divergence_onset(run_dir) if run_dir is not None else None
+    names the run's store or logs, or at/after ``onset`` when the caller found it).
+    Raises ``InputError`` when ``root`` is not a folder or ``run_dir`` cannot be read."""
+    if run_dir is not None:
+        onset = divergence_onset(run_dir)
     skipped: list[CheckpointInfo] = []
     for d in scan(root):
         if d.kind != "committed":
