@@ -400,10 +400,13 @@ def test_the_replay_draws_the_dropout_masks_of_the_step(tmp_path: pathlib.Path) 
         assert (e.data["where"], e.data["module"]) == ("forward", "1"), e.data
 
 
+@pytest.mark.parametrize("torch_has_it", [True, False], ids=["torch>=2.6", "older-torch"])
 def test_clip_through_the_watcher_records_the_pre_clip_norm_once(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, torch_has_it: bool) -> None:
     from trainmedic.watch.norms import GradNorm
 
+    if not torch_has_it:  # torch 2.4 and 2.5 have no clip_grads_with_norm_
+        monkeypatch.delattr(torch.nn.utils, "clip_grads_with_norm_")
     calls = []
     norm_of_grads = GradNorm.__call__
     monkeypatch.setattr(GradNorm, "__call__",
@@ -437,6 +440,21 @@ def test_clip_through_the_watcher_records_the_pre_clip_norm_once(
     run = read_store(tmp_path / "metrics.sqlite")
     np.testing.assert_allclose(run.get("grad_norm").values, pre_clip, rtol=1e-6)  # type: ignore[union-attr]
     assert run.meta.get("grad_norm_basis") == "pre_clip"
+
+
+def test_clipping_a_finite_norm_past_float32s_range(tmp_path: pathlib.Path) -> None:
+    # 4M gradients of 1e37: a finite norm of 2e40, beyond float32. The coefficient is taken
+    # in float64, so the gradients are scaled down, not zeroed.
+    model = torch.nn.Linear(2048, 2048, bias=False)
+    p = model.weight
+    with watch(model, None, run_dir=tmp_path, alert_every=None) as w:
+        p.grad = torch.full_like(p, 1e37)
+        total = w.clip_grad_norm_(1.0)
+        assert float(total) == pytest.approx(1e37 * 2048, rel=1e-6)
+        assert p.grad.norm().item() == pytest.approx(1.0, rel=1e-4)
+        w.step(1.0)
+    gn = read_store(tmp_path / "metrics.sqlite").get("grad_norm")
+    assert gn is not None and gn.values[0] == pytest.approx(1e37 * 2048, rel=1e-6)
 
 
 def test_clip_norm_is_used_when_the_optimizer_step_is_skipped(tmp_path: pathlib.Path) -> None:

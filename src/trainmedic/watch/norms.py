@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["global_l2_norm", "GradNorm"]
+__all__ = ["global_l2_norm", "GradNorm", "clip_grads_with_norm"]
 
 
 def global_l2_norm(torch: Any, tensors: list[Any]) -> Any:
@@ -159,3 +159,21 @@ def _norms_as(torch: Any, tensors: list[Any], dtype: Any) -> Any:
     if any(n.device != dev for n in norms):
         norms = [n.to(dev) for n in norms]  # parameters on several devices
     return torch.linalg.vector_norm(torch.stack(norms))
+
+
+def clip_grads_with_norm(torch: Any, params: list[Any], max_norm: float, total: Any,
+                         foreach: bool | None = None) -> None:
+    """Scale the gradients of ``params`` by ``min(1, max_norm / (total + 1e-6))``, as
+    ``torch.nn.utils.clip_grad_norm_`` does, given their global norm ``total`` (a 0-d
+    tensor, float64 when it came from the host). torch's own ``clip_grads_with_norm_``
+    where this torch has it (added in 2.6); the same arithmetic otherwise."""
+    fn = getattr(torch.nn.utils, "clip_grads_with_norm_", None)
+    if fn is not None:
+        fn(params, max_norm, total, foreach=foreach)
+        return
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    with torch.no_grad():
+        for p in params:
+            g = p.grad
+            if g is not None:
+                g.mul_(coef.to(g.device))

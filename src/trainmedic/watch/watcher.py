@@ -54,7 +54,7 @@ from trainmedic.watch.clock import ForwardClock, TimedLoader
 from trainmedic.watch.config import WatchConfig
 from trainmedic.watch.host_memory import RssSampler, rss_mb
 from trainmedic.watch.inputs import check_loss, foreign_optimizer_params
-from trainmedic.watch.norms import GradNorm
+from trainmedic.watch.norms import GradNorm, clip_grads_with_norm
 from trainmedic.watch.recorder import Recorder, put_step_time, read_now
 from trainmedic.watch.step_guard import StepGuard
 
@@ -279,9 +279,11 @@ class Watcher:
         norm = self._grad_norm()
         if norm is None:  # no gradients: nothing to clip, as torch returns 0
             return torch.zeros((), device=self._device)
-        total = torch.tensor(norm) if isinstance(norm, float) else norm
-        torch.nn.utils.clip_grads_with_norm_(self._params, float(max_norm),
-                                             total.to(torch.float32), foreach=foreach)
+        # float64, as the norm was taken: a finite norm past float32's range must not
+        # turn into inf and a clip coefficient of 0 (zeroed gradients, a finite norm
+        # recorded).
+        total = torch.tensor(norm, dtype=torch.float64) if isinstance(norm, float) else norm
+        clip_grads_with_norm(torch, self._params, float(max_norm), total, foreach=foreach)
         if not self._closed:
             self._clip_norm = norm
             if not self._clip_meta_written:
@@ -299,7 +301,8 @@ class Watcher:
         a closure recomputing the loss of this step's batch (``lambda: loss_fn(model(x), y)``)
         that the NaN guard calls, only when the step was non-finite, to name the first module
         that produced a non-finite value. ``step`` overrides the internal counter (e.g. a
-        framework's own step number; a resumed run passes ``start_step=`` to ``watch``); ``extra`` records more scalars for this step under their own names.
+        framework's own step number; a resumed run passes ``start_step=`` to ``watch``);
+        ``extra`` records more scalars for this step under their own names.
         """
         if self._closed:
             return
