@@ -81,8 +81,17 @@ def test_a_forward_localization_names_the_module_and_is_measured_evidence() -> N
     ({"module": "attn", "where": "forward", "input_absmax": 300.0, "param_absmax": 40.0,
       "dtype": "torch.float32"},
      "the first non-finite value appeared in the output of `attn` (forward)"),
+    ({"module": "ln", "where": "forward", "input_absmax": 20.0, "param_absmax": 13.0,
+      "dtype": "torch.float16"},  # fp16: ordinary values past sqrt(65504) are not growth
+     "the first non-finite value appeared in the output of `ln` (forward)"),
+    ({"module": "ln", "where": "forward", "input_absmax": 20.0, "param_absmax": 5e3,
+      "dtype": "torch.float16"},
+     "output of `ln` (forward), on inputs of abs-max 20 and parameters that had grown to 5e+03"),
     ({"module": "norm", "where": "backward"},
      "the first non-finite gradient appeared in the backward of `norm` (backward)"),
+    ({"module": "blocks.1.ln1", "where": "backward", "input_absmax": 8.2e19,
+      "param_absmax": 3.5e7, "dtype": "torch.float32"},  # a diverging run's residual stream
+     "backward of `blocks.1.ln1` (backward), on inputs that had grown to 8.2e+19"),
     ({"module": None, "where": "loss"},
      "the loss computation itself produced the non-finite value (loss)"),
     ({"module": "head", "where": "input", "param_nonfinite": ["head.weight", "head.bias"],
@@ -145,7 +154,13 @@ def test_a_forward_overflow_routes_to_stabilizing_that_module() -> None:
      "lower the peak learning rate"),
     ({"module": "blocks.0", "where": "forward", "input_absmax": 1e12, "param_absmax": 1e12},
      "lower the peak learning rate"),
+    ({"module": "ln", "where": "forward", "input_absmax": 20.0, "param_absmax": 13.0,
+      "dtype": "torch.float16"}, "make ln's forward overflow-safe"),
+    ({"module": "ln", "where": "forward", "input_absmax": 20.0, "param_absmax": 5e3,
+      "dtype": "torch.float16"}, "lower the peak learning rate"),
     ({"module": "norm", "where": "backward"}, "put the eps inside norm's sqrt"),
+    ({"module": "ln", "where": "backward", "input_absmax": 8.2e19, "param_absmax": 3.5e7,
+      "dtype": "torch.float32"}, "lower the peak learning rate"),
     ({"module": None, "where": "loss"}, "guard log/div/sqrt in the loss"),
     ({"module": "head", "where": "input", "param_nonfinite": ["head.weight"]},
      "resume from the last checkpoint before step 120 whose parameters are all finite"),
@@ -181,3 +196,32 @@ def test_a_folded_nonfinite_grad_does_not_repeat_the_localization() -> None:
     keys = [(e.metric, e.step) for e in found[0].evidence
             if e.metric == "layer/blocks.1.attn/output_absmax"]
     assert keys == [("layer/blocks.1.attn/output_absmax", 120)]
+
+
+def test_a_diverged_loss_kept_finite_by_skipped_updates_is_one_divergence() -> None:
+    # The loss climbs a million-fold from step 40 and stays there; the gradients overflow
+    # from step 60 and a NaN guard skips every update from then on, so the loss stays finite.
+    n = 200
+    steps = np.arange(n)
+    loss = 3.0 * np.exp(-steps / 80) + 1.0
+    loss[40:] = 2.5 * 10.0 ** np.minimum((steps[40:] - 40) / 3.0, 6.5)
+    gn = np.full(n, 2.0)
+    gn[40:60] = 2.0 * 10.0 ** ((steps[40:60] - 40) / 4.0)
+    gn[60:] = np.nan
+    run = Run("r")
+    run.meta["format"] = "trainmedic.store"  # every step's loss, unfiltered (the watcher)
+    run.add("loss", steps, loss)
+    run.add("grad_norm", steps, gn)
+    run.add("lr", steps, np.full(n, 1e-3))
+    with_event(run, 60, {"module": "blocks.1.ln1", "where": "backward", "detail": "d",
+                         "input_absmax": 8.2e19, "param_absmax": 3.5e7,
+                         "dtype": "torch.float32"})
+    found = [f for f in diagnose(run).findings
+             if f.symptom in ("divergence", "nonfinite_grad", "loss_spike",
+                              "exploding_gradients")]
+    assert [f.symptom for f in found] == ["divergence"], [f.summary for f in found]
+    f = found[0]
+    assert f.onset_step is not None and f.onset_step <= 42
+    assert "nonfinite_grad from step 60, where the first non-finite gradient appeared in the " \
+           "backward of `blocks.1.ln1`" in f.summary
+    assert "lower the peak learning rate" in f.interventions[0].action

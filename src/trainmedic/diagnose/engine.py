@@ -17,6 +17,7 @@ from trainmedic.diagnose.finding import (
     Evidence,
     Finding,
 )
+from trainmedic.diagnose.localization import finding_event, localized_phrase
 from trainmedic.diagnose.registry import Detector, NotRun, detectors
 from trainmedic.diagnose.router import route
 from trainmedic.diagnose.trace import Trace
@@ -29,14 +30,20 @@ log = logging.getLogger(__name__)
 #: Symptoms that describe one incident on the loss/gradient path, most fundamental first.
 #: When several overlap in time on one rank, the first in this order is the root finding and
 #: the others are folded into its evidence (a NaN loss is not also a divergence and a spike).
+#: A divergence outranks non-finite gradients under a finite loss: a loss that climbed a
+#: million-fold and stays there is what the run did; its gradients overflowing (and a NaN
+#: guard or GradScaler skipping every update from then on, which keeps the loss finite) is how
+#: it ended.
 INCIDENT_ROOTS: tuple[str, ...] = (
     "nonfinite_loss",
     "nan_masked_in_logs",
-    "nonfinite_grad",
     "divergence",
+    "nonfinite_grad",
     "loss_spike",
     "exploding_gradients",
 )
+
+_NONFINITE = frozenset({"nonfinite_loss", "nonfinite_grad"})
 
 #: Roots whose folded onset is the earliest onset in the incident (not their own).
 _EARLIEST_ONSET_ROOTS = frozenset({"divergence", "loss_spike", "exploding_gradients"})
@@ -149,13 +156,17 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
     for f in chain:
         lo, hi = _extent(f, run)
         for i, (root, folded) in enumerate(roots):
-            rlo, rhi = _extent(root, run)
             if root.symptom == f.symptom or not _same_rank(root, f):
                 continue
+            # The incident spans all it holds: a spike inside a divergence already folded
+            # under a later NaN is the same incident.
+            spans = [_extent(g, run) for g in (root, *folded)]
+            rlo, rhi = min(a for a, _ in spans), max(b for _, b in spans)
             # Sustained gradient growth leads the loss it drives: an explosion that starts
             # up to 3 windows before a divergence is the same incident.
             lead = 3 * w if (f.symptom == "exploding_gradients" and f.end_step is None
-                             and root.symptom == "divergence") else w
+                             and any(g.symptom == "divergence" for g in (root, *folded))) \
+                else w
             if lo <= rhi + w and hi >= rlo - lead:
                 folded.append(f)
                 roots[i] = (root, folded)
@@ -164,11 +175,20 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
             roots.append((f, []))
     out = rest
     for root, folded in roots:
-        out.append(_fold_into(root, folded) if folded else root)
+        out.append(_fold_into(root, folded, run) if folded else root)
     return out
 
 
-def _fold_into(root: Finding, folded: list[Finding]) -> Finding:
+def _where_it_broke(f: Finding, run: Run) -> str:
+    """", where <the NaN guard's answer>" for a folded non-finite finding it localized: the
+    module stays in the incident's one-line summary when a divergence is the root."""
+    if f.symptom not in _NONFINITE:
+        return ""
+    event = finding_event(f, run)
+    return "" if event is None else f", where {localized_phrase(event)}"
+
+
+def _fold_into(root: Finding, folded: list[Finding], run: Run) -> Finding:
     ev = list(root.evidence)
     sev = root.severity
     conf = root.confidence
@@ -183,8 +203,9 @@ def _fold_into(root: Finding, folded: list[Finding]) -> Finding:
         if SEVERITY_ORDER[f.severity] > SEVERITY_ORDER[sev]:
             sev = f.severity
         conf = max(conf, f.confidence)
-        also.append(f"{f.symptom} from step {f.onset_step}")
-    summary = f"{root.summary} (same incident: {', '.join(also)})"
+        where = "" if root.symptom in _NONFINITE else _where_it_broke(f, run)
+        also.append(f"{f.symptom} from step {f.onset_step}{where}")
+    summary = f"{root.summary} (same incident: {'; '.join(also)})"
     # The incident starts at its earliest sign: a grad norm that explodes at 10000 before the
     # loss follows from 10500 is one incident from 10000. A non-finite root keeps its own
     # step: the first NaN is the unambiguous moment the run broke.

@@ -47,6 +47,13 @@ DTYPE_MAX = {"torch.float16": 65504.0, "torch.bfloat16": 3.3895e38, "torch.float
              "torch.float64": 1.7977e308}
 
 
+#: Dtypes below this range (fp16, fp8) overflow on healthy values; see ``_grown``.
+_WIDE_DTYPE_MAX = 1e30
+#: In such a dtype, a parameter abs-max from which the weights count as grown: healthy
+#: networks' weights are O(1)-O(100).
+_NARROW_GROWN_PARAM = 1e3
+
+
 def nonfinite_event(run: Run, rank: int | None, first_step: int | None,
                     last_step: int | None = None) -> RunEvent | None:
     """The first NaN-guard event on ``rank`` at a step in ``[first_step, last_step]`` (no upper
@@ -72,7 +79,9 @@ def localized_kind(data: Mapping[str, Any]) -> LocalizedKind | None:
     where = data.get("where")
     if where == "input":
         return "state" if data.get("param_nonfinite") else "data"
-    if where == "forward" and _grown(data):
+    if where in ("forward", "backward") and _grown(data):
+        # Backward too: a LayerNorm whose input reached 8e19 (a diverging run's residual
+        # stream) overflows in its backward, and the fix is the run's, not an eps.
         return "growth"
     if where in _WHERE:
         return where
@@ -86,6 +95,10 @@ def _grown(data: Mapping[str, Any]) -> bool:
         return False
     param = _num(data.get("param_absmax"))
     scale = max(param, 1.0) if param is not None and math.isfinite(param) else 1.0
+    if top < _WIDE_DTYPE_MAX and scale < _NARROW_GROWN_PARAM:
+        # In fp16, sqrt(65504) = 256: healthy weights (a LayerNorm gain of 13, an outlier row)
+        # times ordinary inputs pass it. There only weights past 1e3 say the run grew.
+        scale = 1.0
     return inp * scale >= math.sqrt(top)
 
 
@@ -125,6 +138,9 @@ def localized_phrase(event: RunEvent) -> str:
         grown = (f"inputs that had grown to {inp:.3g}" if inp >= math.sqrt(top) else
                  f"inputs of abs-max {inp:.3g} and parameters that had grown to "
                  f"{_num(d.get('param_absmax')):.3g}")
+        if d.get("where") == "backward":
+            return (f"the first non-finite gradient appeared in the backward of {_quoted(d)} "
+                    f"(backward), on {grown}")
         return (f"the first non-finite value appeared in the output of {_quoted(d)} (forward), "
                 f"on {grown}")
     if kind == "backward":
