@@ -518,3 +518,30 @@ def test_a_grad_scaler_overflow_is_recorded_without_a_warning(
     assert "GradScaler skipped the update" in events[0].data["detail"]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("GradScaler skipped" in r.getMessage() for r in caplog.records)
+
+
+def test_a_nan_the_grad_scaler_cannot_fix_is_warned_once_its_scale_falls_below_1(
+        tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=8.0)  # 8 -> 4 -> 2 -> 1 -> 0.5 -> 0.25
+    with caplog.at_level(logging.INFO, logger="trainmedic"), \
+            watch(model, opt, run_dir=tmp_path, alert_every=None, scaler=scaler,
+                  nan_policy="record") as w:
+        for i in range(7):
+            if i == 1:  # from here a finite loss whose gradient is NaN at every step (a bug)
+                model.weight.register_hook(lambda g: g * float("nan"))
+            opt.zero_grad()
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            w.step(loss)
+    events = load_paths([tmp_path]).events_of("nonfinite")
+    assert events and all(e.data.get("scaler_skipped") for e in events)
+    fell = [e for e in events if "fell to" in e.data["detail"]]
+    assert fell and fell[0].step == 4  # the step whose update took the scale to 0.5
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "stay non-finite even scaled down" in warned[0].getMessage()

@@ -171,14 +171,25 @@ class StepGuard:
             return
         if bad == ["grad_norm"] and isinstance(scale, float) and prev is not None \
                 and scale < prev:
-            detail = (f"not localized: GradScaler skipped the update (the gradients overflowed "
-                      f"at loss scale {prev:g}; it lowered the scale to {scale:g}): normal in "
-                      f"fp16 mixed precision unless it repeats")
+            if scale >= 1.0:
+                detail = (f"not localized: GradScaler skipped the update (the gradients "
+                          f"overflowed at loss scale {prev:g}; it lowered the scale to "
+                          f"{scale:g}): normal in fp16 mixed precision unless it repeats")
+            else:
+                # Halving from 65536 to below 1 takes 17 skips in a row: gradients that are
+                # non-finite even scaled down are a NaN the scaler cannot fix, not an overflow.
+                detail = (f"not localized: GradScaler skipped the update again and its scale "
+                          f"fell to {scale:g}: the gradients stay non-finite even scaled "
+                          f"down, which is not an fp16 overflow; use nan_policy='skip' (on "
+                          f"CPU) or 'raise' to localize it")
             self._record_event(s, "nonfinite", {
                 "metrics": bad, "policy": self.policy, "update_skipped": True,
                 "scaler_skipped": True, "where": "not_localized", "module": None,
                 "detail": detail})
-            logger.info("trainmedic: step %d: non-finite grad_norm; %s", s, detail)
+            if scale >= 1.0:
+                logger.info("trainmedic: step %d: non-finite grad_norm; %s", s, detail)
+            elif prev >= 1.0:  # once, as it crosses
+                logger.warning("trainmedic: step %d: non-finite grad_norm; %s", s, detail)
             return
         self.record(s, bad, None)
 
