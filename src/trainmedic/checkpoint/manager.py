@@ -356,10 +356,12 @@ class CheckpointManager:
                                                sync_files=self.sync_files)
         records: list[FileRecord] = []
         mine: BaseException | None = None
-        # dcp: the model and optimizer are shards in dcp/, not checked here (None: unknown).
-        finite = state_finite(files, step, self.root) \
-            if self.rank == 0 and dcp_objs is None else None
+        finite: bool | None = None
         try:
+            # dcp: the model and optimizer are shards in dcp/, not checked here (None:
+            # unknown). Inside the try: whatever it raises reaches the other ranks' gather.
+            if self.rank == 0 and dcp_objs is None:
+                finite = state_finite(files, step, self.root)
             if dcp_objs is not None:
                 from trainmedic.checkpoint.sharded import save_sharded
 
