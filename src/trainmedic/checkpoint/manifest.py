@@ -48,6 +48,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from trainmedic.checkpoint.file_crc import CHUNK_BYTES, crc32_of_file
 from trainmedic.errors import (
     ConfigError,
     InputError,
@@ -81,8 +82,6 @@ SCHEMA = "trainmedic.checkpoint/1"
 MANIFEST_NAME = "manifest.json"
 HASH_ALGORITHM = "crc32"
 FORMATS = ("torch", "dcp")
-#: Bytes hashed per ``zlib.crc32`` call: large calls run at half speed (see the module doc).
-CHUNK_BYTES = 8 << 20
 #: A write at least this large is hashed beside the write (``HashingWriter(parallel=True)``);
 #: below it the thread hand-off costs more than the overlap gains.
 PARALLEL_MIN_BYTES = 1 << 20
@@ -116,23 +115,10 @@ def hash_chunks(data: Any, crc: int = 0) -> int:
 
 
 def hash_file(path: str | Path) -> tuple[int, str]:
-    """``(size_bytes, "crc32:...")`` of a file, in one sequential read.
-
-    Reads into one reusable 8 MiB buffer (no per-chunk allocation). Not ``mmap``: hashing
-    through a read-only mapping ran at ~0.1 GB/s here (a page fault per 4 KiB page) against
-    ~4.5 GB/s for ``readinto`` from the page cache. Raises ``OSError`` as ``open`` does.
-    """
-    buf = bytearray(CHUNK_BYTES)
-    view = memoryview(buf)
-    crc = 0
-    size = 0
-    with open(path, "rb", buffering=0) as f:
-        while True:
-            n = f.readinto(buf)
-            if not n:
-                break
-            crc = zlib.crc32(view[:n], crc)
-            size += n
+    """``(size_bytes, "crc32:...")`` of a file, in one sequential read, the reading overlapped
+    with the hashing (:mod:`trainmedic.checkpoint.file_crc`). Raises ``OSError`` as ``open``
+    does."""
+    size, crc = crc32_of_file(path)
     return size, _format_crc(crc)
 
 
