@@ -159,6 +159,8 @@ def test_a_forward_overflow_routes_to_stabilizing_that_module() -> None:
     ({"module": "ln", "where": "forward", "input_absmax": 20.0, "param_absmax": 5e3,
       "dtype": "torch.float16"}, "lower the peak learning rate"),
     ({"module": "norm", "where": "backward"}, "put the eps inside norm's sqrt"),
+    ({"module": "norm", "where": "backward", "input_absmax": 300.0, "param_absmax": 2e3,
+      "dtype": "torch.float16"}, "put the eps inside norm's sqrt"),  # fp16: the dtype's
     ({"module": "ln", "where": "backward", "input_absmax": 8.2e19, "param_absmax": 3.5e7,
       "dtype": "torch.float32"}, "lower the peak learning rate"),
     ({"module": None, "where": "loss"}, "guard log/div/sqrt in the loss"),
@@ -225,3 +227,45 @@ def test_a_diverged_loss_kept_finite_by_skipped_updates_is_one_divergence() -> N
     assert "nonfinite_grad from step 60, where the first non-finite gradient appeared in the " \
            "backward of `blocks.1.ln1`" in f.summary
     assert "lower the peak learning rate" in f.interventions[0].action
+
+
+def test_an_expected_rise_does_not_swallow_a_nan_gradient_bug() -> None:
+    # An RL value loss that rises while the reward improves (an info divergence: expected)
+    # and, much later, NaN gradients that stay: the NaN gradients are the root, at their step.
+    rng = np.random.default_rng(2)
+    n = 2000
+    steps = np.arange(n)
+    gn = np.abs(rng.normal(1.0, 0.05, n))
+    gn[1500:] = np.nan
+    run = Run("r")
+    run.meta["format"] = "trainmedic.store"
+    run.add("loss", steps, 1.0 + steps / 500.0 + rng.normal(0, 0.05, n))
+    run.add("reward", steps, steps / 100.0 + rng.normal(0, 0.5, n))
+    run.add("grad_norm", steps, gn)
+    run.add("lr", steps, np.full(n, 1e-3))
+    det = next(d for d in detectors() if d.symptom == "divergence")
+    assert [f.severity for f in det.fn(run)] == ["info"]  # type: ignore[union-attr]
+    found = [f for f in diagnose(run).findings
+             if f.symptom in ("divergence", "nonfinite_grad")]
+    assert [f.symptom for f in found] == ["nonfinite_grad"], [f.summary for f in found]
+    assert found[0].onset_step == 1500
+
+
+def test_spikes_do_not_chain_an_incident_along() -> None:
+    # One NaN gradient, then spikes each a window after the last: only the one next to it is
+    # the same incident; the later ones are their own.
+    from trainmedic.diagnose.engine import _fold_incidents
+    from trainmedic.diagnose.finding import Finding
+
+    run = Run("r")
+    run.add("loss", np.arange(0, 10000, 50), np.ones(200))  # the window: 199 steps
+
+    def f(symptom: str, step: int) -> Finding:
+        return Finding(symptom=symptom, severity="warning", confidence=0.9, onset_step=step,
+                       end_step=step, rank=None, metric="loss", summary=symptom, evidence=())
+    out = _fold_incidents([f("nonfinite_grad", 1000), f("loss_spike", 1000 + 150),
+                           f("loss_spike", 1000 + 150 + 190), f("loss_spike", 1000 + 150 + 380)],
+                          run)
+    kept = sorted((g.symptom, g.onset_step) for g in out)
+    assert ("loss_spike", 1150) not in kept and ("nonfinite_grad", 1000) in kept
+    assert ("loss_spike", 1340 + 190) in kept, kept

@@ -400,13 +400,11 @@ def test_the_replay_draws_the_dropout_masks_of_the_step(tmp_path: pathlib.Path) 
         assert (e.data["where"], e.data["module"]) == ("forward", "1"), e.data
 
 
-@pytest.mark.parametrize("torch_has_it", [True, False], ids=["torch>=2.6", "older-torch"])
+@pytest.mark.parametrize("foreach", [None, False])
 def test_clip_through_the_watcher_records_the_pre_clip_norm_once(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, torch_has_it: bool) -> None:
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, foreach: bool | None) -> None:
     from trainmedic.watch.norms import GradNorm
 
-    if not torch_has_it:  # torch 2.4 and 2.5 have no clip_grads_with_norm_
-        monkeypatch.delattr(torch.nn.utils, "clip_grads_with_norm_")
     calls = []
     norm_of_grads = GradNorm.__call__
     monkeypatch.setattr(GradNorm, "__call__",
@@ -424,7 +422,7 @@ def test_clip_through_the_watcher_records_the_pre_clip_norm_once(
             for m, o in ((model, opt), (twin, twin_opt)):
                 o.zero_grad()
                 F.mse_loss(m(x), y).backward()
-            total = w.clip_grad_norm_(1.0)
+            total = w.clip_grad_norm_(1.0, foreach=foreach)
             pre_clip.append(float(torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)))
             assert float(total) == pytest.approx(pre_clip[-1], rel=1e-6)
             assert pre_clip[-1] > 1.0  # the clip did clip

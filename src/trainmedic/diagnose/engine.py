@@ -30,10 +30,10 @@ log = logging.getLogger(__name__)
 #: Symptoms that describe one incident on the loss/gradient path, most fundamental first.
 #: When several overlap in time on one rank, the first in this order is the root finding and
 #: the others are folded into its evidence (a NaN loss is not also a divergence and a spike).
-#: A divergence outranks non-finite gradients under a finite loss: a loss that climbed a
-#: million-fold and stays there is what the run did; its gradients overflowing (and a NaN
-#: guard or GradScaler skipping every update from then on, which keeps the loss finite) is how
-#: it ended.
+#: A divergence (warning or worse, beginning before them) outranks non-finite gradients under
+#: a finite loss: a loss that climbed a million-fold and stays there is what the run did; its
+#: gradients overflowing (and a NaN guard skipping every update from then on, which keeps the
+#: loss finite) is how it ended. Otherwise ``nonfinite_grad`` comes first.
 INCIDENT_ROOTS: tuple[str, ...] = (
     "nonfinite_loss",
     "nan_masked_in_logs",
@@ -148,9 +148,21 @@ def _same_rank(a: Finding, b: Finding) -> bool:
 
 def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
     w = _window(run)
-    prio = {s: i for i, s in enumerate(INCIDENT_ROOTS)}
+    prio: dict[str, float] = {s: i for i, s in enumerate(INCIDENT_ROOTS)}
+    nan_grads = [f for f in findings if f.symptom == "nonfinite_grad"]
+
+    def rank(f: Finding) -> float:
+        # A divergence outranks the NaN gradients only when it is a real one (warning or
+        # worse) that began before them; a mild or expected rise (info) does not swallow a
+        # NaN-gradient bug.
+        first = min((g.onset_step or 0 for g in nan_grads if _same_rank(f, g)), default=None)
+        if f.symptom == "divergence" and first is not None and not (
+                f.level >= SEVERITY_ORDER["warning"] and (f.onset_step or 0) < first):
+            return prio["nonfinite_grad"] + 0.5
+        return prio[f.symptom]
+
     chain = sorted((f for f in findings if f.symptom in prio),
-                   key=lambda f: (prio[f.symptom], f.onset_step or 0))
+                   key=lambda f: (rank(f), f.onset_step or 0))
     rest = [f for f in findings if f.symptom not in prio]
     roots: list[tuple[Finding, list[Finding]]] = []
     for f in chain:
@@ -158,9 +170,10 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
         for i, (root, folded) in enumerate(roots):
             if root.symptom == f.symptom or not _same_rank(root, f):
                 continue
-            # The incident spans all it holds: a spike inside a divergence already folded
-            # under a later NaN is the same incident.
-            spans = [_extent(g, run) for g in (root, *folded)]
+            # A divergence folded under a later NaN still spans the incident: a spike inside
+            # it is the same incident. Point findings do not widen it (no chaining).
+            spans = [_extent(g, run) for g in (root, *folded)
+                     if g is root or g.symptom == "divergence"]
             rlo, rhi = min(a for a, _ in spans), max(b for _, b in spans)
             # Sustained gradient growth leads the loss it drives: an explosion that starts
             # up to 3 windows before a divergence is the same incident.

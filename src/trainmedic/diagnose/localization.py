@@ -79,17 +79,24 @@ def localized_kind(data: Mapping[str, Any]) -> LocalizedKind | None:
     where = data.get("where")
     if where == "input":
         return "state" if data.get("param_nonfinite") else "data"
-    if where in ("forward", "backward") and _grown(data):
-        # Backward too: a LayerNorm whose input reached 8e19 (a diverging run's residual
-        # stream) overflows in its backward, and the fix is the run's, not an eps.
+    if where == "forward" and _grown(data):
+        return "growth"
+    if where == "backward" and _dtype_max(data) >= _WIDE_DTYPE_MAX and _grown(data):
+        # A LayerNorm whose input reached 8e19 (a diverging run's residual stream) overflows
+        # in its backward, and the fix is the run's, not an eps. Not in fp16, where inputs
+        # of a few hundred are ordinary and a backward overflow is the dtype's.
         return "growth"
     if where in _WHERE:
         return where
     return None
 
 
+def _dtype_max(data: Mapping[str, Any]) -> float:
+    return DTYPE_MAX.get(str(data.get("dtype")), DTYPE_MAX["torch.float32"])
+
+
 def _grown(data: Mapping[str, Any]) -> bool:
-    top = DTYPE_MAX.get(str(data.get("dtype")), DTYPE_MAX["torch.float32"])
+    top = _dtype_max(data)
     inp = _num(data.get("input_absmax"))
     if inp is None or not math.isfinite(inp):
         return False

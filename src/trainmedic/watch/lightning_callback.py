@@ -149,7 +149,8 @@ class TrainmedicCallback(_Callback):
         # Here, not in the watcher's optimizer pre-step hook: Lightning runs forward and
         # backward inside optimizer.step(closure), after that hook, which would see the
         # previous step's gradients. Unscaled, not yet clipped. Under manual optimization
-        # the hook, which runs after this, takes it (and the NaN guard acts on it).
+        # the loop's backward has run before optimizer.step(), so the pre-step hook (which
+        # fires before this callback) has taken it, and the NaN guard acts on it there.
         if pl_module.automatic_optimization:
             self._grad_norm = w._grad_norm()
 

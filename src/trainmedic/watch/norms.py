@@ -163,17 +163,25 @@ def _norms_as(torch: Any, tensors: list[Any], dtype: Any) -> Any:
 
 def clip_grads_with_norm(torch: Any, params: list[Any], max_norm: float, total: Any,
                          foreach: bool | None = None) -> None:
-    """Scale the gradients of ``params`` by ``min(1, max_norm / (total + 1e-6))``, as
-    ``torch.nn.utils.clip_grad_norm_`` does, given their global norm ``total`` (a 0-d
-    tensor, float64 when it came from the host). torch's own ``clip_grads_with_norm_``
-    where this torch has it (added in 2.6); the same arithmetic otherwise."""
-    fn = getattr(torch.nn.utils, "clip_grads_with_norm_", None)
-    if fn is not None:
-        fn(params, max_norm, total, foreach=foreach)
-        return
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    """Scale the gradients of ``params`` by ``min(1, max_norm / (total + 1e-6))``, torch's
+    ``clip_grad_norm_`` arithmetic, given their global norm ``total`` (a 0-d float64 tensor).
+
+    The coefficient is taken in float64, then cast to float32 once: a finite norm past
+    float32's range still gives a (tiny) finite coefficient instead of inf -> 0 (zeroed
+    gradients). A float32 scalar tensor, as torch's own clipping passes, keeps the CUDA
+    ``_foreach_mul_`` on its fused path (a float64 one would fall back to a kernel per
+    gradient). One ``_foreach_mul_`` per device unless ``foreach=False``."""
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0).to(torch.float32)
+    by_device: dict[Any, list[Any]] = {}
+    for p in params:
+        g = p.grad
+        if g is not None:
+            by_device.setdefault(g.device, []).append(g)
     with torch.no_grad():
-        for p in params:
-            g = p.grad
-            if g is not None:
-                g.mul_(coef.to(g.device))
+        for device, grads in by_device.items():
+            c = coef.to(device)
+            if foreach is False:
+                for g in grads:
+                    g.mul_(c)
+            else:
+                torch._foreach_mul_(grads, c)

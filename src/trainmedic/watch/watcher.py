@@ -270,7 +270,7 @@ class Watcher:
         loop would call torch's, after ``scaler.unscale_``); returns the pre-clip norm, a 0-d
         tensor. The step then records that pre-clip norm, as HF Trainer and Lightning log it,
         and the gradients are read once for it, not twice. The norm is the watcher's
-        overflow-safe one; the clipping is torch's ``clip_grads_with_norm_``."""
+        overflow-safe one; the clipping is torch's arithmetic (``norms.clip_grads_with_norm``)."""
         torch = self._torch
         if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)) \
                 or not max_norm > 0:
