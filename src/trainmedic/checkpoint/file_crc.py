@@ -13,6 +13,7 @@ page) against several GB/s for ``readinto``.
 
 from __future__ import annotations
 
+import io
 import os
 import queue
 import threading
@@ -46,17 +47,17 @@ def crc32_of_file(path: str | Path) -> tuple[int, int]:
         return _pipelined(f)
 
 
-def _sequential(f: object) -> tuple[int, int]:
+def _sequential(f: io.RawIOBase) -> tuple[int, int]:
     buf = bytearray(CHUNK_BYTES)
     view = memoryview(buf)
     crc = size = 0
-    while n := f.readinto(buf):  # type: ignore[attr-defined]
+    while n := f.readinto(buf):
         crc = zlib.crc32(view[:n], crc)
         size += n
     return size, crc
 
 
-def _pipelined(f: object) -> tuple[int, int]:
+def _pipelined(f: io.RawIOBase) -> tuple[int, int]:
     free: queue.SimpleQueue[bytearray | None] = queue.SimpleQueue()
     full: queue.SimpleQueue[tuple[bytearray | None, int | BaseException]] = queue.SimpleQueue()
     for _ in range(_BUFFERS):
@@ -65,7 +66,7 @@ def _pipelined(f: object) -> tuple[int, int]:
     def read() -> None:
         try:
             while (buf := free.get()) is not None:
-                n = f.readinto(buf)  # type: ignore[attr-defined]
+                n = f.readinto(buf) or 0
                 full.put((buf, n))
                 if not n:
                     return

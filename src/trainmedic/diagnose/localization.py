@@ -141,7 +141,7 @@ def localized_phrase(event: RunEvent) -> str:
         return f"the first non-finite value appeared in the output of {_quoted(d)} (forward)"
     if kind == "growth":
         inp = _num(d.get("input_absmax")) or 0.0
-        top = DTYPE_MAX.get(str(d.get("dtype")), DTYPE_MAX["torch.float32"])
+        top = _dtype_max(d)
         grown = (f"inputs that had grown to {inp:.3g}" if inp >= math.sqrt(top) else
                  f"inputs of abs-max {inp:.3g} and parameters that had grown to "
                  f"{_num(d.get('param_absmax')):.3g}")

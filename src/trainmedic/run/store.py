@@ -149,7 +149,8 @@ class RunStore:
     ...     store.log(0, {"loss": 4.2, "lr": 1e-3})
 
     ``rank``/``world_size`` default to torchrun's environment. Reopening an existing store
-    appends to it (a resumed run continues its record; replayed steps stay visible as such).
+    appends to it (a resumed run continues its record; replayed steps stay visible as such);
+    ``refuse_earlier_run=True`` (a new run) refuses a store that already holds metric rows.
     """
 
     def __init__(
@@ -185,9 +186,6 @@ class RunStore:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.rows_written = 0
-        #: The step of the last metric row an earlier session left in this store (None: a
-        #: new store, or one without metric rows): a caller starting a new run refuses it.
-        self.earlier_last_step: int | None = None
         if meta:
             self._check_meta_keys(meta)
         try:
@@ -224,16 +222,8 @@ class RunStore:
             conn.executescript(_SCHEMA)
             self._names: dict[str, int] = dict(
                 (str(n), int(i)) for i, n in conn.execute("SELECT id, name FROM metric_names"))
-            last = conn.execute("SELECT step FROM metrics ORDER BY rowid DESC LIMIT 1").fetchone()
-            self.earlier_last_step = int(last[0]) if last else None
-            if refuse_earlier_run and last:
-                # Before the meta below is touched: a refused run leaves the earlier one's
-                # record exactly as it was.
-                raise ConfigError(
-                    f"{self.path}: this run_dir already holds a run's record (up to step "
-                    f"{int(last[0])}); a new run from step 0 would interleave with it. Use a "
-                    f"new run_dir, delete that file, or pass start_step= the step this run "
-                    f"resumes at")
+            if refuse_earlier_run:
+                self._refuse_earlier_run(conn)
             now = time.time()
             from trainmedic import __version__
 
@@ -266,6 +256,16 @@ class RunStore:
             conn.close()
             raise
         self._conn = conn
+
+    def _refuse_earlier_run(self, conn: sqlite3.Connection) -> None:
+        """Raise ``ConfigError`` if the store holds metric rows; called before the meta is
+        touched, so a refused run leaves the earlier one's record exactly as it was."""
+        last = conn.execute("SELECT step FROM metrics ORDER BY rowid DESC LIMIT 1").fetchone()
+        if last:
+            raise ConfigError(
+                f"{self.path}: this run_dir already holds a run's record (up to step "
+                f"{int(last[0])}); a new run from step 0 would interleave with it. Use a new "
+                f"run_dir, delete that file, or pass start_step= the step this run resumes at")
 
     def _acquire_lock(self) -> None:
         self._lock_fd = _lock_store(self.path)
