@@ -73,9 +73,21 @@ def only(run: Run, symptom: str) -> list[Any]:
     return [f for f in engine.diagnose(run, only={symptom}).findings if f.symptom == symptom]
 
 
-def assert_clean(run: Run, what: str) -> None:
+#: Findings a healthy run's own timing raises when the shared VM under it slows down (a
+#: neighbour's burst took 24% of the throughput of a 3 ms-step MLP for the rest of one run).
+MACHINE_TIMING = frozenset({"throughput_regression", "step_time_outliers", "input_bound"})
+
+
+def assert_clean(run: Run, what: str, rerun: Callable[[], Run] | None = None) -> None:
+    """No finding at warning or above. A timing finding alone must come back when the run
+    is trained again (``rerun``): a slowdown the machine caused does not repeat, one the
+    run causes does."""
     diag = engine.diagnose(run)
-    assert not serious(diag), f"{what}: a healthy run got findings:\n{describe(diag)}"
+    bad = serious(diag)
+    if bad and rerun is not None and {f.symptom for f in bad} <= MACHINE_TIMING:
+        diag = engine.diagnose(rerun())
+        bad = serious(diag)
+    assert not bad, f"{what}: a healthy run got findings:\n{describe(diag)}"
 
 
 def train(run_dir: pathlib.Path, model: torch.nn.Module, opt: torch.optim.Optimizer,
@@ -298,40 +310,54 @@ def test_demo_onsets_match_the_injection(demo_run: Callable[[str], Run]) -> None
         over[0].onset_step, best)
 
 
-def test_demo_without_fault_is_clean(demo_run: Callable[[str], Run]) -> None:
-    assert_clean(demo_run("none"), "demo --fault none")
+def test_demo_without_fault_is_clean(demo_run: Callable[[str], Run],
+                                     tmp_path: pathlib.Path) -> None:
+    assert_clean(demo_run("none"), "demo --fault none",
+                 rerun=lambda: load(run_demo(DemoConfig(out_dir=tmp_path / "again"))))
 
 
 # ----------------------------------------------------------------- clean model families
 def test_clean_mlp_classifier(tmp_path: pathlib.Path) -> None:
-    mlp_run(tmp_path)
-    assert_clean(load(tmp_path), "MLP on Gaussian blobs, AdamW warm-up + cosine")
+    def trained(where: pathlib.Path) -> Run:
+        mlp_run(where)
+        return load(where)
+
+    assert_clean(trained(tmp_path / "run"), "MLP on Gaussian blobs, AdamW warm-up + cosine",
+                 rerun=lambda: trained(tmp_path / "again"))
 
 
 def test_clean_cnn_on_synthetic_images(tmp_path: pathlib.Path) -> None:
-    torch.manual_seed(1)
-    task = bar_images(1)
-    model = cnn()
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)  # constant lr: also a healthy default
-    train(tmp_path, model, opt, lambda s: task(128, s), F.cross_entropy, 200,
-          val=task(256, -1))
-    run = load(tmp_path)
+    def trained(where: pathlib.Path) -> Run:
+        torch.manual_seed(1)
+        task = bar_images(1)
+        model = cnn()
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)  # constant lr: a healthy default
+        train(where, model, opt, lambda s: task(128, s), F.cross_entropy, 200,
+              val=task(256, -1))
+        return load(where)
+
+    run = trained(tmp_path / "run")
     loss = run.get("loss")
     assert loss is not None and loss.values[-20:].mean() < 0.7 * loss.values[:10].mean()
-    assert_clean(run, "small CNN on synthetic bar images, Adam constant lr")
+    assert_clean(run, "small CNN on synthetic bar images, Adam constant lr",
+                 rerun=lambda: trained(tmp_path / "again"))
 
 
 def test_clean_gru_with_sgd_momentum_and_clipping(tmp_path: pathlib.Path) -> None:
-    torch.manual_seed(2)
-    task = running_sums(2)
-    model = GRURegressor()
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    train(tmp_path, model, opt, lambda s: task(128, s), F.mse_loss, 250,
-          lr_at=warmup_cosine(0.05, 250), val=task(256, -1), clip=1.0)
-    run = load(tmp_path)
+    def trained(where: pathlib.Path) -> Run:
+        torch.manual_seed(2)
+        task = running_sums(2)
+        model = GRURegressor()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        train(where, model, opt, lambda s: task(128, s), F.mse_loss, 250,
+              lr_at=warmup_cosine(0.05, 250), val=task(256, -1), clip=1.0)
+        return load(where)
+
+    run = trained(tmp_path / "run")
     loss = run.get("loss")
     assert loss is not None and loss.values[-20:].mean() < 0.5 * loss.values[:10].mean()
-    assert_clean(run, "GRU regressor, SGD momentum + clipping")
+    assert_clean(run, "GRU regressor, SGD momentum + clipping",
+                 rerun=lambda: trained(tmp_path / "again"))
 
 
 # ------------------------------------------------- other detectors, faults injected for real
@@ -571,4 +597,5 @@ def test_demo_faults_named_across_seeds(seed: int, tmp_path: pathlib.Path) -> No
         named = {f.symptom for f in serious(diag)}
         assert named & need, f"seed {seed}, --fault {fault}: expected {need}:\n{describe(diag)}"
     assert_clean(load(run_demo(DemoConfig(seed=seed, out_dir=tmp_path / "none"))),
-                 f"demo --fault none, seed {seed}")
+                 f"demo --fault none, seed {seed}",
+                 rerun=lambda: load(run_demo(DemoConfig(seed=seed, out_dir=tmp_path / "again"))))
