@@ -97,6 +97,8 @@ def _print(recipe: str, report: Any) -> None:
         click.echo(f"  DIFFERS ({mode}): first difference: {report.first_difference}")
     for line in report.differences:
         click.echo(f"    - {line}")
+    for line in report.notes:
+        click.echo(f"  note: {line}")
     click.echo(f"  max |loss diff| {report.max_loss_diff:.3g}, max |weight diff| "
                f"{report.max_weight_diff:.3g}")
     t = report.timings_s
