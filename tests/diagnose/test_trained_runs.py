@@ -16,11 +16,11 @@ import contextlib
 import math
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -284,11 +284,18 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Run]:
 
 
 @pytest.mark.parametrize("fault", sorted(_DEMO_EXPECT))
-def test_demo_fault_is_named(fault: str, demo_run: Callable[[str], Run]) -> None:
+def test_demo_fault_is_named(fault: str, demo_run: Callable[[str], Run],
+                             tmp_path: pathlib.Path) -> None:
     run = demo_run(fault)
     diag = engine.diagnose(run)
     need, allowed = _DEMO_EXPECT[fault]
     named = {f.symptom for f in serious(diag)}
+    if named & need and named - allowed and named - allowed <= MACHINE_TIMING:
+        # A timing finding alone beyond the expected ones must come back on a second run
+        # (see assert_clean): a neighbour's burst on the shared VM does not repeat.
+        again = load(run_demo_as_user(fault, 0, tmp_path / "again"))
+        diag = engine.diagnose(again)
+        named = {f.symptom for f in serious(diag)}
     assert named & need, f"demo --fault {fault}: expected one of {need}:\n{describe(diag)}"
     assert named <= allowed, f"demo --fault {fault}: unrelated findings:\n{describe(diag)}"
 
@@ -371,7 +378,12 @@ def test_step_time_outliers_from_occasional_slow_steps(tmp_path: pathlib.Path) -
     mlp_run(tmp_path, before_step=pause)
     found = only(load(tmp_path), "step_time_outliers")
     assert found, "three 0.3 s steps among ~3 ms steps were not flagged"
-    assert found[0].onset_step == slow[0], found
+    # A stall of the shared VM (>= 3x and 10 ms over the median) may be flagged too, so the
+    # onset is at or before the first sleep; the slowest step flagged is one of the sleeps.
+    f = found[0]
+    assert f.onset_step is not None and f.onset_step <= slow[0], found
+    assert f.end_step is not None and f.end_step >= slow[-1], found
+    assert f.evidence[0].step in slow and f.evidence[0].value >= 0.3, f.evidence
 
 
 def test_throughput_regression_from_a_loader_that_slows_down(tmp_path: pathlib.Path) -> None:
@@ -542,18 +554,13 @@ def test_plateau_from_an_lr_that_drops_to_nothing_too_early(tmp_path: pathlib.Pa
 
 
 # ----------------------------------------------------------------------- two gloo ranks
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _straggler_worker(rank: int, world: int, port: int, run_dir: str, slow_rank: int) -> None:
+def _straggler_worker(rank: int, world: int, init: str, run_dir: str, slow_rank: int) -> None:
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # A FileStore: a free port found first could be taken by another process before use.
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
     try:
         torch.manual_seed(0)
         task = blobs(0)
@@ -569,15 +576,22 @@ def _straggler_worker(rank: int, world: int, port: int, run_dir: str, slow_rank:
               F.cross_entropy, 40, before_step=slow_reader)
     finally:
         dist.destroy_process_group()
+    # Done: leave without the exit-time destructors, where gloo's threads once aborted a rank
+    # on a 2-core CI machine (see tests/checkpoint/sharded_worker.py).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def test_straggler_with_two_gloo_ranks(tmp_path: pathlib.Path) -> None:
     import torch.multiprocessing as mp
 
-    mp.spawn(_straggler_worker, args=(2, _free_port(), str(tmp_path), 1), nprocs=2, join=True)
-    assert sorted(p.name for p in tmp_path.glob("*.sqlite")) == [
+    run_dir = tmp_path / "run"
+    mp.spawn(_straggler_worker, args=(2, f"file://{tmp_path / 'store'}", str(run_dir), 1),
+             nprocs=2, join=True)
+    assert sorted(p.name for p in run_dir.glob("*.sqlite")) == [
         "metrics.rank0.sqlite", "metrics.rank1.sqlite"]
-    run = load(tmp_path)
+    run = load(run_dir)
     assert run.ranks() == [0, 1]
     found = only(run, "straggler")
     assert found and found[0].rank == 1, describe(engine.diagnose(run))

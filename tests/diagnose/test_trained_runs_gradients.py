@@ -316,8 +316,12 @@ def _write(tmp_path: pathlib.Path, state: dict[str, Any]) -> pathlib.Path:
 
 @pytest.fixture(scope="module")
 def naive_bce_steps() -> _Steps:
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
-    return _train_naive_bce()
+    try:
+        return _train_naive_bce()
+    finally:
+        torch.set_num_threads(before)
 
 
 def _first_nan_step(steps: _Steps) -> int:

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -266,16 +267,22 @@ def test_log_is_off_the_training_thread(tmp_path: pathlib.Path) -> None:
     store = RunStore(tmp_path, flush_rows=1)
     original = store._commit
 
-    def slow_commit(conn: sqlite3.Connection, rows: list) -> None:  # type: ignore[type-arg]
-        time.sleep(0.05)
+    disk_back = threading.Event()
+
+    def stuck_commit(conn: sqlite3.Connection, rows: list) -> None:  # type: ignore[type-arg]
+        disk_back.wait(60.0)
         original(conn, rows)
 
-    store._commit = slow_commit  # type: ignore[method-assign]
+    store._commit = stuck_commit  # type: ignore[method-assign]
     t0 = time.perf_counter()
     for step in range(200):
         store.log(step, {"loss": 1.0})
-    assert time.perf_counter() - t0 < 0.5  # 200 commits would take 10 s on this thread
+    # A commit on this thread would wait for the disk: a minute. 10 s is room for a stall of
+    # the shared VM, and still cannot pass that.
+    assert time.perf_counter() - t0 < 10.0
+    assert not disk_back.is_set()
     store._commit = original  # type: ignore[method-assign]
+    disk_back.set()
     store.close()
     loss = read_store(tmp_path / "metrics.sqlite").get("loss")
     assert loss is not None and len(loss) == 200

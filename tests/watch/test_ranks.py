@@ -12,6 +12,8 @@ within 0.7%), data wait 0.04 vs 15.2 ms; forward slowed, step medians 16.9-17.4 
 at the start of every forward, so a forward timed on the DDP wrapper includes rank 0's wait
 for rank 1's slow input (16.5-17.0 ms vs 1.0-1.1 ms on rank 1; the watcher's own, on the
 inner module, 0.2 ms on both): the detector must not call rank 0 a compute straggler there.
+(The tests now inject 30 ms, which doubles every margin against the shared VM's jitter; the
+figures above are from 15 ms.)
 
 The ranks run through ``torch.distributed.run`` (what users launch; RANK/WORLD_SIZE from the
 environment) and through ``torch.multiprocessing.spawn`` with a FileStore on tmp_path (the
@@ -53,7 +55,7 @@ if not dist.is_available() or not dist.is_gloo_available():
 pytestmark = pytest.mark.slow  # two process launches: ~15-25 s on 2 shared cores
 
 STEPS = 40
-SLOW_S = 0.015
+SLOW_S = 0.03
 SLOW_RANK = 1
 #: The forward timed with hooks on the DDP wrapper (the BatchNorm case), by the test.
 WRAPPER_FWD = "fwd_ddp_wrapper_s"
@@ -201,6 +203,7 @@ def _worker(rank: int, world: int, base: str, cases: list[str],
 
 def _spawn_entry(rank: int, world: int, base: str, cases: list[str], init_method: str) -> None:
     _worker(rank, world, base, cases, init_method)
+    _leave()
 
 
 # ------------------------------------------------------------------------ test side
@@ -281,7 +284,7 @@ def test_ddp_equalizes_step_time_whichever_rank_is_slow(torchrun_runs: pathlib.P
     assert abs(means[1] - means[0]) < 0.05 * max(means), _describe(run)
     meds = [float(np.median(s)) for s in st]
     assert abs(meds[1] - meds[0]) < 0.25 * SLOW_S, _describe(run)
-    assert min(meds) > 0.8 * SLOW_S  # both ranks' steps include the slow rank's 15 ms
+    assert min(meds) > 0.8 * SLOW_S  # both ranks' steps include the slow rank's sleep
 
 
 def test_slow_input_names_the_rank_and_its_input_pipeline(torchrun_runs: pathlib.Path) -> None:
@@ -360,6 +363,16 @@ def test_spawned_ranks_with_a_file_store(tmp_path: pathlib.Path) -> None:
     assert got["from_trainmedic"] == {} and got["self_check"], got
 
 
+def _leave() -> None:
+    """Done and torn down: leave without the interpreter's exit-time destructors, where gloo's
+    threads once aborted a rank ("terminate called without an active exception") on a 2-core
+    CI machine (see tests/checkpoint/sharded_worker.py)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":  # the torchrun worker: BASE CASES
     _worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), sys.argv[1],
             sys.argv[2].split(","), None)
+    _leave()
