@@ -4,6 +4,7 @@ The oracle for the resume is the uninterrupted demo itself: its recorded losses.
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import signal
@@ -91,8 +92,9 @@ def test_resume_without_a_checkpoint_starts_fresh(tmp_path: pathlib.Path,
     assert losses(out)[0] == list(range(10))
 
 
-def test_a_checkpoint_of_another_config_is_refused(tmp_path: pathlib.Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_checkpoint_of_another_config_is_refused_unless_forced(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / "run"
     assert main(["demo", "--steps", "10", "--checkpoint-every", "5", "--out", str(out),
                  "--json"]) == 0
@@ -100,7 +102,16 @@ def test_a_checkpoint_of_another_config_is_refused(tmp_path: pathlib.Path,
     assert main(["demo", "--steps", "10", "--seed", "3", "--out", str(out), "--resume",
                  "--json"]) == 2
     err = capsys.readouterr().err
-    assert "seed" in err and "Traceback" not in err
+    assert "seed: 0 in the checkpoint, 3 now" in err and "Traceback" not in err
+    assert "--force" in err
+    # Forced: a longer run continues from step 10, the difference logged as a warning.
+    with caplog.at_level(logging.WARNING, logger="trainmedic.checkpoint"):
+        assert main(["demo", "--steps", "14", "--out", str(out), "--resume", "--force",
+                     "--json"]) == 0
+    said = caplog.text
+    assert "steps: 10 in the checkpoint, 14 now" in said and "loaded anyway" in said
+    steps, _ = losses(out)
+    assert steps == list(range(14))
 
 
 def test_bad_checkpoint_every_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,7 +33,7 @@ def _single_process(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(("field", "value"), [
     ("fault", "explode"), ("fault", ""), ("steps", 5), ("steps", 2.5), ("steps", True),
     ("seed", -1), ("batch_size", 0), ("context_len", 4), ("context_len", 4096),
-    ("eval_every", 0), ("num_threads", 0),
+    ("eval_every", 0), ("num_threads", 0), ("resume", 1), ("force", "yes"),
 ])
 def test_bad_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):

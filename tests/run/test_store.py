@@ -23,6 +23,7 @@ from trainmedic.run.store import (
     RunStore,
     StoreLockedError,
     is_store_file,
+    read_rows,
     read_store,
     remove_store,
     store_path,
@@ -319,3 +320,16 @@ def test_remove_store_refuses_a_store_being_written(tmp_path: pathlib.Path) -> N
     remove_store(path)
     assert not any(p.name != path.name + ".lock" for p in tmp_path.iterdir())
     remove_store(path)  # already gone: nothing to do
+
+
+def test_read_rows_gives_one_row_per_step_in_a_range(tmp_path: pathlib.Path) -> None:
+    with RunStore(tmp_path) as store:
+        for step in range(10):
+            store.log(step, {"loss": float(step), "lr": 0.1})
+        store.log(5, {"loss": math.nan})  # a replayed step after a resume: the last wins
+        store.log(4, {"grad_norm": 2.0})
+    rows = read_rows(tmp_path / "metrics.sqlite", from_step=3, before_step=7)
+    assert [s for s, _ in rows] == [3, 4, 5, 6]
+    assert rows[1][1] == {"loss": 4.0, "lr": 0.1, "grad_norm": 2.0}
+    assert math.isnan(rows[2][1]["loss"]) and rows[3][1] == {"loss": 6.0, "lr": 0.1}
+    assert read_rows(tmp_path / "metrics.sqlite", from_step=20, before_step=30) == []

@@ -108,6 +108,27 @@ def test_divergence_sets_stop_reason_only_when_asked() -> None:
     assert not_asked.stop_reason is None
 
 
+def _seeded(y: np.ndarray, resumed_at: int) -> LiveAlerts:
+    a = _la(every=EVERY, window=2000)
+    a.seed(((s, {"loss": float(y[s])}) for s in range(resumed_at)), resumed_at=resumed_at)
+    return _drive(a, _losses(y), len(y) - resumed_at, start=resumed_at)
+
+
+def test_a_resumed_run_is_not_alerted_again_for_what_ended_before_it() -> None:
+    y = _loss_curve(1200, spikes=(700,))
+    assert [f.onset_step for f in _seeded(y, 900).findings] == []
+    # the same rows fed as this process's own: the spike is alerted
+    assert [f.onset_step for f in _seeded(y, 0).findings] == [700]
+
+
+def test_a_resumed_run_judges_its_first_steps_with_the_rows_before_the_resume() -> None:
+    # The loss began to rise 150 steps before the resume and is still rising: the first
+    # pass after the resume sees it from its start (alone, its window would begin at 1000).
+    y = _loss_curve(1200, diverge_at=850)
+    div = [f for f in _seeded(y, 1000).findings if f.symptom == "divergence"]
+    assert len(div) == 1 and abs(int(div[0].onset_step or 0) - 850) <= 20, div
+
+
 def test_stop_on_matches_a_symptom_the_engine_folded_into_a_nan_loss() -> None:
     # The loss rises from 1010 and is inf from 1100: one pass sees both, and the engine
     # reports one nonfinite_loss finding with the divergence folded into it.

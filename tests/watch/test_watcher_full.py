@@ -543,3 +543,25 @@ def test_a_nan_the_grad_scaler_cannot_fix_is_warned_once_its_scale_falls_below_1
     assert fell and fell[0].step == 4  # the step whose update took the scale to 0.5
     warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warned) == 1 and "stay non-finite even scaled down" in warned[0].getMessage()
+
+
+def test_a_resumed_watch_alerts_with_the_rows_before_the_resume(tmp_path: pathlib.Path) -> None:
+    """The live alerts of a resumed run start from the store's rows of the last window: a
+    rise that began before the resume is dated from its start, not from the resume."""
+    rng = np.random.default_rng(0)
+    s = np.arange(160)
+    y = (2.0 * np.exp(-s / 300) + 0.5) * np.exp(0.03 * rng.standard_normal(160))
+    y[60:] *= np.exp((s[60:] - 60) / 40)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with watch(model, opt, run_dir=tmp_path, alert_every=None) as w:
+        for step in range(100):
+            w.step(float(y[step]))
+    found: list = []  # type: ignore[type-arg]
+    with watch(model, opt, run_dir=tmp_path, alert_every=20, alert_window=400,
+               on_finding=found.append, start_step=100) as w:
+        for step in range(100, 160):
+            w.step(float(y[step]))
+    div = [f for f in found if f.symptom == "divergence"]
+    assert len(div) == 1 and 50 <= int(div[0].onset_step or 0) < 100, \
+        [(f.symptom, f.onset_step, f.summary) for f in found]

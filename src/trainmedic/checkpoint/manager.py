@@ -128,8 +128,8 @@ class ConfigMismatchError(InputError):
         shown = "; ".join(differences[:5]) + (
             f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
         super().__init__(path, f"saved with another recipe config ({shown}); load it anyway "
-                               f"with load(..., force=True), or resume with the config it was "
-                               f"saved with")
+                               f"with load(..., force=True) (trainmedic demo: --force), or "
+                               f"resume with the config it was saved with")
 
 
 class DamagedCheckpointError(InputError):
@@ -539,10 +539,12 @@ class CheckpointManager:
         if parsed is not None and parsed[0] != "committed":
             read.problems.append(Problem(file="", what="not committed (a .tmp-* folder)"))
             return read
-        if self._config_hash is not None and not force and (
-                manifest.config_hash != self._config_hash):
-            raise ConfigMismatchError(str(cand), config_differences(manifest.config,
-                                                                    self._config))
+        if self._config_hash is not None and manifest.config_hash != self._config_hash:
+            differences = config_differences(manifest.config, self._config)
+            if not force:
+                raise ConfigMismatchError(str(cand), differences)
+            log.warning("%s: saved with another recipe config (%s); loaded anyway "
+                        "(force=True)", cand, "; ".join(differences))
         missing = [k for k in objs if k not in manifest.entries]
         if missing:
             raise InputError(str(cand), f"holds no {', '.join(missing)} (it holds: "

@@ -32,8 +32,13 @@ FAULTS = ("none", "diverge", "spike", "flat", "overfit", "stall", "leak")
                    "then save and stop (exit 75).")
 @click.option("--resume", is_flag=True,
               help="Continue from the latest good checkpoint under <out>/checkpoints.")
+@click.option("--force", is_flag=True,
+              help="With --resume: continue even from a checkpoint saved with another config "
+                   "(more --steps, another --seed); otherwise it is refused, the differences "
+                   "named.")
 def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json: bool,
-         html: str | None, fail_on: str, checkpoint_every: int | None, resume: bool) -> None:
+         html: str | None, fail_on: str, checkpoint_every: int | None, resume: bool,
+         force: bool) -> None:
     """Train a tiny character-level transformer on CPU, record it, diagnose it, report it.
 
     The fault is injected for real (a too-high learning rate, poisoned batches, a frozen
@@ -47,6 +52,7 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
       trainmedic demo --fault diverge --json | jq '.findings[].symptom'
       trainmedic demo --checkpoint-every 50 --out runs/ck   # kill it, then:
       trainmedic demo --checkpoint-every 50 --out runs/ck --resume
+      trainmedic demo --checkpoint-every 50 --out runs/ck --resume --steps 400 --force
     """
     # Imported here: `trainmedic diagnose` must not pay for the checkpoint package.
     from trainmedic.checkpoint.preemption import EXIT_PREEMPTED, Preempted
@@ -56,7 +62,8 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
 
     out = Path(out_dir) if out_dir else Path("runs") / f"demo-{fault}"
     kwargs: dict[str, object] = {"fault": fault, "out_dir": out, "seed": seed,
-                                 "checkpoint_every": checkpoint_every, "resume": resume}
+                                 "checkpoint_every": checkpoint_every, "resume": resume,
+                                 "force": force}
     if steps is not None:
         kwargs["steps"] = steps
     config = DemoConfig(**kwargs)  # type: ignore[arg-type]

@@ -118,6 +118,11 @@ class DemoConfig:
     kept and the run goes on from the checkpoint's step. With no checkpoint there, the demo
     starts from step 0."""
 
+    force: bool = False
+    """With ``resume``: continue even from a checkpoint saved with another config (more
+    ``steps``, another ``seed``); the differences are logged as a warning. Without it such a
+    checkpoint is refused with the differences named."""
+
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
             raise ConfigError(f"fault must be one of {', '.join(FAULTS)}; got {self.fault!r}")
@@ -130,8 +135,9 @@ class DemoConfig:
             _check_int("num_threads", self.num_threads, 1, 1024)
         if self.checkpoint_every is not None:
             _check_int("checkpoint_every", self.checkpoint_every, 1, 1_000_000)
-        if not isinstance(self.resume, bool):
-            raise ConfigError(f"resume must be True or False, got {self.resume!r}")
+        for name in ("resume", "force"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.out_dir is not None and not isinstance(self.out_dir, pathlib.Path):
             try:
                 object.__setattr__(self, "out_dir", pathlib.Path(self.out_dir))
@@ -218,12 +224,12 @@ def _save(manager: Any, model: Any, optimizer: Any, gen: Any, step: int, batch: 
     return path
 
 
-def _resume(manager: Any, model: Any, optimizer: Any, gen: Any) -> int:
+def _resume(manager: Any, model: Any, optimizer: Any, gen: Any, force: bool) -> int:
     """Load the latest good checkpoint into the model, optimizer, RNG and batch generator;
     return its step."""
     from trainmedic.checkpoint import training_state
 
-    loaded = manager.load({"model": model, "optimizer": optimizer})
+    loaded = manager.load({"model": model, "optimizer": optimizer}, force=force)
     loop = training_state.LoopState()
     training_state.restore(loaded.train, loop)
     gen.set_state(loaded.train["extra"]["batch_generator"])
@@ -298,7 +304,7 @@ def run_demo(config: DemoConfig, *,
             optimizer = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
         start = 0
         if resuming:
-            start = _resume(manager, model, optimizer, gen)
+            start = _resume(manager, model, optimizer, gen, cfg.force)
 
         val_gen = torch.Generator().manual_seed(12345)
         val_starts = torch.randint(0, len(val) - T - 1, (64,), generator=val_gen)

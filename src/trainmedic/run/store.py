@@ -68,6 +68,7 @@ __all__ = [
     "store_path",
     "is_store_file",
     "read_store",
+    "read_rows",
 ]
 
 logger = logging.getLogger(__name__)
@@ -597,3 +598,23 @@ def read_store(path: pathlib.Path) -> Run:
             name = str(names.get(mid, f"metric_{mid}"))
             run.series[(name, rank)] = Series(steps[chunk], values[chunk])
     return run
+
+
+def read_rows(path: pathlib.Path, *, from_step: int,
+              before_step: int) -> list[tuple[int, dict[str, float]]]:
+    """The rows of steps ``from_step <= step < before_step``, one per step in step order:
+    ``{metric: value}`` (NaN for a value stored as NULL), the latest logged value of a metric
+    at a step winning, as a resumed run that replayed steps left them. What a resumed watcher
+    feeds its live alerts so that their window does not start empty at the resume."""
+    conn = _connect_ro(pathlib.Path(path))
+    try:
+        names = dict(conn.execute("SELECT id, name FROM metric_names").fetchall())
+        found = conn.execute("SELECT step, metric_id, value FROM metrics WHERE step >= ? AND "
+                             "step < ? ORDER BY rowid", (int(from_step), int(before_step)))
+        by_step: dict[int, dict[str, float]] = {}
+        for step, mid, value in found:
+            by_step.setdefault(int(step), {})[str(names.get(mid, f"metric_{mid}"))] = (
+                math.nan if value is None else float(value))
+    finally:
+        conn.close()
+    return sorted(by_step.items())

@@ -217,6 +217,7 @@ class LiveAlerts:
         self._rows: collections.deque[tuple[int, Mapping[str, Any]]] = collections.deque(
             maxlen=8 * self.window + 1024)
         self._calls = 0
+        self._resumed_at: int | None = None  # see seed()
         self._busy = False  # set by the training thread, cleared by the worker
         self._job_step = 0
         self._wake = threading.Event()
@@ -246,6 +247,15 @@ class LiveAlerts:
         afterwards: it is read later, on the alert thread."""
         if not self._closed:
             self._rows.append((step, row))
+
+    def seed(self, rows: Iterable[tuple[int, Mapping[str, float]]], *, resumed_at: int) -> None:
+        """Before the first step of a resumed run: the rows the earlier process recorded
+        (oldest first), so that the window does not start empty and a few points after the
+        resume are not judged alone. An incident that ended before ``resumed_at`` is not
+        alerted again: the earlier process did, or the offline report shows it."""
+        self._resumed_at = int(resumed_at)
+        for step, row in rows:
+            self.feed(step, row)
 
     def add_event(self, event: RunEvent) -> None:
         """Keep a non-numeric event (the NaN guard's localization) for the detectors, so a
@@ -400,6 +410,8 @@ class LiveAlerts:
         # Forget incidents that left the window long ago (their onsets cannot come back).
         tracks[:] = [t for t in tracks if t.seen_at >= w_lo - self.window]
         tracks.append(_Track(lo=onset, hi=end, seen_at=w_hi, onsets={onset}))
+        if self._resumed_at is not None and end < self._resumed_at:
+            return None  # over before the resume: tracked, not alerted again
         metric = f.metric or "loss"
         first = win.first_step(metric)
         if (metric in win.cut and first is not None and f.onset_step is not None

@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
@@ -226,11 +227,26 @@ class Watcher:
                 record_event=self.store.event, min_severity=cfg.alert_min_severity,
                 meta=dict(self._meta))
             self._rec.alerts = self._alerts
+            if start_step > 0 and self.store.enabled:
+                self._seed_alerts(start_step)
         if self._cuda:
             self._torch.cuda.reset_peak_memory_stats(self._device)
         if cfg.rss_interval_s is not None:
             self._rss_sampler = RssSampler(cfg.rss_interval_s)
             self._rss = self._rss_sampler.read
+
+    def _seed_alerts(self, start_step: int) -> None:
+        """A resume: hand the live alerts the earlier process's rows of the last window."""
+        from trainmedic.run.store import read_rows
+
+        try:
+            rows = read_rows(self.store.path, from_step=start_step - self._alerts.window,
+                             before_step=start_step)
+        except (OSError, sqlite3.Error) as exc:
+            logger.warning("trainmedic: the live alerts start without the rows before step "
+                           "%d: reading %s failed (%s)", start_step, self.store.path, exc)
+            return
+        self._alerts.seed(rows, resumed_at=start_step)
 
     # -- public API -------------------------------------------------------------------
     @property
