@@ -233,3 +233,12 @@ def test_cli_prints_the_notes(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "EQUAL (bitwise)" in out
     assert "  note: two runs from the same inputs drifted apart by up to 2e-07" in out
+
+
+def test_the_phases_run_with_a_fixed_mkl_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainmedic.checkpoint.resume_test import _child_env
+
+    monkeypatch.delenv("MKL_DYNAMIC", raising=False)
+    monkeypatch.setenv("OMP_DYNAMIC", "TRUE")  # the user's own setting is kept
+    env = _child_env()
+    assert env["MKL_DYNAMIC"] == "FALSE" and env["OMP_DYNAMIC"] == "TRUE"

@@ -314,8 +314,12 @@ def _phase_main(argv: list[str]) -> int:
 def _child_env() -> dict[str, str]:
     """The environment of the phase processes: this one's, with this process's own additions
     to sys.path (the recipe's folder, a test directory) on PYTHONPATH, so they import the
-    same modules."""
+    same modules; and, unless set, ``MKL_DYNAMIC`` and ``OMP_DYNAMIC`` off: Intel's
+    conditions for bitwise reproducible MKL results include a thread count that is not
+    adjusted at run time (oneMKL developer guide, "Reproducibility Conditions")."""
     env = dict(os.environ)
+    env.setdefault("MKL_DYNAMIC", "FALSE")
+    env.setdefault("OMP_DYNAMIC", "FALSE")
     skip = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     extra: list[str] = []
     for p in sys.path:
