@@ -182,7 +182,9 @@ def localized_evidence(event: RunEvent) -> tuple[Evidence, ...]:
     if kind in ("forward", "growth", "backward", "data") and module is not None:
         out, inp = _num(d.get("output_absmax")), _num(d.get("input_absmax"))
         return (Evidence(f"layer/{module}/output_absmax", event.step, out, inp,
-                         note=note + "; reference = the module's input abs-max"),)
+                         note=note + "; value = abs-max of the module's finite output "
+                                     "entries (NaN/inf left out), reference = the same of its "
+                                     "input"),)
     if kind == "state" and module is not None:
         names = [str(n) for n in d.get("param_nonfinite") or []]
         return (Evidence(f"layer/{module}/param_absmax", event.step,
