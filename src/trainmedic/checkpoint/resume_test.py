@@ -480,27 +480,20 @@ def _compare(s: Mapping[str, Any], f: Mapping[str, Any], r: Mapping[str, Any],
     return diffs, loss_diff, w_diff
 
 
-def _start_pair(spec: dict[str, Any], work: Path, cfg: ResumeTestConfig, env: dict[str, str],
-                suffix: str = "") -> list[_Phase]:
-    """The straight and the first run (or, with a suffix, a repeat of the straight and the
-    resumed run), at the same time when ``concurrent``; the second of a sequential pair is
-    started by :func:`_results`."""
-    second = "first" if not suffix else "resume"
-    runs = [_Phase("straight", spec, work, cfg.timeout_s, env, name=f"straight{suffix}")]
-    if cfg.concurrent:
-        runs.append(_Phase(second, spec, work, cfg.timeout_s, env, name=f"{second}{suffix}"))
-    return runs
-
-
-def _results(runs: list[_Phase], spec: dict[str, Any], work: Path, cfg: ResumeTestConfig,
-             env: dict[str, str], timings: dict[str, float],
-             suffix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
-    second = "first" if not suffix else "resume"
+def _run_pair(spec: dict[str, Any], work: Path, cfg: ResumeTestConfig, env: dict[str, str],
+              timings: dict[str, float], second: str,
+              suffix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+    """A straight run and a ``second`` one (``first``, or a repeat of ``resume``), at the same
+    time when ``concurrent``; their results, their wall times into ``timings``."""
+    names = (f"straight{suffix}", f"{second}{suffix}")
+    runs = [_Phase("straight", spec, work, cfg.timeout_s, env, name=names[0])]
     try:
-        a, timings[f"straight{suffix}"] = runs[0].result()
-        if len(runs) == 1:
-            runs.append(_Phase(second, spec, work, cfg.timeout_s, env, name=f"{second}{suffix}"))
-        b, timings[f"{second}{suffix}"] = runs[1].result()
+        if cfg.concurrent:
+            runs.append(_Phase(second, spec, work, cfg.timeout_s, env, name=names[1]))
+        a, timings[names[0]] = runs[0].result()
+        if not cfg.concurrent:
+            runs.append(_Phase(second, spec, work, cfg.timeout_s, env, name=names[1]))
+        b, timings[names[1]] = runs[1].result()
     finally:
         for r in runs:
             r.stop()
@@ -510,32 +503,34 @@ def _results(runs: list[_Phase], spec: dict[str, Any], work: Path, cfg: ResumeTe
 def _same_after(k: int, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Bitwise the same losses from step K on and the same final weights (``a``, ``b``: two
     phase results; a straight run's losses start at step 0, a resumed run's at K)."""
-    la, lb = a["losses"].tolist(), b["losses"].tolist()
-    la, lb = la[k:] if a["phase"] == "straight" else la, lb[k:] if b["phase"] == "straight" \
-        else lb
-    return la == lb and _max_abs_diff(a["final"], b["final"]) == (0.0, None)
+    def after(r: Mapping[str, Any]) -> list[float]:
+        losses: list[float] = r["losses"].tolist()
+        return losses[k:] if r["phase"] == "straight" else losses
+
+    return after(a) == after(b) and _max_abs_diff(a["final"], b["final"]) == (0.0, None)
 
 
 def _drift_verdict(cfg: ResumeTestConfig, runs: Mapping[str, Mapping[str, Any]],
-                   drift: float) -> tuple[bool, str | None, str]:
+                   drift: float) -> tuple[str, tuple[str, str] | None, str]:
     """After a bitwise difference that only appeared after an exact boundary, with a repeat
-    of the straight and of the resumed run: (equal, the pair that matched, the note)."""
+    of the straight and of the resumed run: (``exact``, ``repeated`` or ``determinism``; the
+    straight and resumed runs that matched, for ``exact``; the line saying why)."""
     k = cfg.at
     for s_name in ("straight", "straight-2"):
         for r_name in ("resume", "resume-2"):
             if _same_after(k, runs[s_name], runs[r_name]):
-                return True, f"{s_name}/{r_name}", (
+                return "exact", (s_name, r_name), (
                     f"two runs from the same inputs drifted apart by up to {drift:.3g} after "
                     f"step {k} (kernels that are not bitwise reproducible here); every state "
                     f"at the boundary was exact and the {r_name} run reproduced the "
                     f"{s_name} run bitwise, so the checkpoint resumes exactly")
     if _same_after(k, runs["straight"], runs["straight-2"]) and \
             _same_after(k, runs["resume"], runs["resume-2"]):
-        return False, None, (
+        return "repeated", None, (
             "repeated: each straight run and each resumed run reproduces itself bitwise, so "
             "the resume misses a state the boundary fingerprint does not cover (a module "
             "buffer or a global the recipe keeps outside the model, optimizer and loader?)")
-    return False, None, (
+    return "determinism", None, (
         f"determinism: two runs from the same inputs differ after step {k} by up to "
         f"{drift:.3g} (kernels that are not bitwise reproducible here) and no resumed run "
         "matched a straight one; every state at the boundary was exact: compare with --atol")
@@ -556,8 +551,7 @@ def resume_test(config: ResumeTestConfig) -> ResumeReport:
             spec["recipe"] = f"{Path(target).resolve()}:{cfg.recipe.rpartition(':')[2]}"
         env = _child_env()
         timings: dict[str, float] = {}
-        straight, first = _results(_start_pair(spec, work, cfg, env), spec, work, cfg, env,
-                                   timings)
+        straight, first = _run_pair(spec, work, cfg, env, timings, "first")
         spec["checkpoint"] = first["checkpoint"]
         resumed, timings["resume"] = _Phase("resume", spec, work, cfg.timeout_s, env).result()
         diffs, loss_diff, w_diff = _compare(straight, first, resumed, cfg)
@@ -567,20 +561,18 @@ def resume_test(config: ResumeTestConfig) -> ResumeReport:
             # straight and the resumed run once, to tell kernels that are not bitwise
             # reproducible (MKL's GEMM may change its blocking with its thread count) from a
             # state the fingerprint does not see.
-            straight2, resumed2 = _results(_start_pair(spec, work, cfg, env, "-2"), spec,
-                                           work, cfg, env, timings, "-2")
+            straight2, resumed2 = _run_pair(spec, work, cfg, env, timings, "resume", "-2")
             runs = {"straight": straight, "straight-2": straight2, "resume": resumed,
                     "resume-2": resumed2}
-            equal, pair, note = _drift_verdict(cfg, runs, max(loss_diff, w_diff))
-            if equal and pair is not None:
-                notes.append(note)
-                s_name, r_name = pair.split("/")
-                straight, resumed = runs[s_name], runs[r_name]
+            kind, pair, line = _drift_verdict(cfg, runs, max(loss_diff, w_diff))
+            if pair is not None:
+                notes.append(line)
+                straight, resumed = runs[pair[0]], runs[pair[1]]
                 diffs, loss_diff, w_diff = _compare(straight, first, resumed, cfg)
-            elif note.startswith("determinism"):
-                diffs.insert(0, ("determinism", note))
+            elif kind == "determinism":
+                diffs.insert(0, (kind, line))
             else:
-                diffs.append(("repeated", note))
+                diffs.append((kind, line))
     if cfg.atol is not None:
         # Within atol the verdict is the losses and the final weights; the boundary is
         # reported to explain a failure, not to cause one.
