@@ -73,21 +73,96 @@ def only(run: Run, symptom: str) -> list[Any]:
     return [f for f in engine.diagnose(run, only={symptom}).findings if f.symptom == symptom]
 
 
-#: Findings a healthy run's own timing raises when the shared VM under it slows down (a
-#: neighbour's burst took 24% of the throughput of a 3 ms-step MLP for the rest of one run).
+#: Findings a run's own timing raises when the shared VM under it slows down: a neighbour's
+#: burst took 24% of the throughput of a 3 ms-step MLP for the rest of one run, and 30% of the
+#: demo's from step ~70 in two diverge runs back to back (user CPU time for the same work
+#: wanders 6.2-8.6 s between identical runs here). Such a finding is true of the run, so it is
+#: not a false positive: the tests accept it when the recorded times bear it out
+#: (:func:`timing_borne_out`), and fail a timing finding the data does not support.
 MACHINE_TIMING = frozenset({"throughput_regression", "step_time_outliers", "input_bound"})
 
 
-def assert_clean(run: Run, what: str, rerun: Callable[[], Run] | None = None) -> None:
-    """No finding at warning or above. A timing finding alone must come back when the run
-    is trained again (``rerun``): a slowdown the machine caused does not repeat, one the
-    run causes does."""
+def _values(run: Run, metric: str, rank: int | None) -> tuple[np.ndarray, np.ndarray]:
+    s = run.series.get((metric, rank))
+    if s is None:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    ok = np.isfinite(s.values) & (s.values > 0 if metric != "data_time_s" else s.values >= 0)
+    return np.asarray(s.steps)[ok], np.asarray(s.values)[ok]
+
+
+def timing_borne_out(run: Run, f: Any) -> bool:
+    """An independent check of a timing finding on the raw recorded series, looser than the
+    detector's own rule (so a borderline case does not flip) but false on a series without
+    the effect: a fall of >= 12% in median throughput after the onset, lasting to the last
+    fifth of the run; a step >= 2.5x the median step time; a median data_time_s / (data_time_s +
+    step_time_s) >= 15%."""
+    if f.symptom == "throughput_regression":
+        steps, v = _values(run, f.metric, f.rank)
+        if f.metric == "step_time_s":
+            v = 1.0 / v
+        pre = v[(steps >= 5) & (steps < f.onset_step)]
+        post = v[steps >= f.onset_step]
+        tail = v[steps >= steps[int(0.8 * steps.size)]] if steps.size else v
+        if pre.size < 5 or post.size < 5:
+            return False
+        ref = float(np.median(pre))
+        return bool(np.median(post) <= 0.88 * ref and np.median(tail) <= 0.92 * ref)
+    if f.symptom == "step_time_outliers":
+        steps, v = _values(run, "step_time_s", f.rank)
+        slow = v[steps == f.evidence[0].step]
+        return bool(slow.size and slow[0] >= 2.5 * float(np.median(v)))
+    if f.symptom == "input_bound":
+        d_steps, d = _values(run, "data_time_s", f.rank)
+        s_steps, st = _values(run, "step_time_s", f.rank)
+        common, di, si = np.intersect1d(d_steps, s_steps, return_indices=True)
+        after = common >= (f.onset_step or 0)
+        # d / (d + st) is at most the detector's share whether step_time_s includes the
+        # wait (share d / st) or not (share d / (d + st)): the check errs towards failing.
+        share = (d[di] / (d[di] + st[si]))[after]
+        return bool(share.size >= 5 and np.median(share) >= 0.15)
+    return False
+
+
+def unexplained(run: Run, findings: list[Any]) -> list[Any]:
+    """The findings that are not timing findings the recorded times bear out."""
+    return [f for f in findings
+            if not (f.symptom in MACHINE_TIMING and timing_borne_out(run, f))]
+
+
+def assert_clean(run: Run, what: str) -> None:
+    """No finding at warning or above, except a timing finding the recorded times bear out
+    (the machine slowed down under the run: see :data:`MACHINE_TIMING`)."""
     diag = engine.diagnose(run)
-    bad = serious(diag)
-    if bad and rerun is not None and {f.symptom for f in bad} <= MACHINE_TIMING:
-        diag = engine.diagnose(rerun())
-        bad = serious(diag)
-    assert not bad, f"{what}: a healthy run got findings:\n{describe(diag)}"
+    assert not unexplained(run, serious(diag)), (
+        f"{what}: a healthy run got findings:\n{describe(diag)}")
+
+
+def test_the_timing_check_rejects_a_finding_the_times_do_not_bear_out() -> None:
+    """The tolerance above must not swallow a detector's false positive."""
+    from trainmedic.diagnose.finding import Evidence, Finding
+    steps = np.arange(200)
+    flat = Run(source="t")
+    flat.add("samples_per_s", steps, np.full(200, 1000.0) + np.sin(steps))
+    flat.add("step_time_s", steps, np.full(200, 0.013))
+    flat.add("data_time_s", steps, np.full(200, 0.0005))
+    fell = Run(source="t")
+    fell.add("samples_per_s", steps, np.where(steps < 90, 1200.0, 800.0))
+    fell.add("step_time_s", steps, np.where(steps == 150, 0.2, 0.013))
+    fell.add("data_time_s", steps, np.full(200, 0.006))
+
+    def finding(symptom: str, metric: str, onset: int) -> Finding:
+        return Finding(symptom=symptom, severity="warning", confidence=0.8, onset_step=onset,
+                       metric=metric, summary="-",
+                       evidence=(Evidence(metric, onset, 0.0, 0.0, note="-"),))
+
+    cases = [finding("throughput_regression", "samples_per_s", 90),
+             finding("step_time_outliers", "step_time_s", 150),
+             finding("input_bound", "data_time_s", 10)]
+    for f in cases:
+        assert not timing_borne_out(flat, f), f.symptom
+        assert timing_borne_out(fell, f), f.symptom
+    assert unexplained(flat, cases) == cases
+    assert unexplained(fell, cases) == []
 
 
 def train(run_dir: pathlib.Path, model: torch.nn.Module, opt: torch.optim.Optimizer,
@@ -284,20 +359,15 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Run]:
 
 
 @pytest.mark.parametrize("fault", sorted(_DEMO_EXPECT))
-def test_demo_fault_is_named(fault: str, demo_run: Callable[[str], Run],
-                             tmp_path: pathlib.Path) -> None:
+def test_demo_fault_is_named(fault: str, demo_run: Callable[[str], Run]) -> None:
     run = demo_run(fault)
     diag = engine.diagnose(run)
     need, allowed = _DEMO_EXPECT[fault]
     named = {f.symptom for f in serious(diag)}
-    if named & need and named - allowed and named - allowed <= MACHINE_TIMING:
-        # A timing finding alone beyond the expected ones must come back on a second run
-        # (see assert_clean): a neighbour's burst on the shared VM does not repeat.
-        again = load(run_demo_as_user(fault, 0, tmp_path / "again"))
-        diag = engine.diagnose(again)
-        named = {f.symptom for f in serious(diag)}
     assert named & need, f"demo --fault {fault}: expected one of {need}:\n{describe(diag)}"
-    assert named <= allowed, f"demo --fault {fault}: unrelated findings:\n{describe(diag)}"
+    extra = [f for f in serious(diag) if f.symptom not in allowed]
+    assert not unexplained(run, extra), (
+        f"demo --fault {fault}: unrelated findings:\n{describe(diag)}")
 
 
 def test_demo_onsets_match_the_injection(demo_run: Callable[[str], Run]) -> None:
@@ -317,54 +387,40 @@ def test_demo_onsets_match_the_injection(demo_run: Callable[[str], Run]) -> None
         over[0].onset_step, best)
 
 
-def test_demo_without_fault_is_clean(demo_run: Callable[[str], Run],
-                                     tmp_path: pathlib.Path) -> None:
-    assert_clean(demo_run("none"), "demo --fault none",
-                 rerun=lambda: load(run_demo(DemoConfig(out_dir=tmp_path / "again"))))
+def test_demo_without_fault_is_clean(demo_run: Callable[[str], Run]) -> None:
+    assert_clean(demo_run("none"), "demo --fault none")
 
 
 # ----------------------------------------------------------------- clean model families
 def test_clean_mlp_classifier(tmp_path: pathlib.Path) -> None:
-    def trained(where: pathlib.Path) -> Run:
-        mlp_run(where)
-        return load(where)
-
-    assert_clean(trained(tmp_path / "run"), "MLP on Gaussian blobs, AdamW warm-up + cosine",
-                 rerun=lambda: trained(tmp_path / "again"))
+    mlp_run(tmp_path)
+    assert_clean(load(tmp_path), "MLP on Gaussian blobs, AdamW warm-up + cosine")
 
 
 def test_clean_cnn_on_synthetic_images(tmp_path: pathlib.Path) -> None:
-    def trained(where: pathlib.Path) -> Run:
-        torch.manual_seed(1)
-        task = bar_images(1)
-        model = cnn()
-        opt = torch.optim.Adam(model.parameters(), lr=3e-3)  # constant lr: a healthy default
-        train(where, model, opt, lambda s: task(128, s), F.cross_entropy, 200,
-              val=task(256, -1))
-        return load(where)
-
-    run = trained(tmp_path / "run")
+    torch.manual_seed(1)
+    task = bar_images(1)
+    model = cnn()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)  # constant lr: a healthy default
+    train(tmp_path, model, opt, lambda s: task(128, s), F.cross_entropy, 200,
+          val=task(256, -1))
+    run = load(tmp_path)
     loss = run.get("loss")
     assert loss is not None and loss.values[-20:].mean() < 0.7 * loss.values[:10].mean()
-    assert_clean(run, "small CNN on synthetic bar images, Adam constant lr",
-                 rerun=lambda: trained(tmp_path / "again"))
+    assert_clean(run, "small CNN on synthetic bar images, Adam constant lr")
 
 
 def test_clean_gru_with_sgd_momentum_and_clipping(tmp_path: pathlib.Path) -> None:
-    def trained(where: pathlib.Path) -> Run:
-        torch.manual_seed(2)
-        task = running_sums(2)
-        model = GRURegressor()
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        train(where, model, opt, lambda s: task(128, s), F.mse_loss, 250,
-              lr_at=warmup_cosine(0.05, 250), val=task(256, -1), clip=1.0)
-        return load(where)
-
-    run = trained(tmp_path / "run")
+    torch.manual_seed(2)
+    task = running_sums(2)
+    model = GRURegressor()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    train(tmp_path, model, opt, lambda s: task(128, s), F.mse_loss, 250,
+          lr_at=warmup_cosine(0.05, 250), val=task(256, -1), clip=1.0)
+    run = load(tmp_path)
     loss = run.get("loss")
     assert loss is not None and loss.values[-20:].mean() < 0.5 * loss.values[:10].mean()
-    assert_clean(run, "GRU regressor, SGD momentum + clipping",
-                 rerun=lambda: trained(tmp_path / "again"))
+    assert_clean(run, "GRU regressor, SGD momentum + clipping")
 
 
 # ------------------------------------------------- other detectors, faults injected for real
@@ -611,5 +667,4 @@ def test_demo_faults_named_across_seeds(seed: int, tmp_path: pathlib.Path) -> No
         named = {f.symptom for f in serious(diag)}
         assert named & need, f"seed {seed}, --fault {fault}: expected {need}:\n{describe(diag)}"
     assert_clean(load(run_demo(DemoConfig(seed=seed, out_dir=tmp_path / "none"))),
-                 f"demo --fault none, seed {seed}",
-                 rerun=lambda: load(run_demo(DemoConfig(seed=seed, out_dir=tmp_path / "again"))))
+                 f"demo --fault none, seed {seed}")
