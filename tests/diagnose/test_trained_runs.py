@@ -4,7 +4,8 @@ Nothing here writes a number into a log by hand. Each run is a real training loo
 ``trainmedic.watch`` into the run store and read back with ``read_store``; the fault is in the
 training (a too-high lr, a poisoned batch, a sleep in the loader, a resume from an older
 checkpoint, fp16 overflow, a slow rank). Clean runs of several model families must get no
-finding at warning or above.
+finding at warning or above, save a timing finding that the recorded step times bear out
+(the shared VM slowed down under the run: see ``MACHINE_TIMING``).
 
 A failing test here may be a detector's problem: the assertion messages print every finding
 with its summary, so the numbers the run produced are in the failure report.
