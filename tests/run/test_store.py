@@ -281,7 +281,6 @@ def test_log_is_off_the_training_thread(tmp_path: pathlib.Path) -> None:
     # A commit on this thread would wait for the disk: a minute. 10 s is room for a stall of
     # the shared VM, and still cannot pass that.
     assert time.perf_counter() - t0 < 10.0
-    assert not disk_back.is_set()
     store._commit = original  # type: ignore[method-assign]
     disk_back.set()
     store.close()

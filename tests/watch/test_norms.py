@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from trainmedic.watch.norms import GradNorm, global_l2_norm
+from trainmedic.watch.norms import GradNorm, clip_grads_with_norm, global_l2_norm
 
 torch = pytest.importorskip("torch")
 
@@ -44,6 +44,24 @@ def test_mixed_dtypes_accumulate_in_float32_at_least() -> None:
     # a bfloat16 sum of squares would be off by ~1e-2: the groups really run in float32
     bf = [p.grad for p in params if p.dtype == torch.bfloat16]
     assert global_l2_norm(torch, bf) == pytest.approx(_oracle(bf), rel=1e-6)
+
+
+@pytest.mark.parametrize("foreach", [None, False])
+def test_clipping_mixed_dtypes_scales_like_torch(foreach: bool | None) -> None:
+    """Gradients of several dtypes (grouped per device and dtype) end as torch's clip leaves
+    them given the same float64 norm, bit for bit."""
+    specs = (((300,), torch.float32), ((64, 8), torch.bfloat16), ((7,), torch.float16),
+             ((9,), torch.bfloat16), ((5,), torch.float32))
+    ours, theirs = _params(*specs), _params(*specs)
+    for a, b in zip(ours, theirs, strict=True):
+        a.grad = torch.randn(a.shape).to(a.dtype) * 3
+        b.grad = a.grad.clone()
+    total = torch.tensor(_oracle([p.grad for p in ours]), dtype=torch.float64)
+    clip_grads_with_norm(torch, ours, 1.0, total, foreach=foreach)
+    torch.nn.utils.clip_grads_with_norm_(theirs, 1.0, total, foreach=foreach)
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.grad.dtype == b.grad.dtype
+        assert torch.equal(a.grad, b.grad), a.grad.dtype
 
 
 def test_huge_finite_gradients_do_not_read_as_infinite() -> None:

@@ -31,7 +31,8 @@ runs that reproduce nothing name ``determinism`` and point to ``atol``.
 
 Cost: three interpreter starts (torch import included), N + K + (N - K) = 2N steps, one save
 and one load, and two fingerprints (a sha256 of every state tensor); with ``atol``, a CPU copy
-of the model and optimizer state at the boundary in each of two processes.
+of the model and optimizer state at the boundary in each of two processes. A drift after an
+exact boundary adds two more interpreter starts (the repeated straight and resumed runs).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from trainmedic.diagnose.finding import (
 from trainmedic.diagnose.localization import finding_event, localized_phrase
 from trainmedic.diagnose.registry import Detector, NotRun, detectors
 from trainmedic.diagnose.router import route
+from trainmedic.diagnose.rules import LOCALIZED_SYMPTOMS
 from trainmedic.diagnose.trace import Trace
 from trainmedic.run.series import Run
 
@@ -43,7 +44,7 @@ INCIDENT_ROOTS: tuple[str, ...] = (
     "exploding_gradients",
 )
 
-_NONFINITE = frozenset({"nonfinite_loss", "nonfinite_grad"})
+_NONFINITE = frozenset(LOCALIZED_SYMPTOMS)
 
 #: Roots whose folded onset is the earliest onset in the incident (not their own).
 _EARLIEST_ONSET_ROOTS = frozenset({"divergence", "loss_spike", "exploding_gradients"})

@@ -168,18 +168,21 @@ def clip_grads_with_norm(torch: Any, params: list[Any], max_norm: float, total: 
 
     The coefficient is taken in float64, then cast to float32 once: a finite norm past
     float32's range still gives a (tiny) finite coefficient instead of inf -> 0 (zeroed
-    gradients). A float32 scalar tensor, as torch's own clipping passes, keeps the CUDA
-    ``_foreach_mul_`` on its fused path (a float64 one would fall back to a kernel per
-    gradient). One ``_foreach_mul_`` per device unless ``foreach=False``."""
+    gradients). The coefficient is a float32 scalar tensor, as torch's own clipping passes to
+    ``_foreach_mul_`` (not measured on CUDA here: no session had a GPU). One
+    ``_foreach_mul_`` per device and dtype, as torch groups them, unless ``foreach=False``."""
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0).to(torch.float32)
-    by_device: dict[Any, list[Any]] = {}
+    groups: dict[tuple[Any, Any], list[Any]] = {}
     for p in params:
         g = p.grad
         if g is not None:
-            by_device.setdefault(g.device, []).append(g)
+            groups.setdefault((g.device, g.dtype), []).append(g)
+    on_device: dict[Any, Any] = {}
     with torch.no_grad():
-        for device, grads in by_device.items():
-            c = coef.to(device)
+        for (device, _dtype), grads in groups.items():
+            c = on_device.get(device)
+            if c is None:
+                c = on_device[device] = coef.to(device)
             if foreach is False:
                 for g in grads:
                     g.mul_(c)
