@@ -82,7 +82,14 @@ def test_yolo_val_loss_derived_and_noted():
     run = load_run(str(DEVLOGS / "yolo-weed-earlystop"))
     assert "val/box_loss" in run.meta["derived"]["val_loss"]
     assert run.meta["aliases"]["lr"] == "lr/pg0"
-    assert not run.has("step_time_s")  # YOLO 'time' is cumulative, not per step
+    # YOLO 'time' is cumulative seconds: differentiated into a time per epoch (one row each)
+    st = run.get("step_time_s")
+    t = run.get("time")
+    assert st is not None and t is not None
+    assert len(st) == len(t) - 1 and bool((st.values > 0).all())
+    assert abs(st.values[0] - (t.values[1] - t.values[0])) < 1e-9
+    rec = [m for m in run.meta["mapping"] if m["column"] == "time"]
+    assert rec and rec[0]["canonical"] == "step_time_s" and rec[0]["how"].startswith("derived")
     assert run.has("time")
 
 

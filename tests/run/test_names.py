@@ -141,5 +141,9 @@ def test_wandb_export_columns():
 
 
 def test_gan_terms_are_not_summed():
+    # A GAN's G/D pair is never summed: the generator's loss is the loss, the
+    # discriminator's stays beside it as d_loss.
     res = resolve_names(["step", "train/g_loss", "train/d_loss"])
-    assert "loss" not in res.derived and "loss" not in res.aliases
+    assert "loss" not in res.derived
+    assert res.aliases["loss"] == "train/g_loss" and res.aliases["d_loss"] == "train/d_loss"
+    assert res.meta["objective"] == "adversarial"

@@ -23,6 +23,7 @@ import numpy as np
 
 from trainmedic.errors import InputError, UnreadableInputError, UnrecognizedInputError
 from trainmedic.run import names as names_mod
+from trainmedic.run.mapping import table_to_run
 from trainmedic.run.series import ImportNote, Run, Series
 from trainmedic.run.table import LogTable
 
@@ -332,51 +333,6 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
     return found
 
 
-def table_to_run(table: LogTable, mapping: dict[str, str] | None = None) -> Run:
-    """Map a table's raw names to canonical ones (aliases, derivations, user mapping)."""
-    run = Run(source=table.path)
-    exclude = [table.step_column] if table.step_column else []
-    res = names_mod.resolve_names(table.columns, mapping, exclude=exclude)
-    rename = res.rename()
-    targets = set(rename.values()) | set(res.derived)
-    for raw, s in table.columns.items():
-        name = rename.get(raw)
-        if name is None:
-            # An unmapped column whose raw name is a canonical name taken by another source
-            # (the user mapped "loss" elsewhere) stays, as "raw/<name>".
-            name = f"raw/{raw}" if raw in targets else raw
-        elif name in res.scales:
-            s = Series(s.steps, s.values * res.scales[name])
-        run.series[(name, table.rank)] = s
-    derived_meta: dict[str, str] = {}
-    for canonical, parts in res.derived.items():
-        total = _sum_components([table.columns[p] for p in parts])
-        if total is None:
-            table.note("not_derived", f"'{canonical}' not derived: its components "
-                       f"({', '.join(parts)}) were not logged at the same steps")
-            continue
-        run.series[(canonical, table.rank)] = total
-        derived_meta[canonical] = "sum of " + " + ".join(parts)
-    run.meta["aliases"] = dict(res.aliases)
-    if derived_meta:
-        run.meta["derived"] = derived_meta
-    run.meta.update({k: v for k, v in table.meta.items() if k not in run.meta})
-    run.meta["sources"] = [{
-        "path": table.path, "format": table.format, "rank": table.rank,
-        "step_column": table.step_column, "aliases": dict(res.aliases),
-        "families": dict(res.families),
-    }]
-    run.notes.extend(table.notes)
-    return run
-
-
-def _sum_components(parts: list[Series]) -> Series | None:
-    first = parts[0]
-    if all(len(p) == len(first) and np.array_equal(p.steps, first.steps) for p in parts):
-        return Series(first.steps, np.sum([p.values for p in parts], axis=0))
-    return None
-
-
 def _same_data(a: Series, b: Series) -> bool:
     """True when two series of one metric hold the same points (one run logged twice, e.g. by
     the HF Trainer into trainer_state.json and into TensorBoard)."""
@@ -412,6 +368,8 @@ def _merge_into(total: Run, part: Run, part_path: str) -> None:
             al = total.meta.setdefault("aliases", {})
             for c, src in v.items():
                 al.setdefault(c, src)
+        elif k == "mapping" and isinstance(v, list):
+            total.meta.setdefault("mapping", []).extend(v)
         elif k == "derived" and isinstance(v, dict):
             dv = total.meta.setdefault("derived", {})
             for c, how in v.items():

@@ -34,6 +34,7 @@ CANONICAL: tuple[str, ...] = (
     "loss", "val_loss", "grad_norm", "lr", "loss_scale", "param_norm", "update_ratio",
     "step_time_s", "data_time_s", "compute_time_s", "comm_time_s", "samples_per_s",
     "tokens_per_s", "mem_alloc_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb", "gpu_util",
+    "gc_time_s", "mfu",
 )
 """The canonical metric names of DESIGN.md."""
 
@@ -43,6 +44,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "iteration",            # Detectron2 metrics.json, Megatron
     "iter",                 # mmengine / mmdetection
     "num_updates",          # fairseq
+    "current_steps",        # LLaMA-Factory trainer_log.jsonl
     "trainer/global_step",  # Lightning under W&B
     "train/global_step",    # HF Trainer under W&B
     "time/total_timesteps",  # Stable-Baselines3 logger (environment steps); its
@@ -268,6 +270,13 @@ class NameResolution:
     """``{canonical: [raw components]}`` summed to make the metric."""
     families: dict[str, str] = field(default_factory=dict)
     """``{canonical: family}`` of the rule that mapped it (``user`` for --map)."""
+    how: dict[str, str] = field(default_factory=dict)
+    """``{canonical: how}``: ``canonical``, ``alias``, ``namespace``, ``unit ms->s``, ..."""
+    inverted: dict[str, str] = field(default_factory=dict)
+    """``{canonical: raw}`` of a rate whose inverse the metric is (``it/s`` -> step time),
+    used only when the log has no direct source of the metric (not in ``aliases``)."""
+    meta: dict[str, str] = field(default_factory=dict)
+    """Facts about the run the names tell (``objective: adversarial`` for a G/D pair)."""
 
     def rename(self) -> dict[str, str]:
         """``{raw name: output name}`` for the mapped columns."""
@@ -314,6 +323,7 @@ def resolve_names(names: Iterable[str], mapping: Mapping[str, str] | None = None
         if wanted in present and wanted not in used:
             res.aliases[canonical] = present[wanted]
             res.families[canonical] = "user"
+            res.how[canonical] = "user --map"
             used.add(wanted)
 
     # A canonical name logged as is wins over any alias of it.
@@ -321,6 +331,7 @@ def resolve_names(names: Iterable[str], mapping: Mapping[str, str] | None = None
         if canonical not in res.aliases and canonical in present and canonical not in used:
             res.aliases[canonical] = present[canonical]
             res.families[canonical] = "canonical"
+            res.how[canonical] = "canonical"
             used.add(canonical)
 
     for rule in ALIASES:
@@ -340,6 +351,7 @@ def resolve_names(names: Iterable[str], mapping: Mapping[str, str] | None = None
             continue
         res.aliases[rule.canonical] = present[key]
         res.families[rule.canonical] = rule.family
+        res.how[rule.canonical] = "alias"
         if rule.scale != 1.0:
             res.scales[rule.canonical] = rule.scale
         used.add(key)
@@ -354,6 +366,10 @@ def resolve_names(names: Iterable[str], mapping: Mapping[str, str] | None = None
         if len(parts) >= d.min_components:
             res.derived[d.canonical] = parts
             res.families[d.canonical] = d.family
+            used.update(k.strip().lower() for k in parts)
+    from trainmedic.run.guess import guess_names
+
+    guess_names(res, {k: v for k, v in present.items() if k not in used})
     return res
 
 

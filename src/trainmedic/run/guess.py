@@ -1,0 +1,161 @@
+"""The last pass of name resolution: names no alias lists, read word by word.
+
+Runs after the user's mapping, canonical names and the alias table have taken their columns.
+Each remaining name is read by ``vocabulary.read_name``; for each canonical metric the best
+reading wins: a name without namespace before a namespaced one, ``loss`` before ``nll_loss``,
+a plain series before Lightning's ``_epoch`` copy, a train side before no side, and a
+validation side before a test side (``test_loss`` is the eval loss only when no val loss
+exists). Eval sets each get their own series (``val_loss/<set>``), and a generator/
+discriminator pair is read as a GAN's objective.
+"""
+
+from __future__ import annotations
+
+from trainmedic.run.vocabulary import DISC_LOSS, GEN_LOSS, NameReading, read_name, unit_label
+
+__all__ = ["guess_names"]
+
+
+def _leaf(key: str) -> str:
+    return key.replace(".", "/").split("/")[-1].replace(" ", "_").replace("-", "_")
+
+
+def guess_names(res: object, present: dict[str, str]) -> None:
+    """Fill ``res`` (a ``names.NameResolution``) from ``present`` (``{lower key: raw}``,
+    the names no earlier rule took)."""
+    from trainmedic.run.names import NameResolution
+
+    assert isinstance(res, NameResolution)
+    taken = set(res.aliases.values())
+    for parts in res.derived.values():
+        taken.update(parts)
+    free = {k: raw for k, raw in present.items() if raw not in taken}
+
+    _gan_pair(res, free)
+    readings: list[tuple[str, str, NameReading]] = []
+    for key, raw in free.items():
+        if raw in res.aliases.values():
+            continue
+        r = read_name(key)
+        if r is not None:
+            readings.append((key, raw, r))
+
+    _val_losses(res, readings)
+    _train_loss(res, readings, free)
+    for canonical in sorted({r.canonical for _, _, r in readings} - {"loss", "val_loss"}):
+        cands = [(k, raw, r) for k, raw, r in readings if r.canonical == canonical
+                 and raw not in res.aliases.values()]
+        if not cands:
+            continue
+        direct = [c for c in cands if not c[2].invert]
+        if canonical not in res.aliases and direct:
+            k, raw, r = min(direct, key=lambda c: (c[2].namespaced, c[2].group != "",
+                                                   c[2].agg, len(c[0]), c[0]))
+            _take(res, canonical, raw, r)
+        inv = [c for c in cands if c[2].invert]
+        if inv and canonical not in res.aliases:
+            res.inverted[canonical] = min(inv, key=lambda c: (len(c[0]), c[0]))[1]
+
+
+def _take(res: object, canonical: str, raw: str, r: NameReading) -> None:
+    from trainmedic.run.names import NameResolution
+
+    assert isinstance(res, NameResolution)
+    res.aliases[canonical] = raw
+    res.families[canonical] = "vocabulary"
+    unit = unit_label(r)
+    if unit:
+        res.how[canonical] = unit
+        if r.factor != 1.0:
+            res.scales[canonical] = r.factor
+    else:
+        res.how[canonical] = "namespace" if r.namespaced else "alias"
+
+
+def _gan_pair(res: object, free: dict[str, str]) -> None:
+    from trainmedic.run.names import NameResolution
+
+    assert isinstance(res, NameResolution)
+    if "loss" in res.aliases or "loss" in res.derived:
+        return
+    gens = sorted((k, raw) for k, raw in free.items() if _leaf(k) in GEN_LOSS)
+    discs = sorted((k, raw) for k, raw in free.items() if _leaf(k) in DISC_LOSS)
+    if not gens or not discs:
+        return
+    res.aliases["loss"] = gens[0][1]
+    res.families["loss"] = "gan"
+    res.how["loss"] = "alias"
+    if "d_loss" not in res.aliases and discs[0][1] != "d_loss":
+        res.aliases["d_loss"] = discs[0][1]
+        res.families["d_loss"] = "gan"
+        res.how["d_loss"] = "alias"
+    res.meta["objective"] = "adversarial"
+
+
+def _val_losses(res: object, readings: list[tuple[str, str, NameReading]]) -> None:
+    from trainmedic.run.names import NameResolution
+
+    assert isinstance(res, NameResolution)
+    cands = [c for c in readings if c[2].canonical == "val_loss"]
+    if not cands:
+        return
+    if any(c[2].side == "val" for c in cands) or "val_loss" in res.aliases:
+        cands = [c for c in cands if c[2].side != "test"]
+
+    def rank(c: tuple[str, str, NameReading]) -> tuple:
+        return (c[2].word_rank, c[2].agg, c[2].namespaced, len(c[0]), c[0])
+
+    plain = [c for c in cands if not c[2].group]
+    groups: dict[str, list[tuple[str, str, NameReading]]] = {}
+    for c in cands:
+        if c[2].group and c[2].word_rank == 0:
+            groups.setdefault(c[2].group, []).append(c)
+    order = sorted(groups)
+    if "val_loss" not in res.aliases:
+        if plain:
+            k, raw, r = min(plain, key=rank)
+            _take(res, "val_loss", raw, r)
+        elif order:
+            k, raw, r = min(groups[order[0]], key=rank)
+            _take(res, "val_loss", raw, r)
+            res.how["val_loss"] = f"namespace (eval set {order[0]}; first of {len(order)})"
+            order = order[1:]
+    for g in order:
+        name = f"val_loss/{g}"
+        if name in res.aliases:
+            continue
+        k, raw, r = min(groups[g], key=rank)
+        if raw in res.aliases.values():
+            continue
+        _take(res, name, raw, r)
+        res.how[name] = f"namespace (eval set {g})"
+
+
+def _train_loss(res: object, readings: list[tuple[str, str, NameReading]],
+                free: dict[str, str]) -> None:
+    from trainmedic.run.names import NameResolution
+
+    assert isinstance(res, NameResolution)
+    if "loss" in res.aliases or "loss" in res.derived:
+        return
+    cands = [c for c in readings if c[2].canonical == "loss"]
+    if cands:
+        k, raw, r = min(cands, key=lambda c: (c[2].group != "", c[2].word_rank, c[2].agg,
+                                              c[2].side not in ("train", ""),
+                                              c[2].namespaced, len(c[0]), c[0]))
+        _take(res, "loss", raw, r)
+        return
+    # Two models side by side ("cls_loss" beside "cls_val_loss"): each eval group's train
+    # loss is "<group>_loss"; the first group's is the loss, the others "loss/<group>".
+    groups = sorted({r.group for _, _, r in readings if r.canonical == "val_loss" and r.group})
+    first = True
+    for g in groups:
+        src = free.get(f"{g}_loss")
+        if src is None or src in res.aliases.values():
+            continue
+        name = "loss" if first else f"loss/{g}"
+        res.aliases[name] = src
+        res.families[name] = "vocabulary"
+        res.how[name] = f"namespace (model {g})"
+        first = False
+

@@ -1,0 +1,206 @@
+"""From one ``LogTable`` to a ``Run``: names mapped, units converted, clocks differentiated,
+and a record of how every column was read (``run.meta["mapping"]``).
+
+The record is a list of ``{"file", "column", "canonical", "how"}`` dicts, one per column of the
+file, where ``how`` is ``canonical``, ``alias``, ``namespace``, ``unit <from>-><to>``,
+``derived: <how>``, ``user --map``, ``step``, ``row index (no step column)``, ``kept as raw``
+or ``ignored: <why>``. Reports render it, and the message for a log without a recognised loss
+lists its columns from it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trainmedic.run import names as names_mod
+from trainmedic.run.series import Run, Series
+from trainmedic.run.table import LogTable
+from trainmedic.run.vocabulary import CUMULATIVE_TIME, EPOCH_TIME, time_unit_of
+
+__all__ = ["table_to_run", "MAX_RAW_ENTRIES", "entry"]
+
+MAX_RAW_ENTRIES = 60
+"""Columns kept under their raw name listed one by one per file; the rest are counted."""
+
+_CLOCK_ORDER = ("time", "elapsed_time", "elapsed", "time_elapsed", "wall_time", "walltime",
+                "wall", "wall_clock", "wallclock", "total_time", "time_total", "train_wall",
+                "runtime", "train_runtime")
+_TIMESTAMP_MIN = 1e8
+"""A clock that reads more than ~3 years in seconds is a timestamp, not time since start."""
+
+
+def entry(file: str, column: str, canonical: str | None, how: str) -> dict[str, Any]:
+    """One mapping record."""
+    return {"file": file, "column": column, "canonical": canonical, "how": how}
+
+
+def table_to_run(table: LogTable, mapping: dict[str, str] | None = None) -> Run:
+    """Map a table's raw names to canonical ones (aliases, derivations, user mapping)."""
+    run = Run(source=table.path)
+    exclude = [table.step_column] if table.step_column else []
+    res = names_mod.resolve_names(table.columns, mapping, exclude=exclude)
+    rename = res.rename()
+    targets = set(rename.values()) | set(res.derived)
+    records: dict[str, dict[str, Any]] = {}
+    for raw, s in table.columns.items():
+        name = rename.get(raw)
+        if name is None:
+            # An unmapped column whose raw name is a canonical name taken by another source
+            # (the user mapped "loss" elsewhere) stays, as "raw/<name>".
+            name = f"raw/{raw}" if raw in targets else raw
+            records[raw] = entry(table.path, raw, None, "kept as raw")
+        else:
+            if name in res.scales:
+                s = Series(s.steps, s.values * res.scales[name])
+            records[raw] = entry(table.path, raw, name, res.how.get(name, "alias"))
+        run.series[(name, table.rank)] = s
+    derived_meta: dict[str, str] = {}
+    for canonical, parts in res.derived.items():
+        total = _sum_components([table.columns[p] for p in parts])
+        if total is None:
+            table.note("not_derived", f"'{canonical}' not derived: its components "
+                       f"({', '.join(parts)}) were not logged at the same steps")
+            continue
+        run.series[(canonical, table.rank)] = total
+        derived_meta[canonical] = "sum of " + " + ".join(parts)
+        for p in parts:
+            records[p] = entry(table.path, p, canonical,
+                               f"derived: {canonical} = sum of " + " + ".join(parts))
+    if "step_time_s" not in res.aliases:
+        _step_time(table, res, run, records, derived_meta)
+    run.meta["aliases"] = dict(res.aliases)
+    if derived_meta:
+        run.meta["derived"] = derived_meta
+    run.meta.update(res.meta)
+    run.meta.update({k: v for k, v in table.meta.items()
+                     if k not in run.meta and k != "ignored_columns"})
+    run.meta["sources"] = [{
+        "path": table.path, "format": table.format, "rank": table.rank,
+        "step_column": table.step_column, "aliases": dict(res.aliases),
+        "families": dict(res.families),
+    }]
+    run.meta["mapping"] = _records(table, records)
+    run.notes.extend(table.notes)
+    return run
+
+
+def _records(table: LogTable, records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if table.step_column:
+        how = "step"
+        if table.step_column.lower() in names_mod.FALLBACK_STEP_COLUMNS:
+            how = "step (epoch: no step column)"
+        out.append(entry(table.path, table.step_column, None, how))
+    elif table.format not in ("tensorboard", "mlflow"):
+        if any(n.kind == "step_from_row_index" for n in table.notes):
+            out.append(entry(table.path, "(row)", None, "row index (no step column)"))
+    raw_left = 0
+    for rec in records.values():
+        if rec["how"] == "kept as raw":
+            raw_left += 1
+            if raw_left > MAX_RAW_ENTRIES:
+                continue
+        out.append(rec)
+    if raw_left > MAX_RAW_ENTRIES:
+        out.append(entry(table.path, f"(+{raw_left - MAX_RAW_ENTRIES} more columns)", None,
+                         "kept as raw"))
+    for col, why in dict(table.meta.get("ignored_columns", {})).items():
+        out.append(entry(table.path, str(col), None, f"ignored: {why}"))
+    return out
+
+
+def _sum_components(parts: list[Series]) -> Series | None:
+    first = parts[0]
+    if all(len(p) == len(first) and np.array_equal(p.steps, first.steps) for p in parts):
+        return Series(first.steps, np.sum([p.values for p in parts], axis=0))
+    return None
+
+
+def _step_time(table: LogTable, res: names_mod.NameResolution, run: Run,
+               records: dict[str, dict[str, Any]], derived_meta: dict[str, str]) -> None:
+    """A step time from a clock (cumulative seconds), a per-epoch time or an it/s rate, when
+    the log has no direct step time."""
+    by_epoch = (table.step_column or "").lower() in names_mod.FALLBACK_STEP_COLUMNS
+    clocks: list[tuple[int, str, float]] = []
+    per_epoch: list[tuple[str, float]] = []
+    for raw in table.columns:
+        if raw in res.aliases.values():
+            continue
+        got = time_unit_of(raw)
+        if got is None:
+            continue
+        base, factor, unit = got
+        if base in CUMULATIVE_TIME:
+            rank = _CLOCK_ORDER.index(base) if base in _CLOCK_ORDER else len(_CLOCK_ORDER)
+            clocks.append((rank, raw, factor))
+        elif base in EPOCH_TIME and (base != "epoch" or unit):
+            per_epoch.append((raw, factor))
+    for _, raw, factor in sorted(clocks):
+        s = table.columns[raw]
+        dt = _differentiate(s)
+        if dt is not None:
+            _put(run, table, "step_time_s", Series(dt.steps, dt.values * factor))
+            how = (f"derived: per-step time from cumulative '{raw}' (difference between rows / "
+                   "steps between rows)")
+            records[raw] = entry(table.path, raw, "step_time_s", how)
+            derived_meta["step_time_s"] = how[len("derived: "):]
+            table.note("derived_step_time", f"step_time_s derived from the cumulative clock "
+                       f"'{raw}'")
+            return
+        if by_epoch and not _increasing(s):
+            per_epoch.append((raw, factor))
+    if per_epoch:
+        raw, factor = per_epoch[0]
+        s = table.columns[raw]
+        _put(run, table, "step_time_s", Series(s.steps, s.values * factor))
+        how = f"derived: time per epoch from '{raw}' (one value per logged epoch)"
+        records[raw] = entry(table.path, raw, "step_time_s", how)
+        derived_meta["step_time_s"] = how[len("derived: "):]
+        run.meta.setdefault("step_time_basis", "per_epoch")
+        return
+    inv = res.inverted.get("step_time_s")
+    if inv is not None and inv in table.columns:
+        s = table.columns[inv]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vals = np.where(s.values > 0, 1.0 / s.values, np.nan)
+        _put(run, table, "step_time_s", Series(s.steps, vals))
+        how = f"derived: 1 / '{inv}' (iterations per second)"
+        records[inv] = entry(table.path, inv, "step_time_s", how)
+        derived_meta["step_time_s"] = how[len("derived: "):]
+
+
+def _put(run: Run, table: LogTable, name: str, s: Series) -> None:
+    run.series[(name, table.rank)] = s
+
+
+def _increasing(s: Series) -> bool:
+    v = s.values[np.isfinite(s.values)]
+    return len(v) >= 2 and bool(np.all(np.diff(v) >= 0)) and v[-1] > v[0]
+
+
+def _differentiate(s: Series) -> Series | None:
+    """Per-step time from a cumulative clock, or None when ``s`` is not one.
+
+    In log order, each row's time is (clock - previous clock) / (step - previous step). A row
+    where both the step and the clock go back starts another run appended to the file and has
+    no time; a clock that goes back while the step moves on is not cumulative.
+    """
+    ok = np.isfinite(s.values)
+    steps, v = s.steps[ok], s.values[ok]
+    if len(v) < 3 or float(np.nanmax(np.abs(v))) >= _TIMESTAMP_MIN:
+        return None
+    dv = np.diff(v)
+    ds = np.diff(steps)
+    fwd = ds > 0
+    restart = (dv < 0) & (ds <= 0)
+    bad = (dv < 0) & fwd
+    if int(bad.sum()) > max(0, int(0.02 * len(dv))) or int(fwd.sum()) < 2:
+        return None
+    if not bool((dv[fwd] > 0).any()):
+        return None
+    keep = fwd & ~bad & ~restart
+    out_steps = steps[1:][keep]
+    out_vals = dv[keep] / ds[keep]
+    return Series(out_steps, out_vals)

@@ -1,0 +1,363 @@
+"""The field's words for each canonical metric, and how to read a name no alias lists.
+
+``ALIASES`` in ``trainmedic.run.names`` lists exact names frameworks write. Logs nobody has seen
+use the same words under other spellings: a namespace (``perf/step_time_s``, ``trainer/lr``), a
+train/validation side (``val/loss``, ``loss_valid``, ``eval_loss``), a unit (``step_time_ms``,
+``gpu_mem_gib``, ``gpu_util_pct``) or a rate (``it/s``). ``read_name`` takes such a name apart;
+``WORDS`` says which canonical metric its remaining word means.
+
+The rules are data: a word, its canonical metric and the kind of unit it carries.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["NameReading", "read_name", "WORDS", "LOSS_WORDS", "VAL_SIDE", "TRAIN_SIDE",
+           "GEN_LOSS", "DISC_LOSS", "CUMULATIVE_TIME", "EPOCH_TIME", "unit_factor",
+           "unit_label", "time_unit_of"]
+
+VAL_SIDE = frozenset({"val", "valid", "validation", "eval", "evaluation", "dev"})
+TEST_SIDE = frozenset({"test", "testing"})
+TRAIN_SIDE = frozenset({"train", "training", "tr", "trn"})
+_SIDES = VAL_SIDE | TEST_SIDE | TRAIN_SIDE
+
+# Namespaces that group metrics without naming an eval set ("metrics/val_loss" is not a set).
+GENERIC_NS = frozenset({
+    "metrics", "metric", "trainer", "charts", "epoch", "batch", "step", "perf", "performance",
+    "sys", "system", "time", "timing", "timings", "losses", "loss", "optim", "optimizer", "opt",
+    "stats", "throughput", "memory", "mem", "gpu", "cuda", "speed", "scalars", "scalar", "log",
+    "logs", "summary", "general", "main", "global", "avg", "mean", "lr", "hparams", "runtime",
+    "iter", "iteration", "progress", "train_metrics", "val_metrics", "eval_metrics",
+})
+
+LOSS_WORDS: tuple[str, ...] = (
+    "loss", "total_loss", "loss_total", "avg_loss", "loss_avg", "average_loss", "mean_loss",
+    "running_loss", "epoch_loss", "batch_loss", "objective", "cost", "ce_loss", "cross_entropy",
+    "cross_entropy_loss", "xent", "nll_loss", "nll", "mse_loss", "mse", "bce_loss", "bce",
+    "recon_loss", "reconstruction_loss", "rec_loss", "l1_loss", "l2_loss", "lm_loss",
+    "ctc_loss", "full_loss",
+)
+"""Words that mean the training objective, best first (``loss`` beats ``nll_loss``)."""
+
+# Component or qualifier words: "<word>_loss" is a term of the objective, not an eval set.
+_QUALIFIERS = frozenset({
+    "box", "cls", "dfl", "obj", "bbox", "giou", "iou", "mask", "seg", "rpn", "kl", "aux",
+    "ce", "nll", "mse", "bce", "l1", "l2", "lm", "mlm", "ctc", "total", "avg", "mean", "recon",
+    "rec", "reconstruction", "reg", "class", "classifier", "rpn_cls", "rpn_bbox", "length",
+    "best", "adv", "gan", "g", "d", "gen", "disc", "content", "style", "perceptual", "feat",
+    "vq", "commit", "commitment", "kd", "distill", "contrastive", "triplet", "center", "smooth",
+    "dice", "focal", "ohem", "pose", "keypoint", "depth", "flow", "text", "image", "img",
+    "running", "epoch", "batch", "step", "train", "val", "valid", "eval", "test", "weighted",
+    "sum", "raw", "scaled", "unscaled", "policy", "value", "entropy", "critic", "actor", "q",
+})
+
+GEN_LOSS = frozenset({"g_loss", "loss_g", "gen_loss", "loss_gen", "generator_loss",
+                      "loss_generator", "g_total_loss", "loss_g_total", "errg", "err_g",
+                      "lossg", "g_total", "gan_g_loss"})
+DISC_LOSS = frozenset({"d_loss", "loss_d", "disc_loss", "loss_disc", "discriminator_loss",
+                       "loss_discriminator", "d_total_loss", "loss_d_total", "errd", "err_d",
+                       "lossd", "d_total", "gan_d_loss"})
+
+CUMULATIVE_TIME = frozenset({"time", "elapsed", "elapsed_time", "wall_time", "walltime",
+                             "time_elapsed", "total_time", "wall", "train_wall",
+                             "elapsed_s", "elapsed_sec", "elapsed_seconds", "wall_clock",
+                             "wallclock", "runtime", "train_runtime", "time_total"})
+"""Names of a clock that may run over the whole run (differentiated when it only increases)."""
+
+EPOCH_TIME = frozenset({"epoch_time", "epoch_duration", "time_per_epoch", "epoch",
+                        "epoch_seconds", "epoch_secs", "seconds_per_epoch", "epoch_wall"})
+"""Words (their unit stripped) of a time taken by one epoch."""
+
+
+@dataclass(frozen=True)
+class _Word:
+    canonical: str
+    kind: str = ""
+    """``time`` (default seconds), ``mem`` (default MB), ``pct``, ``rate`` (per second),
+    ``inv`` (iterations per second: 1/x is a step time) or ``""`` (no unit)."""
+
+
+def _words(canonical: str, kind: str, *names: str) -> dict[str, _Word]:
+    return {n: _Word(canonical, kind) for n in names}
+
+
+WORDS: dict[str, _Word] = {
+    **{w: _Word("loss") for w in LOSS_WORDS},
+    **_words("lr", "", "lr", "learning_rate", "learningrate", "current_lr", "lr_0", "base_lr"),
+    **_words("grad_norm", "", "grad_norm", "gnorm", "gradient_norm", "grad_norm_total",
+             "total_grad_norm", "global_grad_norm", "grad_l2_norm", "grad_total_norm",
+             "grads_norm", "grad_norm_2", "gradnorm", "global_norm", "total_norm"),
+    **_words("loss_scale", "", "loss_scale", "grad_scale", "scaler_scale", "amp_scale",
+             "loss_scaler", "scale_factor"),
+    **_words("param_norm", "", "param_norm", "params_norm", "parameter_norm", "weight_norm",
+             "weights_norm"),
+    **_words("update_ratio", "", "update_ratio", "update_to_weight", "update_norm_ratio",
+             "update_to_param_ratio"),
+    **_words("step_time_s", "time", "step_time", "iter_time", "iteration_time", "batch_time",
+             "time_per_step", "time_per_iter", "time_per_iteration", "time_per_batch",
+             "train_step_time", "step_duration", "iteration_duration", "iter_duration",
+             "per_step_time", "step_t", "elapsed_per_step", "time_step", "time_iter"),
+    **_words("data_time_s", "time", "data_time", "data_load_time", "data_loading_time",
+             "dataloader_time", "data_wait", "data_wait_time", "load_time", "data_loading",
+             "input_time", "fetch_time"),
+    **_words("compute_time_s", "time", "compute_time", "fwd_bwd_time", "forward_backward_time"),
+    **_words("comm_time_s", "time", "comm_time", "communication_time", "allreduce_time",
+             "all_reduce_time"),
+    **_words("gc_time_s", "time", "gc_time", "gc_pause", "gc_duration"),
+    **_words("samples_per_s", "rate", "samples", "examples", "imgs", "images", "img",
+             "sample", "sequences", "seqs"),
+    **_words("tokens_per_s", "rate", "tokens", "toks", "tok", "words"),
+    **_words("tokens_per_s", "", "tps", "wps", "tgs", "tokens_per_s"),
+    **_words("samples_per_s", "", "sps", "samples_per_s", "throughput_samples"),
+    **_words("step_time_s", "inv", "it", "its", "iter", "iters", "iterations", "steps",
+             "step", "batches", "updates"),
+    **_words("mem_alloc_mb", "mem", "mem_alloc", "memory_allocated", "mem_allocated",
+             "allocated_memory", "allocated", "gpu_mem", "gpu_memory", "memory", "mem",
+             "gpu_mem_alloc", "cuda_mem", "cuda_memory", "vram", "memory_used", "mem_used",
+             "gpu_memory_used", "gpu_mem_used", "alloc", "cuda_memory_allocated",
+             "gpu_memory_allocated", "torch_memory_allocated"),
+    **_words("mem_reserved_mb", "mem", "mem_reserved", "memory_reserved", "reserved_memory",
+             "gpu_mem_reserved", "cached_memory", "memory_cached", "reserved",
+             "cuda_memory_reserved", "gpu_memory_reserved"),
+    **_words("mem_peak_mb", "mem", "max_mem", "max_memory", "peak_mem", "peak_memory",
+             "mem_peak", "memory_peak", "max_memory_allocated", "max_mem_allocated",
+             "max_allocated", "peak_allocated", "peak_mem_alloc", "max_memory_reserved",
+             "max_reserved", "peak_gpu_mem", "max_gpu_mem", "gpu_peak_mem", "gpu_mem_peak"),
+    **_words("rss_mb", "mem", "rss", "host_mem", "host_memory", "cpu_mem", "cpu_memory", "ram",
+             "ram_used", "process_rss", "mem_rss", "memory_rss", "proc_rss"),
+    **_words("gpu_util", "pct", "gpu_util", "gpu_utilization", "gpu_usage", "util",
+             "utilization", "gpu_utilisation", "sm_util"),
+    **_words("mfu", "pct", "mfu"),
+}
+"""Word -> canonical metric. Rates (``*_per_s``) are looked up by their counted noun."""
+
+# Unit spellings -> (kind, canonical spelling, factor to the canonical unit of that kind).
+_TIME_UNITS = {"ms": 1e-3, "msec": 1e-3, "millis": 1e-3, "milliseconds": 1e-3,
+               "us": 1e-6, "usec": 1e-6, "s": 1.0, "sec": 1.0, "secs": 1.0,
+               "seconds": 1.0, "second": 1.0, "min": 60.0, "mins": 60.0, "minutes": 60.0,
+               "h": 3600.0, "hours": 3600.0, "hr": 3600.0}
+_MEM_UNITS = {"bytes": 1.0 / 2**20, "b": 1.0 / 2**20, "kb": 1.0 / 1024, "kib": 1.0 / 1024,
+              "mb": 1.0, "mib": 1.0, "gb": 1024.0, "gib": 1024.0, "tb": 2.0**20,
+              "tib": 2.0**20}
+_PCT_UNITS = {"pct": 1.0, "percent": 1.0, "%": 1.0, "perc": 1.0}
+_CANON_UNIT = {"time": "s", "mem": "MB", "pct": "%"}
+
+
+def unit_factor(kind: str, unit: str) -> float | None:
+    """The factor from ``unit`` to the canonical unit of ``kind``, or None if they differ."""
+    table = {"time": _TIME_UNITS, "mem": _MEM_UNITS, "pct": _PCT_UNITS}.get(kind, {})
+    return table.get(unit)
+
+
+_ALL_UNITS = sorted(set(_TIME_UNITS) | set(_MEM_UNITS) | set(_PCT_UNITS) - {"b", "h"},
+                    key=len, reverse=True)
+_PAREN_UNIT = re.compile(r"^(.*?)[\s_]*[(\[]\s*([a-z%]+)\s*[)\]]$")
+_RATE = re.compile(r"^(?P<what>[a-z_]*?)_?(?:per_|/)(?P<per>s|sec|secs|second|seconds)$")
+_PER_X = re.compile(r"^(?P<unit>ms|s|sec|secs|seconds|us)_?(?:per|/)_?"
+                    r"(?P<what>batch|step|iter|iteration|it|update|epoch)$")
+_SPLIT = re.compile(r"/|(?<=[a-z_])\.(?=[a-z_])")
+_AGG_SUFFIX = ("_step", "_epoch", "_mean", "_avg")
+
+
+@dataclass(frozen=True)
+class NameReading:
+    """What a raw name says once taken apart."""
+
+    canonical: str
+    """The canonical metric its word means (``loss`` on the val side reads as ``val_loss``)."""
+    side: str
+    """``train``, ``val``, ``test`` or ``""`` (not said)."""
+    namespaced: bool
+    """True when the word was found under a namespace or a side prefix (``perf/...``)."""
+    unit: str = ""
+    """The unit the name carries (``ms``, ``gib``, ``pct``) or ``""``."""
+    factor: float = 1.0
+    invert: bool = False
+    """Iterations per second: the step time is ``1/value``."""
+    word_rank: int = 0
+    agg: int = 0
+    """0 plain, 1 ``_step``, 2 ``_epoch``/``_mean`` (Lightning's aggregated copy)."""
+    group: str = ""
+    """An eval set or a model's prefix (``g1`` in ``eval_g1_loss``)."""
+
+
+def _norm(name: str) -> str:
+    n = name.strip().lower()
+    n = re.sub(r"[\s\-]+", "_", n)
+    return n
+
+
+def _strip_unit(leaf: str) -> tuple[str, str]:
+    """``step_time_ms`` -> (``step_time``, ``ms``); ``time(s)`` -> (``time``, ``s``)."""
+    m = _PAREN_UNIT.match(leaf)
+    if m and (m.group(2) in _TIME_UNITS or m.group(2) in _MEM_UNITS or
+              m.group(2) in _PCT_UNITS):
+        return m.group(1).rstrip("_"), m.group(2)
+    if leaf.endswith("%"):
+        return leaf[:-1].rstrip("_"), "%"
+    for u in _ALL_UNITS:
+        if leaf.endswith("_" + u) and len(leaf) > len(u) + 1:
+            return leaf[: -len(u) - 1], u
+    return leaf, ""
+
+
+def _strip_side(leaf: str) -> tuple[str, str, str]:
+    """``val_loss`` -> (``loss``, ``val``, ``""``); ``cls_val_loss`` -> (``loss``, ``val``,
+    ``cls``); ``loss_valid`` -> (``loss``, ``val``, ``""``)."""
+    parts = leaf.split("_")
+    for i, p in enumerate(parts):
+        side = _side_of(p)
+        if side and len(parts) > 1:
+            rest = parts[:i] + parts[i + 1:]
+            group = "_".join(parts[:i]) if 0 < i < len(parts) - 1 else ""
+            word = "_".join(parts[i + 1:]) if group else "_".join(rest)
+            if word:
+                return word, side, group
+    return leaf, "", ""
+
+
+def _side_of(part: str) -> str:
+    if part in VAL_SIDE:
+        return "val"
+    if part in TEST_SIDE:
+        return "test"
+    if part in TRAIN_SIDE:
+        return "train"
+    return ""
+
+
+def _lookup(word: str) -> tuple[_Word | None, int, str, float, bool]:
+    """(word entry, rank, unit, factor, invert) for a word that may carry a unit or a rate."""
+    m = _PER_X.match(word)
+    if m:  # ms_per_batch, sec/iter
+        f = _TIME_UNITS[m.group("unit")]
+        return WORDS["step_time"], 0, m.group("unit"), f, False
+    m = _RATE.match(word)
+    if m:
+        what = m.group("what").strip("_")
+        w = WORDS.get(what)
+        if w is not None and w.kind in ("rate", "inv"):
+            return w, 0, "", 1.0, w.kind == "inv"
+        return None, 0, "", 1.0, False
+    base, unit = _strip_unit(word)
+    w = WORDS.get(base)
+    if w is None or w.kind in ("rate", "inv"):
+        return None, 0, unit, 1.0, False
+    if unit:
+        fu = unit_factor(w.kind, unit)
+        if fu is None:
+            return None, 0, unit, 1.0, False
+        return w, _rank(base), unit, fu, False
+    return w, _rank(base), "", 1.0, False
+
+
+def _rank(base: str) -> int:
+    try:
+        return LOSS_WORDS.index(base)
+    except ValueError:
+        return 0
+
+
+def _with_agg(word: str) -> tuple[str, int]:
+    for i, suf in enumerate(_AGG_SUFFIX):
+        if word.endswith(suf) and len(word) > len(suf):
+            return word[: -len(suf)], 1 if i == 0 else 2
+    return word, 0
+
+
+def read_name(raw: str) -> NameReading | None:
+    """Read a raw column name as a canonical metric, or None when no rule reads it."""
+    name = _norm(raw)
+    parts = [p for p in _SPLIT.split(name) if p]
+    # Rates written with a slash ("it/s", "tokens/sec") are one word, not a namespace.
+    if len(parts) >= 2 and parts[-1] in ("s", "sec", "second", "secs"):
+        parts = parts[:-2] + [parts[-2] + "_per_" + parts[-1]]
+    if len(parts) >= 2 and parts[-2] in ("ms", "s", "sec", "us") and parts[-1] in (
+            "batch", "step", "iter", "it", "iteration", "update"):
+        parts = parts[:-2] + [parts[-2] + "_per_" + parts[-1]]
+    if not parts:
+        return None
+    side = ""
+    group_parts: list[str] = []
+    # "loss/val", "loss/train": the side comes last.
+    if len(parts) >= 2 and _side_of(parts[-1]) and not _side_of(parts[-2]):
+        side = _side_of(parts[-1])
+        parts = parts[:-2] + [parts[-2]]
+    leaf = parts[-1]
+    ns = parts[:-1]
+    # "val_loss/g1": a val-side word followed by an eval set's name.
+    if ns and read_name(ns[-1]) is not None and _lookup(leaf)[0] is None and \
+            _strip_side(leaf)[1] == "" and re.fullmatch(r"[a-z0-9_]+", leaf):
+        inner = read_name("/".join(ns))
+        if inner is not None and inner.canonical == "val_loss":
+            return NameReading("val_loss", "val", True, word_rank=inner.word_rank,
+                               group=leaf)
+    for p in ns:
+        s = _side_of(p)
+        if s:
+            side = side or s
+        elif p not in GENERIC_NS and not re.fullmatch(r"(rank|gpu|device|cuda)_?\d+", p):
+            group_parts.append(p)
+    word, agg = _with_agg(leaf)
+    w, rank, unit, factor, invert = _lookup(word)
+    leaf_group = ""
+    if w is None:
+        stripped, s2, leaf_group = _strip_side(word)
+        w, rank, unit, factor, invert = _lookup(stripped)
+        if w is None:
+            # "eval_g1_loss": <side>_<set>_loss names an eval set's loss.
+            if s2 in ("val", "test") and stripped.endswith("_loss"):
+                set_name = stripped[: -len("_loss")]
+                if set_name and set_name not in _QUALIFIERS and \
+                        not any(q in _QUALIFIERS for q in set_name.split("_")):
+                    return NameReading("val_loss", s2, True, group=set_name, agg=agg)
+            return None
+        if s2:
+            side = s2 if not side or side == s2 else side
+        namespaced = True
+    else:
+        namespaced = bool(ns) or side != ""
+    if w.canonical == "loss":
+        canonical = "val_loss" if side in ("val", "test") else "loss"
+    else:
+        if side in ("val", "test"):
+            return None  # eval timings, eval lr: not the training loop's metric
+        canonical = w.canonical
+    group = leaf_group or "/".join(group_parts)
+    return NameReading(canonical, side, namespaced, unit=unit, factor=factor, invert=invert,
+                       word_rank=rank, agg=agg, group=group)
+
+
+def unit_label(reading: NameReading) -> str:
+    """``unit ms->s`` for a reading that converts, else ``""``."""
+    if not reading.unit or reading.invert:
+        return ""
+    kind = _kind_of(reading.canonical)
+    to = _CANON_UNIT.get(kind, "")
+    frm = reading.unit
+    if kind == "pct" or frm == to.lower():
+        return ""
+    return f"unit {frm}->{to}"
+
+
+def _kind_of(canonical: str) -> str:
+    if canonical.endswith("_time_s"):
+        return "time"
+    if canonical.endswith("_mb"):
+        return "mem"
+    if canonical in ("gpu_util", "mfu"):
+        return "pct"
+    return ""
+
+
+def time_unit_of(raw: str) -> tuple[str, float, str] | None:
+    """``(word, factor to seconds, unit)`` for a name that is a word plus an optional time
+    unit (``epoch_time_ms`` -> (``epoch_time``, 1e-3, ``ms``)); None when its unit is not a
+    time."""
+    base, unit = _strip_unit(_norm(raw).split("/")[-1])
+    if not unit:
+        return base, 1.0, ""
+    f = _TIME_UNITS.get(unit)
+    return None if f is None else (base, f, unit)
