@@ -30,7 +30,7 @@ def test_strict_json_and_deterministic(diagnosis) -> None:
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict constant {c}"))
     assert to_json(sample_diagnosis()) == text
     assert list(json.loads(text)) == ["schema", "source", "metrics_seen", "checks_not_run",
-                                      "findings", "notes"]
+                                      "findings", "notes", "loss_found", "mapping"]
     assert "\n" not in to_json(diagnosis, indent=None)
 
 

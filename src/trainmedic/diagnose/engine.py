@@ -16,8 +16,9 @@ from trainmedic.diagnose.finding import (
     Diagnosis,
     Evidence,
     Finding,
+    Related,
 )
-from trainmedic.diagnose.localization import finding_event, localized_phrase
+from trainmedic.diagnose.localization import finding_event, localization_data, localized_phrase
 from trainmedic.diagnose.registry import Detector, NotRun, detectors
 from trainmedic.diagnose.router import route
 from trainmedic.diagnose.rules import LOCALIZED_SYMPTOMS
@@ -62,6 +63,7 @@ def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
             not_run.append(res)
         else:
             findings.extend(res)
+    findings = [_localize(f, run) for f in findings]
     findings = _fold_incidents(findings, run)
     findings = _drop_shapes_of_masked_losses(findings)
     findings = _fold_ranks(findings, run)
@@ -77,7 +79,23 @@ def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
                                f.symptom))
     notes = [n.detail for n in run.notes]
     return Diagnosis(source=run.source, metrics_seen=run.metrics(), findings=routed,
-                     checks_not_run=not_run, notes=notes)
+                     checks_not_run=not_run, notes=notes,
+                     mapping=[dict(m) for m in run.meta.get("mapping", ())],
+                     loss_found=loss_recognised(run))
+
+
+def loss_recognised(run: Run) -> bool:
+    """Whether some series is the training loss (or its non-finite record): without one the
+    run cannot be judged healthy, whatever the other detectors say."""
+    return run.has("loss")
+
+
+def _localize(f: Finding, run: Run) -> Finding:
+    """A non-finite finding the NaN guard localized carries the module and phase as data."""
+    if f.symptom not in _NONFINITE or f.localization is not None:
+        return f
+    event = finding_event(f, run)
+    return f if event is None else replace(f, localization=localization_data(event))
 
 
 #: Findings about the *shape* of the loss curve, meaningless once the logged loss stopped
@@ -203,6 +221,15 @@ def _where_it_broke(f: Finding, run: Run) -> str:
 
 
 def _fold_into(root: Finding, folded: list[Finding], run: Run) -> Finding:
+    related = list(root.related)
+    for f in folded:
+        related.append(Related(symptom=f.symptom, onset_step=f.onset_step, severity=f.severity,
+                               summary=f.summary, evidence=f.evidence[:3], metric=f.metric,
+                               rank=f.rank))
+        related.extend(f.related)
+    root = replace(root, related=tuple(related),
+                   localization=root.localization or next(
+                       (g.localization for g in folded if g.localization), None))
     ev = list(root.evidence)
     sev = root.severity
     conf = root.confidence

@@ -19,6 +19,7 @@ __all__ = [
     "Intervention",
     "Finding",
     "CheckNotRun",
+    "Related",
     "Diagnosis",
     "SEVERITY_ORDER",
     "SCHEMA",
@@ -100,6 +101,25 @@ class Intervention:
 
 
 @dataclass(frozen=True)
+class Related:
+    """A symptom folded into a finding as part of the same incident (one incident, one
+    finding): its own onset and evidence, kept as data rather than only inside the summary."""
+
+    symptom: str
+    onset_step: int | None
+    severity: Severity
+    summary: str
+    evidence: tuple[Evidence, ...] = ()
+    metric: str = ""
+    rank: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"symptom": self.symptom, "onset_step": self.onset_step,
+                "severity": self.severity, "metric": self.metric, "rank": self.rank,
+                "summary": self.summary, "evidence": [e.to_dict() for e in self.evidence]}
+
+
+@dataclass(frozen=True)
 class Finding:
     """One symptom seen in a run, with its evidence; the router fills causes/interventions."""
 
@@ -115,6 +135,13 @@ class Finding:
     """The metric series the symptom was seen in (e.g. ``loss`` or ``val_loss``)."""
     causes: tuple[Cause, ...] = ()
     interventions: tuple[Intervention, ...] = ()
+    related: tuple[Related, ...] = ()
+    """Symptoms folded into this finding as one incident (consequences of this root)."""
+    localization: dict[str, Any] | None = None
+    """Where a non-finite value first appeared, as the NaN guard's replay found it:
+    ``module``, ``phase`` (forward/backward), and the abs-max of inputs, params, outputs."""
+    count: int = 1
+    """How many identical events this finding stands for (three alike spikes: one card x3)."""
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITY_ORDER:
@@ -144,6 +171,11 @@ class Finding:
             "evidence": [e.to_dict() for e in self.evidence],
             "causes": [c.to_dict() for c in self.causes],
             "interventions": [i.to_dict() for i in self.interventions],
+            **({"related": [r.to_dict() for r in self.related]} if self.related else {}),
+            **({"localization": {k: _num(v) if isinstance(v, float) else v
+                                 for k, v in self.localization.items()}}
+               if self.localization else {}),
+            **({"count": self.count} if self.count > 1 else {}),
         }
 
 
@@ -172,6 +204,11 @@ class Diagnosis:
     checks_not_run: list[CheckNotRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """What the importers tolerated (skipped lines, NaN filter...), for the report."""
+    mapping: list[dict[str, Any]] = field(default_factory=list)
+    """How every column of the logs was read: ``{file, column, canonical, how}`` each."""
+    loss_found: bool = True
+    """False when no series was recognised as the training loss: the run is then never
+    reported healthy (the CLI says so and asks for ``--map loss=COLUMN``)."""
 
     def worst(self) -> int:
         """The highest severity level among the findings, or -1 when there are none."""
@@ -185,5 +222,7 @@ class Diagnosis:
             "checks_not_run": [c.to_dict() for c in self.checks_not_run],
             "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes),
+            "loss_found": self.loss_found,
+            "mapping": [dict(m) for m in self.mapping],
         }
 

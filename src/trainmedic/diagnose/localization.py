@@ -25,6 +25,7 @@ __all__ = [
     "module_label",
     "localized_phrase",
     "localized_evidence",
+    "localization_data",
 ]
 
 #: ``RunEvent.kind`` of a NaN-guard localization.
@@ -192,3 +193,17 @@ def localized_evidence(event: RunEvent) -> tuple[Evidence, ...]:
                          note=f"{note}; value = abs-max of the module's finite parameter "
                               f"entries; non-finite: {', '.join(names)}"),)
     return (Evidence("loss", event.step, None, None, note=note),)
+
+
+def localization_data(event: RunEvent) -> dict[str, Any]:
+    """The event as the findings JSON's ``localization`` object: the module, the phase
+    (``forward``/``backward``, or ``loss``/``input``/``not_reproduced``), the dtype and the
+    abs-max of the module's inputs, parameters and outputs, as the guard measured them."""
+    d = event.data
+    return {"module": None if d.get("module") is None else str(d.get("module")),
+            "phase": None if d.get("where") is None else str(d.get("where")),
+            "dtype": None if d.get("dtype") is None else str(d.get("dtype")),
+            "input_absmax": _num(d.get("input_absmax")),
+            "param_absmax": _num(d.get("param_absmax")),
+            "output_absmax": _num(d.get("output_absmax")),
+            "step": int(event.step)}
