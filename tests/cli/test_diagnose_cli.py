@@ -157,3 +157,25 @@ def test_devlog_folder_runs(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert code == 1
     assert any(x["symptom"] == "nonfinite_loss" for x in doc["findings"])
+
+
+def test_no_recognised_loss_is_never_green(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A log whose loss was not recognised is not judged: exit 2, the columns listed, the
+    --map to use; never "No problems found"."""
+    rows = "".join(f"{s},{2.0 * math.exp(-s / 50):.5f},{0.1 + s / 1000:.4f}\n" for s in range(60))
+    f = tmp_path / "metrics.csv"
+    f.write_text("step,my_objective_value,acc\n" + rows)
+    assert main(["diagnose", str(f)]) == 2
+    cap = capsys.readouterr()
+    assert "No problems found" not in cap.out
+    assert "no training loss recognised" in cap.err
+    assert "--map loss='my_objective_value'" in cap.err
+    assert "my_objective_value" in cap.out and "acc" in cap.out
+    assert main(["diagnose", str(f), "--json"]) == 2
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["loss_found"] is False
+    assert {m["column"] for m in obj["mapping"]} >= {"my_objective_value", "acc"}
+    # With the mapping the run is judged.
+    assert main(["diagnose", str(f), "--map", "loss=my_objective_value"]) == 0
+    assert "No problems found" in capsys.readouterr().out

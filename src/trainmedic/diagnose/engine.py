@@ -60,7 +60,8 @@ def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
             continue
         res = _run_one(det, run)
         if isinstance(res, CheckNotRun):
-            not_run.append(res)
+            if _could_apply(res, run):
+                not_run.append(res)
         else:
             findings.extend(res)
     findings = [_localize(f, run) for f in findings]
@@ -82,6 +83,22 @@ def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
                      checks_not_run=not_run, notes=notes,
                      mapping=[dict(m) for m in run.meta.get("mapping", ())],
                      loss_found=loss_recognised(run))
+
+
+def _is_mixed_precision(run: Run) -> bool:
+    """Whether anything in the run says it trained with a loss scale (fp16 AMP)."""
+    prec = " ".join(str(run.meta.get(k, "")) for k in ("precision", "dtype", "amp", "fp16"))
+    return "16" in prec or "amp" in prec.lower() or any("scale" in m for m in run.metrics())
+
+
+def _could_apply(check: CheckNotRun, run: Run) -> bool:
+    """Only checks that could apply to this run are listed as not run: no loss scale is asked
+    of a run with no sign of fp16, no straggler check of a single process."""
+    if check.symptom == "loss_scale_collapse" and check.missing and not _is_mixed_precision(run):
+        return False
+    if check.symptom == "straggler" and len([r for r in run.ranks() if r is not None]) < 2:
+        return False
+    return True
 
 
 def loss_recognised(run: Run) -> bool:

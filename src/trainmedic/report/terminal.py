@@ -20,6 +20,8 @@ from trainmedic.report.wording import (
     evidence_line,
     fmt_span,
     intervention_lines,
+    map_hint,
+    mapping_lines,
     note_lines,
     sorted_findings,
     summarize_run,
@@ -141,13 +143,21 @@ def render_terminal(diagnosis: Diagnosis, run: Run | None = None, *,
 
     findings = sorted_findings(diagnosis.findings)
     con.print()
+    if not diagnosis.loss_found:
+        con.print(Text("No training loss was recognised in this log, so the run was not "
+                       "judged: a clean report would mean nothing.", style="bold red"))
+        con.print(Text(map_hint(diagnosis)))
+        cols = ", ".join(str(m.get("column")) for m in diagnosis.mapping) or ", ".join(
+            diagnosis.metrics_seen) or "none"
+        con.print(Text(f"Columns read: {cols}", style="dim"))
+        con.print()
     if findings:
         con.print(Text(f"Findings ({len(findings)}, worst first)", style="bold"))
         for i, f in enumerate(findings, 1):
             con.print()
             for part in _finding_block(f, i, info.metrics, verbose):
                 con.print(part)
-    else:
+    elif diagnosis.loss_found:
         con.print(Text("No findings.", style="bold green"))
 
     def bullets(title: str, lines: list[str]) -> None:
@@ -163,12 +173,18 @@ def render_terminal(diagnosis: Diagnosis, run: Run | None = None, *,
     checks = checks_not_run_lines(diagnosis.checks_not_run)
     if checks:
         bullets(f"Checks not run ({len(diagnosis.checks_not_run)})", checks)
+    how = mapping_lines(diagnosis)
+    if how and (verbose or not diagnosis.loss_found or any(
+            str(m.get("how", "")).startswith(("namespace", "unit", "derived", "row index"))
+            for m in diagnosis.mapping)):
+        bullets("How the columns were read", how)
     notes = note_lines(diagnosis, run)
     if notes:
         bullets("Import notes", notes)
 
     con.print()
     worst = diagnosis.worst()
-    style = "bold red" if worst >= 2 else "bold yellow" if worst == 1 else "bold green"
+    style = "bold red" if worst >= 2 or not diagnosis.loss_found else (
+        "bold yellow" if worst == 1 else "bold green")
     con.print(Rule(style="dim"))
     con.print(Text(verdict(diagnosis), style=style))

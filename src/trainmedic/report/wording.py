@@ -197,6 +197,11 @@ def verdict(diagnosis: Diagnosis) -> str:
         counts[f.severity] += 1
     skipped = len(diagnosis.checks_not_run)
     tail = f"; {skipped} check{'s' if skipped != 1 else ''} not run" if skipped else ""
+    if not diagnosis.loss_found:
+        loud = counts["error"] + counts["warning"]
+        seen = f"; {loud} finding(s) at warning or above on other series" if loud else ""
+        return (f"Not judged: no training loss was recognised{seen}. "
+                f"{map_hint(diagnosis)}")
     if counts["error"] == 0 and counts["warning"] == 0:
         info = f" ({counts['info']} info)" if counts["info"] else ""
         return f"No problems found at warning or above{info}{tail}."
@@ -250,3 +255,51 @@ def _canonical_first(metrics: list[str]) -> list[str]:
     per-entity eval metrics, the header must still show loss and val_loss first."""
     rank = {m: i for i, m in enumerate(CANONICAL)}
     return sorted(metrics, key=lambda m: rank.get(m, len(rank)))  # stable: the rest keep order
+
+
+def loss_candidates(diagnosis: Diagnosis, limit: int = 3) -> list[str]:
+    """Columns that could be the training loss, best first: names holding a loss word, then
+    any other column that was read (not the step)."""
+    cols = [m["column"] for m in diagnosis.mapping if not str(m.get("how", "")).startswith(
+        ("step", "row index"))]
+    if not cols:
+        cols = [m for m in diagnosis.metrics_seen if m not in ("epoch", "step")]
+    words = ("loss", "nll", "mse", "objective", "cost", "err")
+    lossy = [c for c in cols if any(w in c.lower() for w in words)
+             and not c.lower().startswith(("val", "eval", "test", "valid"))]
+    rest = [c for c in cols if c not in lossy]
+    return list(dict.fromkeys(lossy + rest))[:limit]
+
+
+def map_hint(diagnosis: Diagnosis) -> str:
+    """The ``--map loss=COLUMN`` to use when no loss was recognised."""
+    cands = loss_candidates(diagnosis)
+    if not cands:
+        return "Pass --map loss=COLUMN naming the column that holds it."
+    return f"Pass --map loss={cands[0]!r}" + (
+        f" (or one of {', '.join(repr(c) for c in cands[1:])})" if len(cands) > 1 else "") + \
+        " naming the column that holds it."
+
+
+def mapping_lines(diagnosis: Diagnosis, *, limit: int = 24) -> list[str]:
+    """How each column was read, one line each ("train/loss -> loss (alias)"); columns kept
+    under their own name are grouped on one line."""
+    mapped: list[str] = []
+    kept: list[str] = []
+    for m in diagnosis.mapping:
+        col, canon, how = str(m.get("column")), m.get("canonical"), str(m.get("how", ""))
+        if canon and canon != col:
+            mapped.append(f"{col} -> {canon} ({how})")
+        elif how.startswith(("step", "row index")):
+            mapped.append(f"{col}: {how}")
+        elif canon == col:
+            mapped.append(f"{col} ({how})")
+        else:
+            kept.append(col)
+    out = mapped[:limit]
+    if len(mapped) > limit:
+        out.append(f"... and {len(mapped) - limit} more mapped columns")
+    if kept:
+        shown = ", ".join(kept[:12]) + (f", ... (+{len(kept) - 12})" if len(kept) > 12 else "")
+        out.append(f"kept under their own names (no canonical meaning): {shown}")
+    return out
