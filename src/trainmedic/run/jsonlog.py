@@ -25,6 +25,7 @@ from trainmedic.run.table import (
     LogTable,
     NoteCounter,
     cell_float,
+    duration_seconds,
     steps_across_epochs,
 )
 
@@ -152,6 +153,9 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
             cols_steps.setdefault(k, []).append(step)
             cols_vals.setdefault(k, []).append(x)
     table.step_column = step_name
+    text_keys = [k for k in keys if k not in numeric_keys and k != step_name]
+    if text_keys:
+        table.meta["ignored_columns"] = {k: "no numeric value" for k in text_keys[:30]}
     for k in cols_steps:
         table.columns[k] = Series(np.asarray(cols_steps[k], dtype=np.int64),
                                   np.asarray(cols_vals[k], dtype=np.float64))
@@ -179,6 +183,16 @@ def _globalize(table: LogTable, rows: list[tuple[int | None, Mapping[str, Any]]]
         steps[i] = g
     table.note("step_per_epoch", f"'{step_name}' restarts every epoch; steps were made global "
                "by adding the last step of the epochs before")
+
+
+def _durations(row: dict[str, Any]) -> dict[str, Any]:
+    """Elapsed times written as ``"H:MM:SS"`` strings read as seconds."""
+    for k, v in row.items():
+        if isinstance(v, str) and ":" in v and len(v) < 40:
+            secs = duration_seconds(v)
+            if secs is not None:
+                row[k] = secs
+    return row
 
 
 def read_jsonl(path: Path) -> LogTable:
@@ -209,7 +223,7 @@ def read_jsonl(path: Path) -> LogTable:
         if not isinstance(obj, dict):
             bad_lines.add(i + 1)
             continue
-        rows.append((i + 1, flatten(obj)))
+        rows.append((i + 1, _durations(flatten(obj))))
     bad_lines.flush(table)
     if not rows:
         what = "is empty" if not text.strip() else "has no line holding a JSON object"
@@ -222,19 +236,19 @@ def read_jsonl(path: Path) -> LogTable:
     return table
 
 
+def _numeric_list(v: Any) -> bool:
+    return isinstance(v, list) and len(v) > 0 and any(as_number(x) is not None for x in v[:50])
+
+
 def read_json_rows(path: Path, doc: Any) -> LogTable:
     """A parsed JSON document of rows: ``[{...}, ...]`` or ``{"step": [...], "loss": [...]}``."""
     table = LogTable(path=str(path), format="json_rows")
     if isinstance(doc, list) and doc and all(isinstance(r, dict) for r in doc):
         rows_to_table(table, ((None, flatten(r)) for r in doc))
-    elif isinstance(doc, dict) and doc and all(isinstance(v, list) for v in doc.values()):
-        lengths = {len(v) for v in doc.values()}
-        if len(lengths) != 1:
-            raise UnrecognizedInputError(str(path), "is a JSON object of lists of different "
-                                         "lengths; expected equal-length metric columns")
-        n = lengths.pop()
-        keys = list(doc)
-        rows_to_table(table, ((None, {k: doc[k][i] for k in keys}) for i in range(n)))
+    elif isinstance(doc, dict) and doc and any(_numeric_list(v) for v in doc.values()):
+        from trainmedic.run.history import read_history
+
+        read_history(table, doc)
     else:
         raise UnrecognizedInputError(str(path), "is JSON but not a training log; expected a "
                                      "trainer_state.json (with log_history), a list of metric "

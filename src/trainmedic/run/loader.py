@@ -126,7 +126,8 @@ def detect_format(path: Path) -> str | None:
             obj = json.loads(first)
         except ValueError:
             return "json"
-        if isinstance(obj, dict) and "log_history" not in obj:
+        if isinstance(obj, dict) and "log_history" not in obj and not any(
+                isinstance(v, list) and len(v) > 1 for v in obj.values()):
             return "jsonl"
         return "json"
     first_line = text.split("\n", 1)[0]
@@ -495,7 +496,8 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
             continue
         if isinstance(got, Run):
             runs.append(got)
-        elif got.format == "json_rows" and not f.explicit and not _names_look_like_log(
+        elif got.format in ("json_rows", "json_history") and not f.explicit and \
+                not _names_look_like_log(
                 list(got.columns) + ([got.step_column] if got.step_column else [])):
             # A JSON document of numbers found in a folder (a config, a results table) is a
             # log only if it names a step or a metric.

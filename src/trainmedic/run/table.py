@@ -8,6 +8,7 @@ file of a run before any is judged to lack the source.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 from trainmedic.run.series import ImportNote, Series
 
 __all__ = ["LogTable", "NoteCounter", "steps_across_epochs", "cell_float", "MISSING_TOKENS",
-           "MAX_STEP"]
+           "MAX_STEP", "duration_seconds"]
 
 
 @dataclass
@@ -128,3 +129,16 @@ def cell_float(text: str) -> float | None:
         return float(text)
     except ValueError:
         return _MSVC_NONFINITE.get(text.strip().lower())
+
+
+_DURATION = re.compile(r"^\s*(?:(\d+)\s+days?,\s*)?(\d+):(\d{2}):(\d{2}(?:\.\d+)?)\s*$")
+
+
+def duration_seconds(text: str) -> float | None:
+    """``"0:03:29"`` / ``"4 days, 5:06:09"`` (Python's ``str(timedelta)``, which LLaMA-Factory
+    and others log as elapsed time) in seconds, or None when ``text`` is not such a duration."""
+    m = _DURATION.match(text)
+    if m is None:
+        return None
+    days = int(m.group(1) or 0)
+    return days * 86400.0 + int(m.group(2)) * 3600.0 + int(m.group(3)) * 60.0 + float(m.group(4))

@@ -157,6 +157,7 @@ _PAREN_UNIT = re.compile(r"^(.*?)[\s_]*[(\[]\s*([a-z%]+)\s*[)\]]$")
 _RATE = re.compile(r"^(?P<what>[a-z_]*?)_?(?:per_|/)(?P<per>s|sec|secs|second|seconds)$")
 _PER_X = re.compile(r"^(?P<unit>ms|s|sec|secs|seconds|us)_?(?:per|/)_?"
                     r"(?P<what>batch|step|iter|iteration|it|update|epoch)$")
+_STEP_NOUNS = frozenset({"step", "iter", "iteration", "batch", "it", "update"})
 _SPLIT = re.compile(r"/|(?<=[a-z_])\.(?=[a-z_])")
 _AGG_SUFFIX = ("_step", "_epoch", "_mean", "_avg")
 
@@ -243,6 +244,8 @@ def _lookup(word: str) -> tuple[_Word | None, int, str, float, bool]:
         return None, 0, "", 1.0, False
     base, unit = _strip_unit(word)
     w = WORDS.get(base)
+    if base in _STEP_NOUNS and unit in _TIME_UNITS:  # step_ms, iter_s: a time per step
+        return WORDS["step_time"], 0, unit, _TIME_UNITS[unit], False
     if w is None or w.kind in ("rate", "inv"):
         return None, 0, unit, 1.0, False
     if unit:
