@@ -52,8 +52,9 @@ _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?!\d)", re.IGNORECASE)
 # Keras' TensorBoard callback writes train/ and validation/ sub-folders with the same tags.
 _SPLIT_DIRS = frozenset({"train", "training", "validation", "val", "eval", "evaluation", "test"})
 
-WHAT_WE_READ = ("CSV logs with a header row, JSON Lines, HF trainer_state.json, "
-                "TensorBoard event files, trainmedic run stores (SQLite)")
+WHAT_WE_READ = ("CSV logs with a header row, JSON Lines, HF trainer_state.json, Keras "
+                "history JSON, TensorBoard event files, MLflow file stores, training console "
+                "logs, trainmedic run stores (SQLite)")
 
 
 def rank_of(path: Path, root: Path | None = None) -> int | None:
@@ -209,6 +210,10 @@ def read_file(path: Path, fmt: str | None = None, tag_prefix: str = "") -> LogTa
         return read_jsonl(path)
     if fmt == "json":
         return _read_json_doc(path)
+    if fmt == "mlflow":
+        from trainmedic.run.mlflow_store import read_mlflow_run
+
+        return read_mlflow_run(path)
     raise UnrecognizedInputError(str(path), f"is not a training log trainmedic reads; expected "
                                  f"{WHAT_WE_READ}")
 
@@ -263,7 +268,7 @@ def _is_trainmedic_checkpoint(d: Path) -> bool:
     return b'"trainmedic.checkpoint/' in head
 
 
-def _walk(root: Path) -> Iterator[tuple[Path, int]]:
+def _walk(root: Path, skip: frozenset[Path] = frozenset()) -> Iterator[tuple[Path, int]]:
     """Files under ``root`` with their depth, in natural path order, bounded in depth."""
     def natural(name: str) -> list[Any]:
         return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", name)]
@@ -280,7 +285,7 @@ def _walk(root: Path) -> Iterator[tuple[Path, int]]:
             p = Path(e.path)
             try:
                 if e.is_dir(follow_symlinks=False):
-                    if depth < MAX_DEPTH and not _is_trainmedic_checkpoint(p):
+                    if depth < MAX_DEPTH and p not in skip and not _is_trainmedic_checkpoint(p):
                         yield from rec(p, depth + 1)
                 elif e.is_file():
                     yield p, depth
@@ -295,7 +300,12 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
     skipped: list[str] = []
     unreadable: list[str] = []
     looked = 0
-    for p, _depth in _walk(root):
+    from trainmedic.run.mlflow_store import find_mlflow_runs
+
+    mlruns = find_mlflow_runs(root, MAX_DEPTH)
+    for d in mlruns:
+        found.append(_Found(d, "mlflow", rank_of(d, root)))
+    for p, _depth in _walk(root, frozenset(mlruns)):
         if p.suffix.lower() in _SKIP_SUFFIXES and "tfevents" not in p.name:
             continue
         looked += 1
