@@ -66,6 +66,7 @@ def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
             findings.extend(res)
     findings = [_localize(f, run) for f in findings]
     findings = _fold_incidents(findings, run)
+    findings = _fold_consequences(findings, run)
     findings = _drop_shapes_of_masked_losses(findings)
     findings = _fold_ranks(findings, run)
     routed = []
@@ -83,6 +84,47 @@ def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
                      checks_not_run=not_run, notes=notes,
                      mapping=[dict(m) for m in run.meta.get("mapping", ())],
                      loss_found=loss_recognised(run))
+
+
+#: Root symptom -> symptoms that, on the same rank and from about the root's onset on, are
+#: its consequences and not separate problems: the loss that stopped improving after the lr
+#: collapsed, the "plateau" of a loss that diverged, the throughput a stalled input lost.
+CONSEQUENCES: dict[str, frozenset[str]] = {
+    "lr_schedule_anomaly": frozenset({"plateau", "flat_loss"}),
+    "divergence": frozenset({"plateau", "oscillation"}),
+    "nonfinite_loss": frozenset({"plateau", "oscillation", "flat_loss"}),
+    "input_bound": frozenset({"throughput_regression", "step_time_outliers"}),
+    "straggler": frozenset({"throughput_regression"}),
+}
+
+
+def _fold_consequences(findings: list[Finding], run: Run) -> list[Finding]:
+    """Fold each consequence into its root (one incident, one finding). The root must be a
+    warning or worse; a consequence is folded when it is not worse than the root and starts
+    no earlier than one incident window before it (or has no onset)."""
+    w = _window(run)
+    out = list(findings)
+    for root_sym, kinds in CONSEQUENCES.items():
+        for ri, root in enumerate(out):
+            if root.symptom != root_sym or root.level < SEVERITY_ORDER["warning"]:
+                continue
+            folded = [f for f in out if f.symptom in kinds and _same_rank(root, f)
+                      and f.level <= root.level
+                      and (f.onset_step is None or root.onset_step is None
+                           or f.onset_step >= root.onset_step - w)]
+            if not folded:
+                continue
+            related = [*root.related, *(
+                Related(symptom=f.symptom, onset_step=f.onset_step, severity=f.severity,
+                        summary=f.summary, evidence=f.evidence[:2], metric=f.metric,
+                        rank=f.rank) for f in folded)]
+            also = "; ".join(f"{f.symptom} from step {f.onset_step}" for f in folded)
+            out[ri] = replace(root, related=tuple(related),
+                              summary=f"{root.summary} (consequences: {also})")
+            ids = {id(f) for f in folded}
+            out = [f for f in out if id(f) not in ids]
+            break
+    return out
 
 
 def _is_mixed_precision(run: Run) -> bool:

@@ -156,6 +156,22 @@ INTERVENTIONS: dict[str, InterventionRule] = {
         displaced_cost="none; may need a few more steps",
         verify="loss drops below the plateau level {onset} during the decay",
         changes_semantics=True),
+    "step_scheduler_per_epoch": InterventionRule(
+        action="step a per-epoch scheduler (StepLR, ExponentialLR, CosineAnnealingLR with "
+               "T_max in epochs) once per epoch, after the epoch's batches; or give its period "
+               "in optimizer steps (T_max = epochs x batches per epoch)",
+        displaced_cost="none in time; the run's lr changes to what was intended, so restart "
+                       "from the last checkpoint before step {onset}",
+        verify="the logged lr stays within the schedule's range until the last epoch and the "
+               "loss keeps falling after step {onset}",
+        changes_semantics=True),
+    "end_warmup": InterventionRule(
+        action="check the warm-up length and the schedule's total steps are in optimizer steps "
+               "(not epochs or samples) and that warm-up < total steps",
+        displaced_cost="none in time; the lr after the warm-up changes (restart or resume from "
+                       "a checkpoint before the instability)",
+        verify="the logged lr peaks at the end of the warm-up and then holds or decays",
+        changes_semantics=True),
     "stop_early_plateau": InterventionRule(
         action="stop at the plateau (or shorten the schedule) to save compute",
         displaced_cost="none",

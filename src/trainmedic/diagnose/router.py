@@ -124,6 +124,14 @@ def _lr_rising_at_end(f: Finding, run: Run) -> tuple[Verdict, str]:
     return "contradicts", f"lr was not rising at the end ({fmt(earlier)} -> {fmt(last)})"
 
 
+def _lr_collapsed(f: Finding, run: Run) -> tuple[Verdict, str]:
+    lr = _need(run, "lr", f.rank)
+    peak, last = float(lr.values.max()), float(lr.values[-1])
+    if peak > 0 and last <= 1e-3 * peak:
+        return "supports", f"lr ended at {fmt(last)}, {last / peak:.1e} of its peak {fmt(peak)}"
+    return "contradicts", f"lr ended at {fmt(last)} (peak {fmt(peak)}): no collapse"
+
+
 def _lr_zero(f: Finding, run: Run) -> tuple[Verdict, str]:
     lr = _need(run, "lr", f.rank)
     if bool(np.all(np.abs(lr.values) <= 1e-12)):
@@ -343,6 +351,7 @@ CHECKS: dict[str, CheckFn] = {
     "lr_starts_at_peak": _lr_starts_at_peak,
     "lr_high_after_start": _lr_high_after_start,
     "lr_rising_at_end": _lr_rising_at_end,
+    "lr_collapsed": _lr_collapsed,
     "lr_zero": _lr_zero,
     "lr_tiny": _lr_tiny,
     "lr_annealed": _lr_annealed,

@@ -109,6 +109,14 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
         CauseRule(cause="labels shuffled or misaligned with inputs", likelihood="medium",
                   to_check="overfit one batch to check", interventions=("check_labels",)),
     ),
+    "lr_schedule_anomaly": (
+        CauseRule(cause="a per-epoch scheduler stepped every batch (the lr collapsed early)",
+                  likelihood="high", metric="lr", check="lr_collapsed",
+                  interventions=("step_scheduler_per_epoch",)),
+        CauseRule(cause="a warm-up given in the wrong unit, or longer than the run, so the lr "
+                        "never stops rising", likelihood="high", metric="lr",
+                  check="lr_rising_at_end", interventions=("end_warmup",)),
+    ),
     "plateau": (
         CauseRule(cause="the learning-rate schedule has annealed: the plateau is the end of "
                         "training, as expected", likelihood="high", metric="lr",

@@ -43,16 +43,41 @@ def chance_classes(level: float, se: float = 0.0) -> int | None:
     the nearer of ln(k-1), ln(k+1) so that the match stays specific to one k.
     ``level`` should be the median of the whole flat stretch (a precise estimate).
     """
-    if not math.isfinite(level) or level < math.log(2) - 0.01:
+    if not math.isfinite(level) or level < math.log(2) - 0.01 or level > 13.0:
         return None
     k = max(2, round(math.exp(level)))
     if k > MAX_CHANCE_CLASSES:
-        return None
+        return _vocab_at_chance(level, se)
     gap = math.log(k + 1) - math.log(k)
     if k > 2:
         gap = min(gap, math.log(k) - math.log(k - 1))
     tol = min(max(0.003, 3.0 * se), 0.25 * gap)
     return k if abs(level - math.log(k)) <= tol else None
+
+
+#: Vocabulary sizes of common tokenizers (GPT-2 50257 and its padded 50304, LLaMA 32000,
+#: LLaMA-3 128256, Mistral-Nemo/Gemma/Qwen, BERT 30522, T5 32128, ...): a language model that
+#: predicts uniformly has a loss of ln(vocabulary). Past 1000 classes ln k is too dense to
+#: match any k, so only these are matched (within 0.01 nats, or 3 standard errors).
+VOCAB_SIZES: tuple[int, ...] = (30522, 32000, 32100, 32128, 32768, 49152, 50257, 50304, 50432,
+                                51200, 65024, 65536, 100277, 100352, 128000, 128256, 131072,
+                                151643, 151936, 152064, 250112, 256000, 262144)
+
+
+def _vocab_at_chance(level: float, se: float) -> int | None:
+    tol = max(0.01, 3.0 * se)
+    best = min(VOCAB_SIZES, key=lambda v: abs(level - math.log(v)))
+    return best if abs(level - math.log(best)) <= tol else None
+
+
+def pinned(values: np.ndarray, min_points: int = 5) -> bool:
+    """True when every value is the same to 6 significant digits: a loss (or an eval) that
+    does not move at all is not noise-free learning, it is a model that is not updated (or a
+    logger repeating one number)."""
+    if values.shape[0] < min_points:
+        return False
+    lo, hi = float(values.min()), float(values.max())
+    return math.isfinite(lo) and hi - lo <= 1e-6 * max(abs(hi), abs(lo), 1e-12)
 
 
 def _levels(tr: Trace, max_blocks: int) -> tuple[np.ndarray, np.ndarray, bool, int]:
@@ -135,6 +160,9 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         # a real improvement can hide in the noise. With lr = 0 the model cannot learn, so
         # the absence of a significant fall is enough.
         precise = 1.2533 * sig * math.sqrt(2.0 / (head * bsize)) <= FLAT_REL / 2
+        is_pinned = pinned(tr.values)
+        if is_pinned:
+            fell, falling, precise = False, False, True
         if lr_zero:
             if falling or fell:
                 continue
@@ -156,7 +184,7 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         late_start = tr.steps[0] > max(10 * tr.interval, 0.2 * max(1, int(tr.steps[-1])))
         if k is not None:
             falling = False  # the model predicts uniformly: whatever the train trend shows
-        sev: Severity = "error" if (k is not None or lr_zero) else (
+        sev: Severity = "error" if (k is not None or lr_zero or is_pinned) else (
             "info" if late_start or falling else "warning")
         ev = [Evidence("loss", int(tr.steps[0]), float(inv(first)), None,
                        note=f"median of the first {head} block(s) of the run"),
@@ -181,6 +209,11 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
             ev.append(Evidence("lr", int(lr.steps[0]) if lr else None, 0.0, None,
                                note="every logged lr is 0"))
         slow = "; it is falling slowly (significant trend)" if falling else ""
+        if is_pinned:
+            slow = "; every logged value is the same to 6 digits: the model is not updated"
+            ev.append(Evidence("loss", int(tr.steps[-1]), float(tr.values.max() -
+                                                                 tr.values.min()), None,
+                               note="max - min of every logged loss value"))
         out.append(Finding(
             symptom="flat_loss", severity=sev, confidence=0.9 if k is not None else (
                 0.5 if falling else 0.75),
@@ -220,17 +253,78 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
             continue
         inv = math.exp if is_log else float
         onset = int(bsteps[k])
+        share = plateau_steps / span
+        ev = [Evidence("loss", onset, float(inv(lv[k])), float(inv(float(lv[0]))),
+                       note="first block median within noise of the best level; "
+                            "reference = first block median")]
+        sev, why = _plateau_cost(run, tr, float(inv(best)), share)
+        frozen = _pinned_eval(run, tr.rank)
+        if frozen is not None and frozen[0] >= onset - 0.1 * span:
+            sev = "error" if share >= 0.5 else "warning"
+            why = (f"; validation loss identical ({fmt(frozen[1])}) at every evaluation from "
+                   f"step {frozen[0]}: the weights stopped changing")
+            ev.append(Evidence("val_loss", frozen[0], frozen[1], None,
+                               note="the same value, to 6 digits, at every later evaluation"))
+        if why and not frozen:
+            ev.append(Evidence("loss", onset, float(inv(best)), None, note=why.lstrip("; ")))
         out.append(Finding(
-            symptom="plateau", severity="info", confidence=0.6, onset_step=onset,
-            end_step=int(tr.steps[-1]), rank=tr.rank, metric="loss",
+            symptom="plateau", severity=sev, confidence=0.6 if sev == "info" else 0.75,
+            onset_step=onset, end_step=int(tr.steps[-1]), rank=tr.rank, metric="loss",
             summary=(f"loss stopped improving at step {onset} (level {fmt(inv(best))}) and "
-                     f"stayed there for {100 * plateau_steps / span:.0f}% of the run"),
-            evidence=(Evidence("loss", onset, float(inv(lv[k])), float(inv(float(lv[0]))),
-                               note="first block median within noise of the best level; "
-                                    "reference = first block median"),)))
+                     f"stayed there for {100 * share:.0f}% of the run{why}"),
+            evidence=tuple(ev)))
     if not trs:
         return NotRun("needs at least 12 finite loss points")
+    if not out:
+        frozen = _pinned_eval(run, None)
+        if frozen is not None and trs:
+            tr = trs[0]
+            span = max(1, int(tr.steps[-1] - tr.steps[0]))
+            share = (int(tr.steps[-1]) - frozen[0]) / span
+            if share >= 0.25:
+                out.append(Finding(
+                    symptom="plateau", severity="error" if share >= 0.5 else "warning",
+                    confidence=0.75, onset_step=frozen[0], end_step=int(tr.steps[-1]),
+                    rank=tr.rank, metric="val_loss",
+                    summary=(f"validation loss identical ({fmt(frozen[1])}) at every "
+                             f"evaluation from step {frozen[0]} ({100 * share:.0f}% of the "
+                             f"run): the weights stopped changing while training went on"),
+                    evidence=(Evidence("val_loss", frozen[0], frozen[1], None,
+                                       note="the same value, to 6 digits, at every later "
+                                            "evaluation"),)))
     return out
+
+
+def _plateau_cost(run: Run, tr: Trace, level: float, share: float) -> tuple[Severity, str]:
+    """Severity from what the plateau costs: a plateau at chance level (ln k: the model
+    predicts uniformly) is an error; any other plateau is info (often the schedule doing its
+    job, or the data's floor), unless the evaluations show frozen weights (see the caller).
+    A rule on "learned little, then stopped" was tried and dropped: a fine-tune or a hard
+    task can plateau at 70% of its start, healthily."""
+    k = chance_classes(level)
+    # Tighter than the flat check: a plateau follows a descent, so only a level within 0.1%
+    # of ln k (an average over the plateau) says "uniform predictions", not a coincidence.
+    if k is not None and abs(level - math.log(k)) > 1e-3 * math.log(k):
+        k = None
+    if k is not None and share >= PLATEAU_MIN_FRACTION:
+        return "error", f"; at chance level ln({k}) = {math.log(k):.4f}: the model is untrained"
+    return "info", ""
+
+
+def _pinned_eval(run: Run, rank: int | None) -> tuple[int, float] | None:
+    """(first step, value) of a run of >= 3 identical validation losses that lasts to the last
+    evaluation, while the eval had moved before it."""
+    for name in ("val_loss",):
+        val = Trace.of(run, name, rank) or Trace.of(run, name, None)
+        if val is None or len(val) < 4:
+            continue
+        v = val.values
+        k = len(v) - 1
+        while k > 0 and abs(v[k - 1] - v[-1]) <= 1e-6 * max(abs(v[-1]), 1e-12):
+            k -= 1
+        if len(v) - k >= 3 and k >= 1:
+            return int(val.steps[k]), float(v[-1])
+    return None
 
 
 # --------------------------------------------------------------------------- oscillation

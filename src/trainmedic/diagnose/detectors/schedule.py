@@ -1,0 +1,225 @@
+"""The learning-rate schedule itself: an lr that collapses to ~0 long before the run ends, or
+one that keeps rising when it should have levelled off or decayed.
+
+Both are read from the logged ``lr`` alone, then weighed by what the loss did meanwhile: the
+cost of a schedule bug is the compute spent at an lr that cannot train (collapse), or the
+instability an ever-rising lr brings. The numbers (``ScheduleEvent``) are computed apart from
+the words, so tests assert the numbers.
+
+The classic collapse is a per-epoch scheduler (StepLR, ExponentialLR, CosineAnnealingLR with
+``T_max`` in epochs) stepped once per *batch*: the decay meant for the whole run happens in its
+first few hundred steps (PyTorch's docs: ``scheduler.step()`` belongs after the epoch for
+epoch-based schedules). The classic rise is a warm-up whose length was given in the wrong unit
+(epochs read as steps, or ``num_warmup_steps`` > ``num_training_steps``), so it never ends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainmedic.diagnose.finding import Evidence, Finding, Severity
+from trainmedic.diagnose.registry import NotRun, register_detector
+from trainmedic.diagnose.stats import log_if_positive, median
+from trainmedic.diagnose.trace import Trace, fmt, traces
+from trainmedic.run.series import Run
+
+__all__ = ["ScheduleEvent", "schedule_events", "COLLAPSE_RATIO", "COLLAPSE_BEFORE",
+           "RISE_MIN_FRACTION", "RISE_RATIO"]
+
+#: Collapse: the lr fell below this fraction of its peak ...
+COLLAPSE_RATIO = 1e-3
+#: ... before this fraction of the run had passed, and stayed below to the end.
+COLLAPSE_BEFORE = 0.5
+#: Never-ending rise: the lr still rises over at least this fraction of the run ...
+RISE_MIN_FRACTION = 0.6
+#: ... by at least this factor, and ends at its peak.
+RISE_RATIO = 2.0
+#: A rise under which the loss still fell by this share over the last 40% is info.
+RISE_HARMLESS_GAIN = 0.05
+
+
+@dataclass(frozen=True)
+class ScheduleEvent:
+    """What the lr did: ``kind`` is ``collapse`` or ``rise``."""
+
+    kind: str
+    onset_step: int
+    peak_lr: float
+    peak_step: int
+    end_lr: float
+    fraction: float
+    """Share of the run's steps spent after the onset (collapse) or rising (rise)."""
+    loss_gain_after: float | None = None
+    """Relative fall of the loss level from the onset to the end (None when not logged)."""
+    loss_gain_before: float | None = None
+    """Relative fall of the loss level from the start to the onset."""
+
+
+def _loss_gain(run: Run, rank: int | None, lo: int, hi: int) -> float | None:
+    """Relative fall of the loss median from the first tenth to the last tenth of [lo, hi]."""
+    tr = Trace.of(run, "loss", rank) or Trace.of(run, "loss", None)
+    if tr is None:
+        return None
+    a, b = np.searchsorted(tr.steps, [lo, hi + 1])
+    v = tr.values[a:b]
+    if v.shape[0] < 6:
+        return None
+    q = max(2, v.shape[0] // 10)
+    head, tail = median(v[:q]), median(v[-q:])
+    if not head or not math.isfinite(head):
+        return None
+    return (head - tail) / abs(head)
+
+
+def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
+    """The schedule anomalies of one lr trace (numbers only)."""
+    v = tr.values
+    steps = tr.steps
+    n = v.shape[0]
+    if n < 10 or not bool(np.all(v >= 0)):
+        return []
+    first, last = int(steps[0]), int(steps[-1])
+    span = max(1, last - first)
+    peak_i = int(np.argmax(v))
+    peak = float(v[peak_i])
+    if not peak > 0:
+        return []
+    out: list[ScheduleEvent] = []
+    # Collapse: below COLLAPSE_RATIO x peak from some point on, that point early in the run.
+    low = v <= COLLAPSE_RATIO * peak
+    if bool(low[-1]) and peak_i < n - 1:
+        k = n
+        while k > 0 and low[k - 1]:
+            k -= 1
+        # The collapse began where the lr last fell below a tenth of its peak on its way
+        # down (the first decay of a per-epoch schedule run per batch), not where it
+        # finally crossed 1e-3.
+        tenth = v > 0.1 * peak
+        j = k
+        while j > peak_i + 1 and not tenth[j - 1]:
+            j -= 1
+        onset = int(steps[j])
+        after = (last - int(steps[k])) / span
+        if k > peak_i and after >= 1.0 - COLLAPSE_BEFORE and n - k >= 3:
+            out.append(ScheduleEvent(
+                kind="collapse", onset_step=onset, peak_lr=peak, peak_step=int(steps[peak_i]),
+                end_lr=float(v[-1]), fraction=after,
+                loss_gain_after=_loss_gain(run, tr.rank, onset, last),
+                loss_gain_before=_loss_gain(run, tr.rank, first, onset)))
+    # Never-ending rise: non-decreasing (within 1%) from some point to the end, over most of
+    # the run, by RISE_RATIO or more, ending at the peak.
+    t, is_log = log_if_positive(v)
+    if is_log and v[-1] >= 0.99 * peak:
+        k = n - 1
+        while k > 0 and t[k - 1] <= t[k] + math.log(1.01):
+            k -= 1
+        # Still rising at the end: the lr first came within 2% of its final value in the
+        # last tenth of the run (a warm-up followed by a constant lr reached it long before).
+        reach = int(steps[int(np.argmax(v >= 0.98 * v[-1]))])
+        still = (reach - first) / span >= 0.9
+        rise_frac = (reach - int(steps[k])) / span
+        grew = float(v[-1] / v[k]) if v[k] > 0 else math.inf
+        moves = int(np.count_nonzero(np.diff(t[k:]) > 1e-9))
+        if still and rise_frac >= RISE_MIN_FRACTION and grew >= RISE_RATIO and moves >= 5:
+            tail_from = int(last - 0.4 * span)
+            out.append(ScheduleEvent(
+                kind="rise", onset_step=int(steps[k]), peak_lr=peak,
+                peak_step=int(steps[peak_i]), end_lr=float(v[-1]), fraction=rise_frac,
+                loss_gain_after=_loss_gain(run, tr.rank, tail_from, last)))
+    return out
+
+
+def unfinished(run: Run, last_step: int) -> str:
+    """Why the log is known to stop before the run's planned end ("" when not known): a
+    ``max_steps``/``total_steps`` past the last logged step, a ``total_steps`` column (LLaMA-
+    Factory), or an ETA still above zero (Detectron2's ``eta_seconds``). A warm-up that is
+    still rising there may simply not have ended yet."""
+    for key in ("max_steps", "total_steps"):
+        planned = run.meta.get(key)
+        if isinstance(planned, int | float) and planned > last_step * 1.1:
+            return f"{key} = {int(planned)} > last logged step {last_step}"
+    for name in ("total_steps", "eta_seconds", "eta", "remaining_time_s"):
+        t = Trace.of(run, name)
+        if t is None or not len(t):
+            continue
+        if name == "total_steps" and float(t.values[-1]) > last_step * 1.1:
+            return f"total_steps = {int(t.values[-1])} > last logged step {last_step}"
+        if name != "total_steps" and float(t.values[-1]) > 0:
+            return f"{name} was still {fmt(float(t.values[-1]))} at the last logged step"
+    return ""
+
+
+def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
+    if ev.kind == "collapse":
+        stalled = ev.loss_gain_after is not None and ev.loss_gain_after < 0.05
+        sev: Severity = "error" if stalled and ev.fraction >= 0.5 else "warning"
+        loss_txt = ("" if ev.loss_gain_after is None else
+                    f"; the loss improved only {100 * ev.loss_gain_after:.1f}% after it"
+                    if stalled else
+                    f"; the loss still fell {100 * ev.loss_gain_after:.0f}% after it")
+        summary = (f"lr collapsed to {fmt(ev.end_lr)} (< {COLLAPSE_RATIO:g}x its peak "
+                   f"{fmt(ev.peak_lr)}) at step {ev.onset_step} and stayed there for "
+                   f"{100 * ev.fraction:.0f}% of the run{loss_txt}: a per-epoch schedule "
+                   f"stepped per batch does this")
+        evidence = [Evidence("lr", ev.peak_step, ev.peak_lr, None, note="peak lr"),
+                    Evidence("lr", ev.onset_step, ev.end_lr, ev.peak_lr,
+                             note=f"from this step the lr fell below 0.1x the peak, then "
+                                  f"below {COLLAPSE_RATIO:g}x, and stayed there to the end; "
+                                  f"value = last lr")]
+        if ev.loss_gain_after is not None:
+            evidence.append(Evidence("loss", ev.onset_step, ev.loss_gain_after, None,
+                                     note="relative fall of the loss level from the collapse "
+                                          "to the end (value)"))
+        return Finding(symptom="lr_schedule_anomaly", severity=sev,
+                       confidence=0.85 if stalled else 0.7, onset_step=ev.onset_step,
+                       end_step=int(tr.steps[-1]), rank=tr.rank, metric="lr",
+                       summary=summary, evidence=tuple(evidence))
+    summary = (f"lr kept rising from step {ev.onset_step} to the last logged step "
+               f"({fmt(ev.end_lr)}, its peak) over {100 * ev.fraction:.0f}% of the run: a "
+               f"warm-up that never ends, or a schedule running backwards")
+    # Cost: a rising lr that the loss still follows down has cost nothing visible yet (info);
+    # one under which the loss stopped improving (or rose) over the last 40% is a warning.
+    harmless = ev.loss_gain_after is not None and ev.loss_gain_after >= RISE_HARMLESS_GAIN
+    if partial:
+        summary += f"; but the log ends before the run's planned end ({partial}): the warm-up " \
+                   f"may simply not have ended yet"
+    elif ev.loss_gain_after is not None:
+        summary += (f"; the loss still fell {100 * ev.loss_gain_after:.0f}% over the last 40% "
+                    f"of the run" if harmless else
+                    f"; over the last 40% of the run the loss changed by "
+                    f"{-100 * ev.loss_gain_after:+.1f}%: the rising lr is costing progress")
+    sev: Severity = "info" if (partial or harmless) else "warning"
+    return Finding(symptom="lr_schedule_anomaly", severity=sev,
+                   confidence=0.4 if sev == "info" else 0.75,
+                   onset_step=ev.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank,
+                   metric="lr", summary=summary,
+                   evidence=(Evidence("lr", ev.onset_step, None, None,
+                                      note="start of the rise"),
+                             Evidence("lr", int(tr.steps[-1]), ev.end_lr, ev.peak_lr,
+                                      note=f"last lr vs the peak; the lr never fell by more "
+                                           f"than 1% between logged points since step "
+                                           f"{ev.onset_step}")))
+
+
+@register_detector("lr_schedule_anomaly", requires=("lr",))
+def detect_lr_schedule_anomaly(run: Run) -> list[Finding] | NotRun:
+    """The lr fell below 1e-3 x its peak before half the run and stayed there (warning; an
+    error when the loss then improved < 5% over the rest of the run), or the lr rose without
+    ever falling by more than 1% over >= 60% of the run, by >= 2x, ending at its peak
+    (warning when the loss improved < 5% over the last 40% of the run; info when it still
+    fell, or when the log is known to end before the run's planned end)."""
+    trs = traces(run, "lr", min_points=10)
+    if not trs:
+        return NotRun("needs at least 10 lr points")
+    out: list[Finding] = []
+    seen_ranks: set[int | None] = set()
+    for tr in trs:
+        if tr.rank in seen_ranks:
+            continue
+        seen_ranks.add(tr.rank)
+        partial = unfinished(run, int(tr.steps[-1]))
+        out.extend(_finding(ev, tr, partial) for ev in schedule_events(run, tr))
+    return out

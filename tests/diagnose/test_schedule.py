@@ -1,0 +1,102 @@
+"""lr_schedule_anomaly: collapse and never-ending rise, with healthy schedules as controls."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from trainmedic.diagnose import diagnose
+from trainmedic.diagnose.detectors.schedule import schedule_events
+from trainmedic.diagnose.trace import Trace
+from trainmedic.run.series import Run
+
+N = 1000
+
+
+def _run(lr: np.ndarray, loss: np.ndarray | None = None) -> Run:
+    run = Run(source="t")
+    steps = np.arange(lr.shape[0])
+    run.add("lr", steps, lr)
+    if loss is not None:
+        run.add("loss", steps, loss)
+    return run
+
+
+def _loss(rng: np.random.Generator, lr: np.ndarray) -> np.ndarray:
+    """A loss that falls in proportion to the cumulative lr (progress needs lr)."""
+    progress = np.cumsum(lr) / max(1e-12, float(np.sum(lr))) * 3.0
+    return 2.5 * np.exp(-progress) + 0.3 + rng.normal(0, 0.01, lr.shape[0])
+
+
+def _events(run: Run):
+    tr = Trace.of(run, "lr")
+    assert tr is not None
+    return schedule_events(run, tr)
+
+
+def test_per_epoch_steplr_stepped_per_batch_collapses() -> None:
+    # StepLR(step_size=30, gamma=0.1) meant per epoch, stepped per batch.
+    lr = 0.1 * 0.1 ** (np.arange(N) // 30)
+    rng = np.random.default_rng(0)
+    run = _run(lr, 2.3 - 0.4 * (1 - np.exp(-np.arange(N) / 20)) + rng.normal(0, 0.01, N))
+    ev = _events(run)
+    assert [e.kind for e in ev] == ["collapse"]
+    assert ev[0].onset_step == 30  # the first decay: below 0.1x the peak from there on
+    assert ev[0].loss_gain_after is not None and ev[0].loss_gain_after < 0.05
+    f = [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
+    assert len(f) == 1 and f[0].severity == "error" and f[0].onset_step == 30
+
+
+def test_warmup_that_never_ends() -> None:
+    lr = 3e-4 * np.arange(1, N + 1) / 5000  # warm-up over 5000 steps, the run has 1000
+    rng = np.random.default_rng(1)
+    run = _run(lr, _loss(rng, lr))
+    ev = _events(run)
+    assert [e.kind for e in ev] == ["rise"]
+    assert ev[0].onset_step == 0 and ev[0].fraction > 0.9
+
+
+@pytest.mark.parametrize("name", ["warmup_cosine", "warmup_constant", "step_decay",
+                                  "exponential", "cosine_to_zero", "constant", "linear_decay",
+                                  "one_cycle", "plateau_decay"])
+def test_healthy_schedules_are_quiet(name: str) -> None:
+    s = np.arange(N, dtype=float)
+    warm = np.minimum(1.0, (s + 1) / 100)
+    lr = {
+        "warmup_cosine": 1e-3 * warm * 0.5 * (1 + np.cos(math.pi * s / N)),
+        "warmup_constant": 1e-3 * warm,
+        "step_decay": 0.1 * 0.1 ** (s // 400),
+        "exponential": 0.1 * 0.995 ** s,
+        "cosine_to_zero": 1e-3 * 0.5 * (1 + np.cos(math.pi * s / (N - 1))),
+        "constant": np.full(N, 3e-4),
+        "linear_decay": 5e-5 * (1 - s / N),
+        "one_cycle": np.where(s < 300, 1e-4 + (1e-2 - 1e-4) * s / 300,
+                              1e-2 * (1 - (s - 300) / 700) + 1e-6),
+        "plateau_decay": 1e-3 * 0.5 ** (s // 250),
+    }[name]
+    rng = np.random.default_rng(2)
+    run = _run(lr, _loss(rng, lr))
+    assert _events(run) == []
+    assert not [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
+
+
+def test_collapse_at_the_end_is_a_schedule_ending() -> None:
+    s = np.arange(N, dtype=float)
+    lr = 1e-3 * np.where(s < 900, 1.0, 1e-5)
+    assert _events(_run(lr)) == []
+
+
+def test_endless_warmup_severity_follows_the_loss() -> None:
+    s = np.arange(N, dtype=float)
+    lr = 1e-2 * (s + 1) / N
+    rng = np.random.default_rng(3)
+    falling = _loss(rng, lr)
+    # The loss stops improving and rises over the second half as the lr keeps growing.
+    hurt = np.where(s < 500, 2.0 - s / 500, 1.0 + (s - 500) / 1000) + rng.normal(0, 0.01, N)
+    f_ok = [f for f in diagnose(_run(lr, falling)).findings
+            if f.symptom == "lr_schedule_anomaly"]
+    f_bad = [f for f in diagnose(_run(lr, hurt)).findings if f.symptom == "lr_schedule_anomaly"]
+    assert [f.severity for f in f_ok] == ["info"]
+    assert [f.severity for f in f_bad] == ["warning"]
