@@ -126,15 +126,25 @@ def detect_format(path: Path) -> str | None:
         try:
             obj = json.loads(first)
         except ValueError:
-            return "json"
+            # "[rank0]:[titan] ..." or printed dicts "{'loss': 0.5}" are console logs
+            return "text" if _is_text_log(text) else "json"
         if isinstance(obj, dict) and "log_history" not in obj and not any(
                 isinstance(v, list) and len(v) > 1 for v in obj.values()):
             return "jsonl"
         return "json"
     first_line = text.split("\n", 1)[0]
     if any(d in first_line for d in (",", "\t", ";")) and _printable(text[:4096]):
-        return "csv"
+        # "2019-12-31 00:21:04,166 - INFO - Epoch [1][50/100] lr: ..." has a comma too
+        return "text" if _is_text_log(text) else "csv"
+    if _printable(text[:4096]) and _is_text_log(text):
+        return "text"
     return None
+
+
+def _is_text_log(text: str) -> bool:
+    from trainmedic.run.textlog import MIN_SHARE, is_single_column, recognized_share
+
+    return is_single_column(text) or recognized_share(text) >= MIN_SHARE
 
 
 def _printable(text: str) -> bool:
@@ -210,6 +220,10 @@ def read_file(path: Path, fmt: str | None = None, tag_prefix: str = "") -> LogTa
         return read_jsonl(path)
     if fmt == "json":
         return _read_json_doc(path)
+    if fmt == "text":
+        from trainmedic.run.textlog import read_text_log
+
+        return read_text_log(path)
     if fmt == "mlflow":
         from trainmedic.run.mlflow_store import read_mlflow_run
 
@@ -354,6 +368,27 @@ def _same_data(a: Series, b: Series) -> bool:
     both_nan = np.isnan(va) & np.isnan(vb)
     close = np.isclose(va, vb, rtol=1e-4, atol=1e-7) | both_nan
     return bool(close.mean() >= 0.95)
+
+
+def _repeats(total: Run, part: Run) -> bool:
+    """True when most metrics ``part`` shares with ``total`` hold the same points there."""
+    shared = [(k, s) for k, s in part.series.items() if k in total.series and len(s)]
+    if not shared:
+        return False
+    same = 0
+    for k, s in shared:
+        old = total.series[k]
+        if len(old) == len(s) and np.array_equal(old.steps, s.steps):
+            # in log order, duplicates and restarts included (appended runs)
+            ok = np.isclose(old.values, s.values, rtol=1e-4, atol=1e-7) | (
+                np.isnan(old.values) & np.isnan(s.values))
+            if ok.mean() >= 0.95:
+                same += 1
+                continue
+        common = np.isin(s.steps, old.steps)
+        if common.mean() >= 0.5 and _same_data(old, Series(s.steps[common], s.values[common])):
+            same += 1
+    return same >= max(1, len(shared) / 2)
 
 
 def _merge_into(total: Run, part: Run, part_path: str) -> None:
@@ -527,8 +562,16 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
 
     source = paths[0] if len(paths) == 1 else ", ".join(paths)
     total = Run(source=source)
-    for t in tables:
-        _merge_into(total, table_to_run(t, mapping), t.path)
+    # Console logs last: one beside the metrics file extracted from it is read once.
+    for t in sorted(tables, key=lambda t: t.format == "text"):
+        part = table_to_run(t, mapping)
+        if t.format == "text" and total.series and _repeats(total, part):
+            notes.append(ImportNote(
+                "duplicate_source", "holds the metrics of another file of the run at the same "
+                "steps (a console log beside the metrics taken from it); not read again",
+                path=t.path))
+            continue
+        _merge_into(total, part, t.path)
     for r in runs:
         if mapping:
             r = _remap_store_run(r, mapping)

@@ -251,10 +251,12 @@ DERIVED: tuple[Derivation, ...] = (
     # Ultralytics YOLO logs the training objective only as its terms: box + cls + dfl (v8) or
     # box + obj + cls (v5), each the epoch's running mean; the objective it optimizes is their
     # sum (ultralytics/utils/loss.py, v8DetectionLoss). Recognized by its lr columns.
-    Derivation(canonical="loss", pattern=r"train/[a-z0-9_]+_loss", family="ultralytics",
-               requires_any=_YOLO_MARKERS),
-    Derivation(canonical="val_loss", pattern=r"val/[a-z0-9_]+_loss", family="ultralytics",
-               requires_any=_YOLO_MARKERS),
+    # YOLOv10 logs its two heads' terms as "<term>_om" (one-to-many) and "<term>_oo"
+    # (one-to-one); the objective is the sum of both heads' terms.
+    Derivation(canonical="loss", pattern=r"train/[a-z0-9_]+_(?:loss|om|oo)",
+               family="ultralytics", requires_any=_YOLO_MARKERS),
+    Derivation(canonical="val_loss", pattern=r"val/[a-z0-9_]+_(?:loss|om|oo)",
+               family="ultralytics", requires_any=_YOLO_MARKERS),
 )
 
 

@@ -244,7 +244,8 @@ def _lookup(word: str) -> tuple[_Word | None, int, str, float, bool]:
         return None, 0, "", 1.0, False
     base, unit = _strip_unit(word)
     w = WORDS.get(base)
-    if base in _STEP_NOUNS and unit in _TIME_UNITS:  # step_ms, iter_s: a time per step
+    if (base in _STEP_NOUNS and unit in _TIME_UNITS) or (base == "time" and unit in (
+            "ms", "msec", "us", "usec")):  # step_ms, iter_s, time_ms: a time per step
         return WORDS["step_time"], 0, unit, _TIME_UNITS[unit], False
     if w is None or w.kind in ("rate", "inv"):
         return None, 0, unit, 1.0, False

@@ -1,0 +1,339 @@
+"""Training console logs: one line reader for what trainers print.
+
+Every line is read by the same rules, a small table of patterns rather than one parser per
+framework:
+
+- a JSON object or a printed Python dict in the line (HF ``{'loss': 0.5, 'epoch': 0.1}``,
+  fairseq ``--log-format json``, DETR ``log.txt``) is a row as it stands;
+- otherwise the line is cut into ``key value`` pairs: each number takes as its key the words
+  before it (``iter 100: loss 2.3456, time 12.34ms`` -> iter, loss, time_ms; ``| epoch 001 |
+  loss 9.12 | lr 0.0005`` -> epoch, loss, lr; ``- loss: 0.12 - val_loss: 0.3``), a unit
+  written after the number joins the key (``12.34ms`` -> ``time_ms``, ``49.66GiB`` ->
+  ``memory_gib``), and a bare duration in parentheses is the line's step time;
+- progress counters (``Epoch [1][1550/23454]``, ``| epoch 1 | 200/ 2983 batches``,
+  ``epoch 001: 200 / 1374``) make a global step from the epoch and the position in it;
+- Keras' ``Epoch 3/20`` line sets the epoch of the metric lines after it;
+- a line saying it reports validation (``valid on 'valid' subset``) puts its keys on the
+  validation side (``loss`` -> ``valid_loss``).
+
+A row needs a step (or a printed dict); the file is a training log when enough of its lines
+are read (``recognized_share``). A file with a one-word header over a column of numbers
+(``loss`` then values) is read as that one series over row numbers counted from 1.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainmedic.errors import UnrecognizedInputError
+from trainmedic.run.series import Series
+from trainmedic.run.table import LogTable, cell_float
+
+__all__ = ["read_text_log", "recognized_share", "is_single_column", "MIN_SHARE"]
+
+MIN_SHARE = 0.3
+"""Share of non-empty lines the reader must recognise for a file to count as a training log."""
+
+_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T_]\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?|"
+                    r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b|\[rank\d+\]:?|\brank\d+\b")
+_NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+|" \
+       r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
+_TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>ms/step|s/step|us/step|ms|us|s|%|"
+                    r"\s?(?:GiB|GB|MiB|MB|KiB|KB|gib|gb|mib|mb|kb)|sec|min|h)?(?![\w.])|"
+                    r"(?P<word>[A-Za-z_][\w./%-]*)|(?P<open>\()|(?P<close>\))|"
+                    r"(?P<sep>[|,;\t]| - )")
+_PROGRESS = (
+    # mmcv/mmdet: "Epoch [1][1550/23454]"
+    re.compile(r"\bepoch\s*\[(?P<epoch>\d+)\]\s*\[(?P<pos>\d+)\s*/\s*(?P<of>\d+)\]", re.I),
+    # fairseq train_inner: "epoch 001:    200 / 1374"
+    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
+    # PyTorch word_language_model: "| epoch   1 |   200/ 2983 batches"
+    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s+batches", re.I),
+)
+_KERAS_EPOCH = re.compile(r"^\s*epoch\s+(?P<epoch>\d+)\s*/\s*(?P<of>\d+)\s*$", re.I)
+_END_OF_EPOCH = re.compile(r"\bend of epoch\s+(?P<epoch>\d+)", re.I)
+_VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validation|eval|"
+                         r"evaluation) (?:subset|set|results?|metrics)\b|^\s*(?:valid|"
+                         r"validation|eval)\b\s*[:|]", re.I)
+_STEP_KEYS = ("num_updates", "global_step", "step", "steps", "iteration", "iter", "it",
+              "training_iter", "train_iter", "update", "updates", "batch_idx")
+_EPOCH_KEYS = ("epoch", "training_epoch", "train_epoch", "ep")
+_SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
+_DROP_KEYS = frozenset({"eta", "remaining", "day", "days", "of", "at", "on", "in"})
+_SAMPLE_LINES = 400
+
+
+def _norm_key(words: list[str]) -> str:
+    key = "_".join(w.strip(":=[]").lower() for w in words if w.strip(":=[]"))
+    return key.strip("_")
+
+
+def _pairs(line: str) -> tuple[dict[str, float], bool]:
+    """``{key: value}`` of one line cut into pairs, and whether a value had no key."""
+    out: dict[str, float] = {}
+    words: list[str] = []
+    last_key = ""
+    in_paren = False
+    orphan = False
+    for m in _TOKEN.finditer(line):
+        if m.group("word"):
+            words.append(m.group("word"))
+            continue
+        if m.group("open"):
+            in_paren = True
+            continue
+        if m.group("close"):
+            in_paren = False
+            words = []
+            continue
+        if m.group("sep"):
+            words = []
+            continue
+        v = cell_float(m.group("num").replace(",", ""))
+        if v is None:
+            continue
+        unit = (m.group("unit") or "").strip().lower()
+        key = _norm_key(words[-3:])
+        last = key.rsplit("_", 1)[-1]
+        if key not in _STEP_KEYS + _EPOCH_KEYS and last in _STEP_KEYS + _EPOCH_KEYS:
+            key = last  # "Training iter 3150", "Training Epoch: 1"
+        if unit.endswith("/step"):
+            key, unit = "step_time", unit.split("/")[0]
+        if not key:
+            if in_paren and unit in ("s", "ms", "us", "sec", "min"):
+                key = "step_time"
+            elif in_paren and unit == "%" and last_key:
+                key = last_key
+            elif unit in ("s", "ms", "min") and not out:
+                key = "line_time"  # Keras "67s - loss: ...": the time of the epoch
+            else:
+                orphan = True
+                continue
+        if unit:
+            key = f"{key}_{'pct' if unit == '%' else unit}"
+        if key.split("_")[-1] not in _DROP_KEYS and key not in out:
+            out[key] = v
+        last_key = key.rsplit("_", 1)[0] if unit else key
+        words = []
+    return out, orphan
+
+
+def _dict_in(line: str) -> dict[str, Any] | None:
+    i = line.find("{")
+    if i < 0 or "}" not in line[i:]:
+        return None
+    body = line[i:line.rfind("}") + 1]
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            obj = parse(body)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if isinstance(obj, dict):
+            return {str(k): v for k, v in obj.items()}
+    return None
+
+
+class _Reader:
+    """State across lines: the current epoch (Keras), the batches per epoch seen."""
+
+    def __init__(self) -> None:
+        self.epoch: int | None = None
+        self.per_epoch: int | None = None
+        self.rows: list[tuple[int, dict[str, Any]]] = []
+        self.recognized = 0
+        self.lines = 0
+
+    def line(self, no: int, raw: str) -> None:
+        if not raw.strip():
+            return
+        self.lines += 1
+        d = _dict_in(raw)
+        if d is not None:
+            from trainmedic.run.jsonlog import as_number, flatten
+
+            flat = flatten(d)
+            if any(as_number(v) is not None for v in flat.values()):
+                self.rows.append((no, flat))
+                self.recognized += 1
+            return
+        m = _KERAS_EPOCH.match(raw)
+        if m:
+            self.epoch = int(m.group("epoch"))
+            self.recognized += 1
+            return
+        text = _STAMP.sub(" ", raw)
+        row: dict[str, Any] = {}
+        for rx in _PROGRESS:
+            pm = rx.search(text)
+            if pm:
+                ep, pos, of = int(pm.group("epoch")), int(pm.group("pos")), int(pm.group("of"))
+                self.per_epoch = of
+                row["epoch"] = ep
+                row["_global"] = (ep - 1) * of + pos if ep >= 1 else pos
+                text = text[:pm.start()] + " | " + text[pm.end():]
+                break
+        em = _END_OF_EPOCH.search(text)
+        if em and "_global" not in row:
+            ep = int(em.group("epoch"))
+            row["epoch"] = ep
+            if self.per_epoch:
+                row["_global"] = ep * self.per_epoch
+            text = text[:em.start()] + " | " + text[em.end():]
+        pairs, _orphan = _pairs(text)
+        valid = bool(_VALID_LINE.search(text))
+        for k, v in pairs.items():
+            if valid and not any(k.startswith(s) for s in _SIDE_WORDS) and \
+                    k not in _EPOCH_KEYS + _STEP_KEYS:
+                k = f"valid_{k}"
+            row.setdefault(k, v)
+        has_step = "_global" in row or any(k in row for k in _STEP_KEYS + _EPOCH_KEYS) or \
+            any(k.endswith(("_iter", "_step", "_epoch")) and k.split("_")[0] in (
+                "training", "train") for k in row)
+        by_keras_epoch = False
+        if not has_step and self.epoch is not None and any(
+                "loss" in k or "acc" in k for k in pairs):
+            row["epoch"] = self.epoch
+            has_step = by_keras_epoch = True
+        for k in [k for k in row if k.startswith("line_time_")]:
+            # "67s - loss: ..." after "Epoch 3/20": the time the epoch took
+            row[("epoch_time_" if by_keras_epoch else "step_time_") + k[len("line_time_"):]] = \
+                row.pop(k)
+        metrics = [k for k in row if k not in _EPOCH_KEYS + _STEP_KEYS and k != "_global"]
+        if has_step and metrics:
+            self.rows.append((no, row))
+            self.recognized += 1
+
+
+def _choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:
+    """The key that counts steps: a global position if the lines gave one, else the first of
+    the step keys present in most rows whose values do not repeat, else an epoch key."""
+    n = len(rows)
+    for k in ("num_updates", "global_step"):
+        if sum(1 for _, r in rows if k in r) >= n / 2:
+            return k
+    if sum(1 for _, r in rows if "_global" in r) >= n / 2:
+        return "_global"
+    suffixed = tuple(sorted(k for k in {k for _, r in rows for k in r}
+                            if k.endswith(("_iter", "_step", "num_updates"))))
+    for cands in (_STEP_KEYS, suffixed, _EPOCH_KEYS):
+        best = None
+        for k in cands:
+            vals = [r[k] for _, r in rows if isinstance(r.get(k), (int, float))]
+            if len(vals) < max(1, n // 2) or any(not float(v).is_integer() for v in vals):
+                continue
+            d = np.diff(np.asarray(vals, dtype=np.float64))
+            if best is None:
+                best = k
+            if len(d) == 0 or float((d != 0).mean()) >= 0.95:
+                return k
+        if best is not None:
+            return best
+    return None
+
+
+def _scan(text: str, limit: int | None = None) -> _Reader:
+    reader = _Reader()
+    for no, line in enumerate(text.splitlines(), 1):
+        if limit is not None and reader.lines >= limit:
+            break
+        reader.line(no, line)
+    return reader
+
+
+def recognized_share(text: str) -> float:
+    """Share of the first non-empty lines that the reader recognises (0 when fewer than two
+    rows with a step come out, or none of their keys names a known metric)."""
+    reader = _scan(text, _SAMPLE_LINES)
+    if len(reader.rows) < 2 or not reader.lines:
+        return 0.0
+    from trainmedic.run.names import find_step_column, resolve_names
+
+    keys = list(dict.fromkeys(k for _, r in reader.rows for k in r if k != "_global"))
+    res = resolve_names(keys)
+    if not (res.aliases or res.derived) and find_step_column(keys) is None:
+        return 0.0
+    return reader.recognized / reader.lines
+
+
+_HEADER_WORD = re.compile(r"^\s*[A-Za-z_][\w./ ()%-]{0,60}\s*$")
+
+
+def is_single_column(text: str) -> bool:
+    """A header word over a column of numbers (``loss`` then one value per line)."""
+    lines = [ln for ln in text.splitlines()[:60] if ln.strip()]
+    if len(lines) < 3 or not _HEADER_WORD.match(lines[0]) or cell_float(lines[0]) is not None:
+        return False
+    body = lines[1:]
+    if len(body) > 2 and not body[-1].endswith("\n"):
+        body = body[:-1] if cell_float(body[-1].strip()) is None else body
+    return all(cell_float(b.strip()) is not None for b in body)
+
+
+def read_text_log(path: Path) -> LogTable:
+    """Read a console log (or a one-column file) into a ``LogTable``."""
+    from trainmedic.run.jsonlog import read_text, rows_to_table
+
+    text = read_text(path, "training log")
+    table = LogTable(path=str(path), format="text")
+    if is_single_column(text):
+        return _single_column(table, text)
+    reader = _scan(text)
+    if len(reader.rows) < 1:
+        raise UnrecognizedInputError(str(path), "is text, but no line reads as a training "
+                                     "log line; expected lines such as 'step 100: loss 2.31' "
+                                     "or 'epoch 3 | loss 0.52 | lr 0.001'")
+    step = _choose_step(reader.rows)
+    rows: list[tuple[int | None, dict[str, Any]]] = []
+    carried = 0
+    last_step: Any = None
+    for no, r in reader.rows:
+        r = dict(r)
+        if step is not None:
+            v = r.pop(step, None)
+            r.pop("_global", None)
+            if v is None:
+                # A validation line after a training line often omits the step
+                # (fairseq's "valid on 'valid' subset"): it belongs to the last step.
+                if last_step is None:
+                    continue
+                v = last_step
+                carried += 1
+            last_step = v
+            r["step"] = int(v) if isinstance(v, (int, float)) and math.isfinite(v) else v
+        else:
+            r.pop("_global", None)
+        rows.append((no, r))
+    rows_to_table(table, rows)
+    if carried:
+        table.note("step_carried", f"{carried} metric lines without a step were given the "
+                   "step of the line before them")
+    skipped = reader.lines - reader.recognized
+    if skipped:
+        table.note("skipped_line", f"{skipped} of {reader.lines} lines are not metric lines "
+                   "(messages, warnings, progress bars) and were not read")
+    if step is not None and step not in ("step", "_global"):
+        table.meta["text_step_key"] = step
+    table.step_column = "step" if step is not None else None
+    if not table.columns:
+        raise UnrecognizedInputError(str(path), "is text with step lines but no numeric "
+                                     "metrics; expected lines such as 'step 100: loss 2.31'")
+    return table
+
+
+def _single_column(table: LogTable, text: str) -> LogTable:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    name = lines[0]
+    vals = [cell_float(v) for v in lines[1:]]
+    vals_f = np.asarray([np.nan if v is None else v for v in vals], dtype=np.float64)
+    table.format = "csv"
+    table.columns[name] = Series(np.arange(1, len(vals_f) + 1, dtype=np.int64), vals_f)
+    table.note("step_from_row_index", f"one column ('{name}') and no step column; steps are "
+               "row numbers counted from 1")
+    return table
