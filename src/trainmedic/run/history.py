@@ -45,11 +45,11 @@ def read_history(table: LogTable, doc: dict[str, Any]) -> LogTable:
             continue
         ignored[k] = f"a list of {len(v)} values beside series of {longest}"
         if any(w in k.lower() for w in _PHASE_WORDS):
-            vals = [int(x) for x in v if x is not None and float(x).is_integer()]
-            if vals and len(vals) == len(v) and all(0 <= x <= longest for x in vals):
+            starts = [int(x) for x in v if x is not None and float(x).is_integer()]
+            if starts and len(starts) == len(v) and all(0 <= x <= longest for x in starts):
                 table.note("phases", f"'{k}' marks phases starting at epochs "
-                           f"{', '.join(str(x) for x in vals)} (list index)")
-                table.meta.setdefault("phase_starts", vals)
+                           f"{', '.join(str(x) for x in starts)} (list index)")
+                table.meta.setdefault("phase_starts", starts)
     step_key = find_step_column(series_keys)
     step_vals = numeric.get(step_key) if step_key else None
     if step_key is not None and step_vals is not None and all(

@@ -170,12 +170,14 @@ class _Reader:
             return
         text = _STAMP.sub(" ", raw)
         row: dict[str, Any] = {}
-        for rx in _PROGRESS:
+        for i, rx in enumerate(_PROGRESS):
             pm = rx.search(text)
             if pm:
                 ep, pos, of = int(pm.group("epoch")), int(pm.group("pos")), int(pm.group("of"))
                 self.per_epoch = of
                 row["epoch"] = ep
+                if i == 0:
+                    row["iter"] = pos  # mmcv's "iter" is the position in the epoch
                 row["_global"] = (ep - 1) * of + pos if ep >= 1 else pos
                 text = text[:pm.start()] + " | " + text[pm.end():]
                 break
@@ -298,6 +300,9 @@ def read_text_log(path: Path) -> LogTable:
         if step is not None:
             v = r.pop(step, None)
             r.pop("_global", None)
+            if v is None and step in _STEP_KEYS:
+                # "step 20: train loss ..." among "iter 20: loss ..." lines: one counter
+                v = next((r.pop(k) for k in _STEP_KEYS if k in r), None)
             if v is None:
                 # A validation line after a training line often omits the step
                 # (fairseq's "valid on 'valid' subset"): it belongs to the last step.

@@ -1,0 +1,299 @@
+"""Formats read by content: Keras history JSON and CSVLogger, LLaMA-Factory trainer_log.jsonl,
+MLflow file stores, console logs, one-column files; and run.meta["mapping"]."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainmedic.errors import UnrecognizedInputError
+from trainmedic.run import load_run
+from trainmedic.run.loader import detect_format
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "logs" / "text"
+
+
+def write(p: Path, text: str) -> Path:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def mapping_of(run, column):
+    return [m for m in run.meta["mapping"] if m["column"] == column]
+
+
+def test_keras_history_lists_of_different_lengths(tmp_path):
+    doc = {"loss": [1.0, 0.8, 0.6], "val_loss": [1.1, 0.9], "accuracy": [0.1, 0.2, 0.3],
+           "classes": ["a", "b"], "phase_starts": [0, 2], "backbone": "resnet",
+           "phase_labels": ["x", "y"]}
+    doc["loss"] += [0.5, 0.4, 0.3]
+    doc["accuracy"] += [0.4, 0.5, 0.6]
+    doc["val_loss"] += [0.7, 0.6, 0.5, 0.6]
+    run = load_run(str(write(tmp_path / "history.json", json.dumps(doc))))
+    loss = run.get("loss")
+    assert loss is not None and list(loss.steps) == [1, 2, 3, 4, 5, 6]
+    assert len(run.get("val_loss")) == 6
+    assert not run.has("phase_starts") and not run.has("classes")
+    assert mapping_of(run, "backbone")[0]["how"].startswith("ignored:")
+    assert mapping_of(run, "phase_starts")[0]["how"].startswith("ignored:")
+    assert any(n.kind == "phases" for n in run.notes)
+
+
+def test_one_line_history_is_a_history(tmp_path):
+    p = write(tmp_path / "h.json", json.dumps({"train_loss": [3, 2, 1], "val_loss": [3, 3, 4],
+                                               "best_epoch": 1}))
+    run = load_run(str(p))
+    assert list(run.get("loss").values) == [3, 2, 1] and run.has("val_loss")
+
+
+def test_keras_csvlogger_with_a_log_extension(tmp_path):
+    p = write(tmp_path / "training.log", "epoch,acc,loss,val_acc,val_loss\n0,0.1,2.0,0.1,2.1\n"
+              "1,0.2,1.5,0.2,1.9\n2,0.3,1.2,0.2,2.0\n")
+    assert detect_format(p) == "csv"
+    run = load_run(str(p))
+    assert list(run.get("val_loss").steps) == [0, 1, 2]
+
+
+def test_llamafactory_trainer_log(tmp_path):
+    lines = [
+        {"current_steps": 10, "total_steps": 30, "loss": 2.5, "eval_loss": None,
+         "learning_rate": 1e-5, "epoch": 0.33, "percentage": 33.3, "elapsed_time": "0:00:20",
+         "remaining_time": "0:00:40"},
+        {"current_steps": 20, "total_steps": 30, "loss": 2.1, "eval_loss": None,
+         "learning_rate": 2e-5, "epoch": 0.66, "percentage": 66.6, "elapsed_time": "0:00:40",
+         "remaining_time": "0:00:20"},
+        {"current_steps": 30, "total_steps": 30, "loss": 1.9, "eval_loss": 2.0,
+         "learning_rate": 1e-5, "epoch": 1.0, "percentage": 100, "elapsed_time": "0:01:10",
+         "remaining_time": "0:00:00"},
+    ]
+    p = write(tmp_path / "trainer_log.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n")
+    run = load_run(str(p))
+    assert list(run.get("loss").steps) == [10, 20, 30]
+    assert run.get("val_loss").values.tolist() == [2.0]
+    st = run.get("step_time_s")
+    assert st is not None and st.values.tolist() == pytest.approx([2.0, 3.0])
+    assert mapping_of(run, "elapsed_time")[0]["how"].startswith("derived:")
+
+
+def _mlflow_run(root: Path, exp: str, run_id: str, metrics: dict[str, list[float]]) -> None:
+    d = root / exp / run_id
+    write(d / "meta.yaml", f"run_id: {run_id}\nrun_name: r{run_id}\n")
+    write(d / "params" / "lr0", "0.01")
+    write(d / "tags" / "mlflow.user", "me")
+    for key, vals in metrics.items():
+        write(d / "metrics" / key, "".join(f"{1700000000000 + i} {v} {i}\n"
+                                           for i, v in enumerate(vals)))
+
+
+def test_mlflow_file_store(tmp_path):
+    root = tmp_path / "mlruns"
+    write(root / "1" / "meta.yaml", "name: exp\n")
+    _mlflow_run(root, "1", "abc", {"train/loss": [3, 2, 1], "val/loss": [3, 2.5, 2.4],
+                                   "lr/pg0": [0.1, 0.1, 0.01]})
+    run = load_run(str(tmp_path))
+    assert run.get("loss").values.tolist() == [3, 2, 1]
+    assert run.has("val_loss") and run.has("lr")
+    assert list(run.get("loss").steps) == [0, 1, 2]
+
+
+def test_mlflow_store_with_two_runs_reads_both(tmp_path):
+    root = tmp_path / "mlruns"
+    _mlflow_run(root, "1", "a", {"loss": [3, 2]})
+    _mlflow_run(root, "1", "b", {"loss": [5, 4]})
+    run = load_run(str(root))
+    assert len(run.meta["sources"]) == 2 and len(run.get("loss")) == 4
+
+
+FAIRSEQ = (DATA / "fairseq_train_inner.log").read_text()
+
+NANOGPT = """\
+step 0: train loss 10.9, val loss 10.9
+iter 0: loss 10.9, time 1200.5ms, mfu -100.00%
+iter 10: loss 9.8, time 110.2ms, mfu 30.1%
+iter 20: loss 9.1, time 110.4ms, mfu 30.2%
+step 20: train loss 9.0, val loss 9.2
+iter 30: loss 8.7, time 110.1ms, mfu 30.2%
+"""
+
+KERAS = (DATA / "keras_stdout.txt").read_text()
+
+GENERIC = """\
+2024-01-01 10:00:00 INFO starting
+2024-01-01 10:00:01 INFO step=1 loss=2.50 lr=0.001 grad_norm=3.0
+2024-01-01 10:00:02 INFO step=2 loss=2.40 lr=0.001 grad_norm=2.9
+2024-01-01 10:00:03 INFO step=3 loss=2.30 lr=0.001 grad_norm=2.7
+"""
+
+HF_DICTS = """\
+{'loss': 2.1, 'learning_rate': 4e-05, 'epoch': 0.1}
+{'loss': 1.9, 'learning_rate': 3e-05, 'epoch': 0.2}
+{'loss': 1.7, 'learning_rate': 2e-05, 'epoch': 0.3}
+{'train_runtime': 12.0, 'train_samples_per_second': 100.0, 'epoch': 0.3}
+"""
+
+MMDET = (DATA / "mmdet_v1.log").read_text()
+
+WORDLM = """\
+| epoch   1 |   200/ 1000 batches | lr 20.00 | ms/batch 11.43 | loss 7.74 | ppl 2300.0
+| epoch   1 |   400/ 1000 batches | lr 20.00 | ms/batch 11.41 | loss 7.27 | ppl 1400.0
+-----------------------------------------------------------------------------------------
+| end of epoch   1 | time: 35.24s | valid loss 7.10 | valid ppl 1200.0
+-----------------------------------------------------------------------------------------
+| epoch   2 |   200/ 1000 batches | lr 20.00 | ms/batch 11.40 | loss 7.00 | ppl 1100.0
+"""
+
+
+def test_fairseq_console_log(tmp_path):
+    run = load_run(str(write(tmp_path / "train.log", FAIRSEQ)))
+    assert list(run.get("loss").steps) == [100, 200, 300]
+    assert run.get("val_loss").values.tolist() == [8.2]
+    assert list(run.get("val_loss").steps) == [300]
+    assert run.has("grad_norm") and run.has("loss_scale") and run.has("tokens_per_s")
+    assert run.get("step_time_s").values.tolist() == pytest.approx([0.5, 0.52])
+
+
+def test_nanogpt_console_log(tmp_path):
+    run = load_run(str(write(tmp_path / "out.txt", NANOGPT)))
+    assert list(run.get("loss").steps) == [0, 10, 20, 30]
+    assert run.get("step_time_s").values[1] == pytest.approx(0.1102)
+    assert list(run.get("val_loss").steps) == [0, 20]
+
+
+def test_keras_stdout(tmp_path):
+    run = load_run(str(write(tmp_path / "keras.txt", KERAS)))
+    assert list(run.get("loss").steps) == [1, 2, 3]
+    assert run.get("val_loss").values.tolist() == [1.10, 1.00, 1.05]
+    assert run.get("step_time_s").values.tolist() == pytest.approx([0.004, 0.003, 0.003])
+
+
+def test_generic_key_value_lines(tmp_path):
+    run = load_run(str(write(tmp_path / "train.log", GENERIC)))
+    assert list(run.get("loss").steps) == [1, 2, 3] and run.has("grad_norm")
+
+
+def test_printed_hf_dicts(tmp_path):
+    run = load_run(str(write(tmp_path / "stdout.txt", HF_DICTS)))
+    assert run.get("loss").values.tolist() == [2.1, 1.9, 1.7] and run.has("lr")
+
+
+def test_mmdet_text_log_global_steps(tmp_path):
+    run = load_run(str(write(tmp_path / "20191231.log", MMDET)))
+    assert list(run.get("loss").steps) == [50, 100, 150]
+    assert run.has("data_time_s") and run.has("mem_peak_mb")
+
+
+def test_word_language_model_log(tmp_path):
+    run = load_run(str(write(tmp_path / "log.txt", WORDLM)))
+    assert list(run.get("loss").steps) == [200, 400, 1200]
+    assert list(run.get("val_loss").steps) == [1000]
+    assert run.get("step_time_s").values[0] == pytest.approx(0.01143)
+
+
+def test_detr_log_txt_is_json_lines(tmp_path):
+    rows = [{"epoch": i, "train_lr": 1e-3, "train_loss": 5 - i, "train_loss_ce": 1.0,
+             "test_loss": 5.5 - i, "test_loss_ce": 1.1, "n_parameters": 41000000}
+            for i in range(4)]
+    run = load_run(str(write(tmp_path / "log.txt", "\n".join(json.dumps(r) for r in rows))))
+    assert run.get("loss").values.tolist() == [5, 4, 3, 2]
+    assert run.get("val_loss").values.tolist() == [5.5, 4.5, 3.5, 2.5]
+
+
+@pytest.mark.parametrize("text", [
+    "Install the package with pip install foo.\nThen run it.\nVersion 2.0 is out.\n",
+    "numpy==1.26\ntorch==2.3\nclick>=8\n",
+    "Dear team,\nthe meeting is at 10:30 in room 4.\nRegards\n",
+])
+def test_text_that_is_not_a_training_log_is_refused(tmp_path, text):
+    p = write(tmp_path / "notes.txt", text)
+    with pytest.raises(UnrecognizedInputError) as exc:
+        load_run(str(p))
+    assert "notes.txt" in str(exc.value)
+
+
+def test_one_column_csv_loads_over_row_numbers(tmp_path):
+    run = load_run(str(write(tmp_path / "loss.csv", "loss\n2.3\n2.1\n1.9\n1.8\n")))
+    assert list(run.get("loss").steps) == [1, 2, 3, 4]
+    assert mapping_of(run, "(row)")[0]["how"] == "row index (no step column)"
+
+
+def test_console_log_beside_its_extracted_csv_is_read_once(tmp_path):
+    write(tmp_path / "raw_log.txt", NANOGPT)
+    write(tmp_path / "metrics.csv", "step,loss,step_time_s\n0,10.9,1.2005\n10,9.8,0.1102\n"
+          "20,9.1,0.1104\n30,8.7,0.1101\n")
+    run = load_run(str(tmp_path))
+    assert list(run.get("loss").steps) == [0, 10, 20, 30]
+    assert any(n.kind == "duplicate_source" for n in run.notes)
+
+
+def test_console_log_with_other_metrics_is_merged(tmp_path):
+    write(tmp_path / "raw_log.txt", NANOGPT)
+    write(tmp_path / "gpu.csv", "step,gpu_util\n0,90\n10,91\n")
+    run = load_run(str(tmp_path))
+    assert run.has("loss") and run.has("gpu_util")
+
+
+def test_mapping_lists_every_column(tmp_path):
+    p = write(tmp_path / "m.csv", "step,perf/step_time_ms,train_loss,acc,name\n"
+              "1,100,2.0,0.1,a\n2,110,1.9,0.2,b\n3,105,1.8,0.3,c\n")
+    run = load_run(str(p))
+    m = run.meta["mapping"]
+    assert all(set(e) == {"file", "column", "canonical", "how"} for e in m)
+    by = {e["column"]: e for e in m}
+    assert by["step"]["how"] == "step"
+    assert by["perf/step_time_ms"] == {"file": str(p), "column": "perf/step_time_ms",
+                                       "canonical": "step_time_s", "how": "unit ms->s"}
+    assert by["train_loss"]["canonical"] == "loss"
+    assert by["acc"]["how"] == "kept as raw" and by["acc"]["canonical"] is None
+    np.testing.assert_allclose(run.get("step_time_s").values, [0.1, 0.11, 0.105])
+
+
+def test_no_loss_is_not_an_error(tmp_path):
+    run = load_run(str(write(tmp_path / "m.csv", "step,foo,bar\n1,2,3\n2,3,4\n")))
+    assert not run.has("loss")
+    assert {e["column"] for e in run.meta["mapping"]} >= {"step", "foo", "bar"}
+
+
+def test_user_map_is_recorded(tmp_path):
+    p = write(tmp_path / "m.csv", "step,foo\n1,2\n2,3\n")
+    run = load_run(str(p), mapping={"loss": "foo"})
+    assert mapping_of(run, "foo")[0] == {"file": str(p), "column": "foo", "canonical": "loss",
+                                         "how": "user --map"}
+
+
+def test_cumulative_clock_is_differentiated(tmp_path):
+    p = write(tmp_path / "m.csv", "step,loss,elapsed\n10,3,5\n20,2,25\n30,1,40\n")
+    run = load_run(str(p))
+    st = run.get("step_time_s")
+    assert list(st.steps) == [20, 30] and st.values.tolist() == pytest.approx([2.0, 1.5])
+
+
+def test_timestamp_named_time_is_not_a_step_time(tmp_path):
+    p = write(tmp_path / "m.csv", "step,loss,time\n1,3,1700000000\n2,2,1700000010\n"
+              "3,1,1700000020\n")
+    assert not load_run(str(p)).has("step_time_s")
+
+
+def test_per_epoch_time_column(tmp_path):
+    p = write(tmp_path / "m.csv", "epoch,loss,time\n1,3,30.5\n2,2,29.8\n3,1,31.0\n")
+    run = load_run(str(p))
+    assert run.get("step_time_s").values.tolist() == [30.5, 29.8, 31.0]
+    assert "per epoch" in mapping_of(run, "time")[0]["how"]
+
+
+def test_iterations_per_second_inverted(tmp_path):
+    p = write(tmp_path / "m.csv", "step,loss,it/s\n1,3,2.0\n2,2,4.0\n")
+    run = load_run(str(p))
+    assert run.get("step_time_s").values.tolist() == [0.5, 0.25]
+
+
+def test_gan_history_sets_objective(tmp_path):
+    p = write(tmp_path / "h.json", json.dumps({"G_loss": [40, 35, 33], "D_loss": [0.5, 0.4, 0.6],
+                                               "epoch_seconds": [60, 61, 59]}))
+    run = load_run(str(p))
+    assert run.meta["objective"] == "adversarial"
+    assert run.get("loss").values.tolist() == [40, 35, 33] and run.has("d_loss")
+    assert run.get("step_time_s").values.tolist() == [60, 61, 59]
