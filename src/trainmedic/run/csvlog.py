@@ -1,8 +1,12 @@
 """CSV training logs: Lightning's CSVLogger, Ultralytics results.csv, Keras CSVLogger, and
 hand-written ``step,loss,...`` files.
 
-Speed matters here (a million-row log must import in a fraction of a second), so the numeric
-body is parsed by numpy's C tokenizer (``np.loadtxt``) one block of bytes at a time, straight
+The header is read here. A body of ``ARROW_MIN_BYTES`` or more is read by pyarrow's
+multi-threaded reader when pyarrow is installed (``csv_arrow``; the ``fast`` extra), which
+hands back any file it would read differently from the reader below.
+
+Speed matters here (a million-row log must import in a fraction of a second), so without
+pyarrow, or for a small log, the numeric body is parsed by numpy's C tokenizer (``np.loadtxt``) one block of bytes at a time, straight
 into preallocated per-column arrays: no Python object per cell. Empty cells (Lightning writes
 sparse rows: a validation row leaves the training columns empty) are rewritten to a sentinel
 number before parsing and turned into a "missing" mask after, which keeps a literal ``nan`` in
@@ -27,7 +31,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
@@ -43,9 +47,17 @@ from trainmedic.run.table import (
     steps_across_epochs,
 )
 
+if TYPE_CHECKING:
+    from trainmedic.run.csv_arrow import ArrowBody
+
 __all__ = ["read_csv", "sniff_delimiter", "split_header"]
 
 log = logging.getLogger(__name__)
+
+ARROW_MIN_BYTES = 4 << 20
+"""Bodies at least this big are read by pyarrow's multi-threaded reader (``csv_arrow``) when
+pyarrow is installed (``pip install trainmedic[fast]``): below this, importing pyarrow (about
+0.1 s) costs more than it saves. Setting ``TRAINMEDIC_CSV_NO_ARROW=1`` turns it off."""
 
 PARALLEL_MIN_BYTES = 8 << 20
 """Bodies at least this big are parsed by two processes when the machine has two cores and the
@@ -65,6 +77,8 @@ _SENTINEL_TEXT = b"-8e88"
 log) and a value no training log holds; if one does, the count check sends the block to the
 careful path."""
 _SENTINEL = float(_SENTINEL_TEXT)
+_TRUNCATED = ("last line has fewer fields than the header and no newline (the writer was "
+              "probably interrupted); it was left out")
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -80,7 +94,7 @@ def split_header(header_line: bytes, delim: bytes) -> list[str]:
     """Column names from the header line: decoded, unquoted, stripped (YOLO pads with spaces),
     blanks named ``col<i>`` and repeats suffixed ``.1``, ``.2`` so no column is lost."""
     text = _decode(header_line).strip("\r\n")
-    row = next(csv.reader([text], delimiter=delim.decode()), [])
+    row = _split_row(text, delim.decode())
     names: list[str] = []
     seen: dict[str, int] = {}
     for i, raw in enumerate(row):
@@ -92,6 +106,21 @@ def split_header(header_line: bytes, delim: bytes) -> list[str]:
             seen[name] = 0
         names.append(name)
     return names
+
+
+def _split_row(line: str, delim: str) -> list[str]:
+    """The fields of one line, as ``csv`` splits them. A line ``csv`` refuses (a carriage
+    return inside an unquoted field, a field over its size limit) is split as well as can be:
+    carriage returns read as spaces, then a plain split, so junk becomes bad cells, never a
+    traceback."""
+    try:
+        return next(csv.reader([line], delimiter=delim), [])
+    except csv.Error:
+        pass
+    try:
+        return next(csv.reader([line.replace("\r", " ")], delimiter=delim), [])
+    except csv.Error:
+        return line.split(delim)
 
 
 def _decode(b: bytes) -> str:
@@ -245,7 +274,7 @@ def _careful_block(block: bytes, delim: bytes, names: list[str], keep_cols: list
         line = line.rstrip("\r")
         if not line.strip():
             continue
-        row = next(csv.reader([line], delimiter=d), [])
+        row = _split_row(line, d)
         cells = [c.strip() for c in row]
         if [c.lower() for c in cells] == header_set:
             headers.add(line_no)
@@ -330,7 +359,7 @@ class _Body:
         """A last line without a newline: kept when it has every field, else a truncated
         write (a writer killed mid-line)."""
         line = text.rstrip(b"\r")
-        nfields = len(next(csv.reader([_decode(line)], delimiter=self.delim.decode()), []))
+        nfields = len(_split_row(_decode(line), self.delim.decode()))
         if nfields < len(self.names):
             self.truncated_at = self.line_no
             return
@@ -340,9 +369,7 @@ class _Body:
         for counter in self.counters.values():
             counter.flush(table)
         if self.truncated_at is not None:
-            table.note("truncated_last_line", "last line has fewer fields than the header and no "
-                       "newline (the writer was probably interrupted); it was left out",
-                       line=self.truncated_at)
+            table.note("truncated_last_line", _TRUNCATED, line=self.truncated_at)
         if self.crlf:
             table.meta["line_endings"] = "crlf"
 
@@ -398,6 +425,18 @@ def read_csv(path: Path) -> LogTable:
                        f"{', '.join(text_cols[:6])}")
         ncols = len(keep)
         body_start = f.tell() - len(body)
+        arrow = _read_with_arrow(path, body_start, size, body[:65536], delim, names, keep)
+        if arrow is not None:
+            if arrow.crlf:
+                table.meta["line_endings"] = "crlf"
+            if arrow.truncated_at is not None:
+                table.note("truncated_last_line", _TRUNCATED, line=arrow.truncated_at)
+            if arrow.rows == 0:
+                raise UnrecognizedInputError(str(path), f"has a header ({', '.join(names[:6])}) "
+                                             "but no data rows; expected at least one row of "
+                                             "numbers")
+            _to_series(table, [names[j] for j in keep], arrow.values, arrow.missing)
+            return table
         sample = body[:65536]
         avg_line = len(sample) / sample.count(b"\n") if sample.count(b"\n") else 64.0
         est_rows = int((size - body_start) / max(avg_line, 1.0) * 1.05) + 16
@@ -413,8 +452,23 @@ def read_csv(path: Path) -> LogTable:
     if cols.n == 0:
         raise UnrecognizedInputError(str(path), f"has a header ({', '.join(names[:6])}) but no "
                                      "data rows; expected at least one row of numbers")
-    _to_series(table, [names[j] for j in keep], cols)
+    n = cols.n
+    _to_series(table, [names[j] for j in keep], list(cols.data[:, :n]),
+               [None] * len(keep) if cols.missing is None else list(cols.missing[:, :n]))
     return table
+
+
+def _read_with_arrow(path: Path, body_start: int, size: int, sample: bytes, delim: bytes,
+                     names: list[str], keep: list[int]) -> ArrowBody | None:
+    """The body read by pyarrow (``csv_arrow``) when it is big enough to pay for importing
+    pyarrow and pyarrow is installed; None when the numpy reader is to read it."""
+    if size - body_start < ARROW_MIN_BYTES or os.environ.get("TRAINMEDIC_CSV_NO_ARROW"):
+        return None
+    try:
+        from trainmedic.run import csv_arrow
+    except ImportError:  # pyarrow is an optional extra (trainmedic[fast])
+        return None
+    return csv_arrow.read_body(path, body_start, sample, delim, names, keep)
 
 
 def _numeric_columns(body: bytes, delim: bytes, names: list[str], sample_lines: int = 50
@@ -425,8 +479,7 @@ def _numeric_columns(body: bytes, delim: bytes, names: list[str], sample_lines: 
     lines = _decode(body[:65536]).split("\n")[:-1][:sample_lines]
     text_only = [True] * len(names)
     seen = [False] * len(names)
-    for row in csv.reader([ln.rstrip("\r") for ln in lines if ln.strip()],
-                          delimiter=delim.decode()):
+    for row in (_split_row(ln.rstrip("\r"), delim.decode()) for ln in lines if ln.strip()):
         for j, cell in enumerate(row[:len(names)]):
             c = cell.strip()
             if c and c.lower() not in MISSING_TOKENS:
@@ -446,6 +499,9 @@ def _can_fork(body_bytes: int) -> bool:
     # Forking a process that runs other threads can deadlock the child on a lock one of them
     # held (and Python 3.12+ warns about it); the diagnose CLI has one thread.
     if threading.active_count() != 1:
+        return False
+    # pyarrow's thread pools are threads that threading.active_count() does not see.
+    if "pyarrow" in sys.modules:
         return False
     return len(os.sched_getaffinity(0)) >= 2
 
@@ -551,18 +607,20 @@ def _integral(x: np.ndarray) -> bool:
                 and (x.size == 0 or np.abs(x).max() < MAX_STEP))
 
 
-def _to_series(table: LogTable, names: list[str], cols: _Columns) -> None:
-    n = cols.n
-    data = cols.data[:, :n]
-    missing = None if cols.missing is None else cols.missing[:, :n]
+def _to_series(table: LogTable, names: list[str], data: list[np.ndarray],
+               missing: list[np.ndarray | None]) -> None:
+    """Series from the columns ``names`` (``data[j]``; ``missing[j]`` marks cells never
+    written, None when there are none)."""
+    n = len(data[0])
     step_name = find_step_column(names)
     row_keep: np.ndarray | None = None
     if step_name is not None:
         j = names.index(step_name)
         raw = data[j]
         ok = np.isfinite(raw)
-        if missing is not None:
-            ok &= ~missing[j]
+        step_missing = missing[j]
+        if step_missing is not None:
+            ok &= ~step_missing
         if not bool(ok.all()):
             dropped = int((~ok).sum())
             table.note("missing_step", f"{dropped} rows have no '{step_name}' value and were "
@@ -597,7 +655,8 @@ def _to_series(table: LogTable, names: list[str], cols: _Columns) -> None:
         if name == table.step_column:
             continue
         v = data[j]
-        mask = None if missing is None else ~missing[j]
+        m = missing[j]
+        mask = None if m is None else ~m
         if row_keep is not None:
             v = v[row_keep]
             mask = None if mask is None else mask[row_keep]
