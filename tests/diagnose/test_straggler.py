@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from trainmedic.diagnose import diagnose
+from trainmedic.diagnose.detectors.stragglers import straggler_events
 from trainmedic.diagnose.finding import Finding
 from trainmedic.diagnose.registry import get_detector
 from trainmedic.run.series import Run
@@ -23,11 +25,12 @@ def ddp_run(*, ranks: int, n: int = 400, fwd_s: float = 0.03, rest_s: float = 0.
             noise: float = 0.05, seed: int = 0, slow_rank: int | None = None,
             extra_data_s: float = 0.0, compute_factor: float = 1.0,
             log: tuple[str, ...] = ("step_time_s", "data_time_s", "compute_time_s"),
-            heavy: bool = False) -> Run:
+            heavy: bool = False, onset: int = 0, until: int | None = None) -> Run:
     """Per-rank timings of a synchronous data-parallel run. Each rank's data wait and
     forward are its own; the step is the slowest rank's pre-sync work plus the rest
     (backward, all-reduce, optimizer), the same on every rank. ``noise`` is the log-normal
-    sigma per step (Student-t with 3 dof when ``heavy``: occasional long stalls)."""
+    sigma per step (Student-t with 3 dof when ``heavy``: occasional long stalls). The slow
+    rank is slow from step ``onset`` to ``until`` (exclusive; None: to the end)."""
     rng = np.random.default_rng(seed)
     steps = np.arange(n)
 
@@ -38,8 +41,9 @@ def ddp_run(*, ranks: int, n: int = 400, fwd_s: float = 0.03, rest_s: float = 0.
     data = 0.0002 * jitter((ranks, n))  # a prefetching loader: ~0.2 ms
     fwd = fwd_s * jitter((ranks, n))
     if slow_rank is not None:
-        data[slow_rank] += extra_data_s * jitter(n)
-        fwd[slow_rank] *= compute_factor
+        on = (steps >= onset) & (steps < (n if until is None else until))
+        data[slow_rank] += np.where(on, extra_data_s * jitter(n), 0.0)
+        fwd[slow_rank] *= np.where(on, compute_factor, 1.0)
     pre = data + fwd
     step = pre.max(axis=0) + rest_s * jitter(n)
     run = Run("ddp")
@@ -188,6 +192,85 @@ def test_synchronized_step_times_with_bimodal_medians_stay_quiet() -> None:
     assert stragglers(run) == []
 
 
-def test_one_rank_is_not_run() -> None:
-    run = ddp_run(ranks=1)
-    assert not isinstance(get_detector("straggler").fn(run), list)
+def test_one_rank_has_nothing_to_compare_and_is_not_listed() -> None:
+    """A single-process run (one rank, or no rank files) cannot have a straggler: no finding,
+    and no "check not run" asking for per-rank timings it could never have."""
+    assert stragglers(ddp_run(ranks=1)) == []
+    single = Run("single")
+    single.add("step_time_s", np.arange(100), np.full(100, 0.1))
+    assert stragglers(single) == []
+    d = diagnose(single)
+    assert "straggler" not in {c.symptom for c in d.checks_not_run}
+
+
+def test_several_ranks_without_timings_is_not_run() -> None:
+    run = Run("ddp")
+    for r in (0, 1):
+        run.add("loss", np.arange(100), np.linspace(3, 1, 100), rank=r)
+    res = get_detector("straggler").fn(run)
+    assert not isinstance(res, list) and "data_time_s" in res.missing
+
+
+# ------------------------------------------------------------- a rank that becomes slow
+@pytest.mark.parametrize("ranks,slow", [(2, 1), (4, 2), (8, 5)])
+@pytest.mark.parametrize("at", [0.3, 0.5, 0.7])
+def test_rank_that_becomes_a_data_straggler_is_named_with_its_onset(ranks: int, slow: int,
+                                                                    at: float) -> None:
+    """From step ``at * n`` on, one rank's loader waits an extra 40 ms (~30% of the step)."""
+    n = 600
+    for seed in range(2):
+        run = ddp_run(ranks=ranks, n=n, slow_rank=slow, extra_data_s=0.04, noise=0.15,
+                      seed=seed, onset=int(at * n))
+        (f,) = stragglers(run)
+        assert f.rank == slow and f.metric == "data_time_s" and f.severity == "warning"
+        assert f.onset_step is not None and abs(f.onset_step - at * n) <= 0.05 * n, f
+        assert f.end_step is None
+
+
+@pytest.mark.parametrize("factor,severity", [(1.5, "warning"), (1.15, "info")])
+def test_rank_whose_forward_slows_halfway(factor: float, severity: str) -> None:
+    run = ddp_run(ranks=4, n=800, slow_rank=3, compute_factor=factor, noise=0.05, seed=3,
+                  onset=400)
+    (f,) = stragglers(run)
+    assert (f.rank, f.metric, f.severity) == (3, "compute_time_s", severity)
+    assert f.onset_step is not None and abs(f.onset_step - 400) <= 40
+
+
+def test_slow_stretch_that_ends_has_an_end_step() -> None:
+    run = ddp_run(ranks=4, n=1000, slow_rank=1, extra_data_s=0.05, noise=0.1, seed=5,
+                  onset=300, until=700)
+    (f,) = stragglers(run)
+    assert f.rank == 1 and f.onset_step is not None and f.end_step is not None
+    assert abs(f.onset_step - 300) <= 50 and abs(f.end_step - 700) <= 50
+
+
+def test_always_slow_rank_keeps_the_whole_run_onset() -> None:
+    run = ddp_run(ranks=4, n=400, slow_rank=2, extra_data_s=0.05, noise=0.1, seed=1)
+    (f,) = stragglers(run)
+    assert f.rank == 2 and f.onset_step == 0 and f.end_step is None
+
+
+def test_short_slow_burst_is_no_straggler() -> None:
+    """Slow for 10% of the run (a noisy neighbour for a while) is below the 20% stretch."""
+    run = ddp_run(ranks=4, n=1000, slow_rank=1, extra_data_s=0.05, noise=0.1, seed=2,
+                  onset=500, until=580)
+    assert stragglers(run) == []
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_equal_noisy_ranks_have_no_onset(seed: int, ranks: int) -> None:
+    run = ddp_run(ranks=ranks, n=1000, noise=0.25, heavy=seed % 2 == 1, seed=100 + seed)
+    assert stragglers(run) == []
+
+
+def test_straggler_events_are_numbers() -> None:
+    run = ddp_run(ranks=4, n=600, slow_rank=2, extra_data_s=0.04, noise=0.1, seed=4,
+                  onset=300)
+    ev = straggler_events(run)
+    assert ev is not None and len(ev.events) == 1
+    e = ev.events[0]
+    assert e.rank == 2 and e.onset is not None and abs(e.onset - 300) <= 30
+    assert e.share_before is not None and abs(e.share_before) < 0.05
+    # ~40 ms of extra wait on a step of ~0.03 + 0.04 + 0.06 s.
+    assert ev.step_ref is not None and abs(e.share - 0.04 / ev.step_ref) < 0.08

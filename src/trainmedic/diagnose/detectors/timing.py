@@ -1,12 +1,25 @@
-"""Detectors on where step time goes: waiting for data, slow outlier steps, a slow rank, and
-throughput that dropped and stayed down.
+"""Detectors on where step time goes: waiting for data, slow outlier steps, and throughput that
+dropped and stayed down (the slow rank is in ``stragglers.py``).
 
 The first few logged steps are skipped everywhere: DataLoader workers spin up, CUDA/cuDNN
 autotune and ``torch.compile`` run there, and every healthy run is slow at its start.
+
+Numbers and words are apart: ``input_events``, ``outlier_events`` and ``throughput_events``
+return small dataclasses (onset, levels, thresholds crossed); the detectors build the
+findings' prose from them. One incident is one finding: a throughput drop that an input stall
+or a straggler explains (same onset) is reported at info naming that root, and the root
+carries the drop's severity and evidence (``folded_throughput``); the engine folds the drop
+into the root's ``related``.
+
+Long series are strided to <= 20,000 points for medians, MADs and block levels (the standard
+error of a median of 20,000 points is ~0.9% of a sigma, against thresholds of 6-10 sigmas or
+10% shares): the cost falls ~50-fold on 1M points; shorter series are read in full, so their
+results do not change. Point questions (which steps are outliers) still see every point.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -20,27 +33,23 @@ from trainmedic.diagnose.stats import (
     level_split,
     median,
     robust_sigma,
-    row_median,
     thin,
 )
 from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
 
-__all__ = ["INPUT_WARN_SHARE", "INPUT_INFO_SHARE", "warmup_skip"]
+__all__ = ["INPUT_WARN_SHARE", "INPUT_INFO_SHARE", "warmup_skip", "InputEvent",
+           "OutlierEvent", "ThroughputEvent", "input_events", "outlier_events",
+           "throughput_events", "folded_throughput", "outlier_thresholds"]
 
 #: Median share of the step spent waiting for data: warning at >= 25%, info at >= 10%.
 INPUT_WARN_SHARE = 0.25
 INPUT_INFO_SHARE = 0.10
-#: A step this many times the median (and >= median + 10 sigmas) is an outlier.
-OUTLIER_RATIO = 3.0
-#: A straggler's excess, as a share of the step (data wait) or of the other ranks' value
-#: (compute): info at >= 10%, warning at >= 20%; it must be the slowest in >= 60% of blocks.
-STRAGGLER_INFO = 0.10
-STRAGGLER_WARN = 0.20
-STRAGGLER_CONSISTENT = 0.6
-#: Throughput drop that stays to the end: warning at >= 20%, info at >= 10%.
+#: Throughput drop that stays to the end: warning at >= 20%, info at >= 10% (for a rate);
+#: for a duration (step or epoch time) a rise of >= 20% / >= 10%.
 THROUGHPUT_WARN = 0.20
 THROUGHPUT_INFO = 0.10
+_THIN = 20_000
 
 
 def warmup_skip(n: int) -> int:
@@ -55,20 +64,40 @@ def _aligned(a: Trace, b: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return steps, a.values[ia], b.values[ib]
 
 
-def _valid_durations(metric: str, v: np.ndarray) -> np.ndarray:
-    """The durations that can be real: > 0, or >= 0 for a data wait (a prefetching loader
-    waits for nothing). Negative ones (and zero step times) are logging bugs."""
-    return v[v >= 0] if metric == "data_time_s" else v[v > 0]
+def _stride(n: int) -> int:
+    return max(1, math.ceil(n / _THIN))
 
 
 # --------------------------------------------------------------------------- input_bound
-@register_detector("input_bound", requires=("data_time_s",),
-                   requires_any=("step_time_s", "compute_time_s"))
-def detect_input_bound(run: Run) -> list[Finding] | NotRun:
-    """Median of data_time_s / step_time_s over the steps after warm-up (or
-    data / (data + compute) when only compute_time_s is logged, or when step_time_s evidently
-    excludes the data wait): warning at >= 25%, info at >= 10%."""
-    out: list[Finding] = []
+@dataclass(frozen=True)
+class InputEvent:
+    """A share of the step spent waiting for data, on one rank (numbers only)."""
+
+    rank: int | None
+    onset: int
+    share: float
+    """Median share over the steps after warm-up, or from the onset for a rise."""
+    share_before: float | None
+    """Median block share before the onset (None when the onset is the first block)."""
+    data_median: float
+    other_median: float
+    other_metric: str
+    ratio: str
+    """How the share was computed (``data_time_s / step_time_s`` or with the sum)."""
+    skip: int
+    n_bad: int
+    n_all: int
+    rise: bool
+    """True when the share was low over the run and rose at the onset (a mid-run stall)."""
+
+    @property
+    def severity(self) -> Severity:
+        return "warning" if self.share >= INPUT_WARN_SHARE else "info"
+
+
+def input_events(run: Run) -> tuple[list[InputEvent], bool]:
+    """The input_bound events, and whether any rank had enough points to judge."""
+    out: list[InputEvent] = []
     ran = False
     for dt in traces(run, "data_time_s"):
         st = Trace.of(run, "step_time_s", dt.rank)
@@ -81,51 +110,91 @@ def detect_input_bound(run: Run) -> list[Finding] | NotRun:
         # in the wrong order, a placeholder); such points are dropped, not averaged in.
         # A data wait of exactly 0 is real (a prefetching loader) and stays.
         valid = (d >= 0) & (o > 0)
-        n_bad = int(steps.size - np.count_nonzero(valid))
         n_all = int(steps.size)
-        steps, d, o = steps[valid], d[valid], o[valid]
+        n_valid = int(np.count_nonzero(valid))
+        n_bad = n_all - n_valid
+        if n_bad:
+            steps, d, o = steps[valid], d[valid], o[valid]
         if steps.size < 5:
             continue
         ran = True
         skip = warmup_skip(steps.size)
-        steps, d, o = steps[skip:], d[skip:], o[skip:]
+        k = _stride(steps.size - skip)
+        steps, d, o = steps[skip::k], d[skip::k], o[skip::k]
         with np.errstate(invalid="ignore", divide="ignore"):
             share = d / o
-            ref_txt = "data_time_s / step_time_s"
-            ok = share[np.isfinite(share)]
-            if other is ct or (ok.size and median(ok) > 1.0):
+            ratio = "data_time_s / step_time_s"
+            if other is ct or median(share) > 1.0:
                 share = d / (d + o)
-                ref_txt = f"data_time_s / (data_time_s + {other.metric})"
-        share = np.where(np.isfinite(share), share, np.nan)
-        ok = share[np.isfinite(share)]
-        if ok.size == 0:
+                ratio = f"data_time_s / (data_time_s + {other.metric})"
+        share = np.where(np.isfinite(share), share, 0.0)
+        med = median(share)
+        bl = blocks(steps, share, max_blocks=50)
+        lv = bl.median
+        nb = len(lv)
+        if med >= INPUT_INFO_SHARE:
+            thr = INPUT_WARN_SHARE if med >= INPUT_WARN_SHARE else INPUT_INFO_SHARE
+            hi = lv >= thr
+            # Onset: the first block from which most later blocks stay above the threshold.
+            frac_after = np.cumsum(hi[::-1])[::-1] / np.arange(nb, 0, -1)
+            cand = np.flatnonzero(hi & (frac_after >= 0.7))
+            i = int(cand[0]) if cand.size else 0
+            out.append(InputEvent(
+                dt.rank, int(bl.first_step[i]), med, median(lv[:i]) if i else None,
+                median(d), median(o), other.metric, ratio, skip, n_bad, n_all, rise=False))
             continue
-        med = median(ok)
-        if med < INPUT_INFO_SHARE:
+        # A rise: the share was low, then stayed >= 10% from some block to the end.
+        if nb < 10:
             continue
-        sev: Severity = "warning" if med >= INPUT_WARN_SHARE else "info"
-        thr = INPUT_WARN_SHARE if sev == "warning" else INPUT_INFO_SHARE
-        bl = blocks(steps, np.nan_to_num(share), max_blocks=50)
-        hi = bl.median >= thr
-        # Onset: the first block from which most later blocks stay above the threshold.
-        frac_after = np.cumsum(hi[::-1])[::-1] / np.arange(len(hi), 0, -1)
-        cand = np.flatnonzero(hi & (frac_after >= 0.7))
-        onset = int(bl.first_step[cand[0]]) if cand.size else int(steps[0])
-        out.append(Finding(
-            symptom="input_bound", severity=sev, confidence=0.85, onset_step=onset,
-            rank=dt.rank, metric="data_time_s",
-            summary=(f"{100 * med:.0f}% of each step was spent waiting for data (median "
-                     f"data wait {fmt(median(d))} s vs {other.metric} "
-                     f"{fmt(median(o))} s)"),
-            evidence=(Evidence("data_time_s", onset, median(d),
-                               median(o),
-                               note=f"medians after the first {skip} logged steps; share = "
-                                    f"median of {ref_txt}" + (
-                                        f"; {n_bad} of {n_all} steps with a negative or zero "
-                                        f"time were dropped" if n_bad else "")),)))
+        i, gain = level_split(lv, min_seg=max(3, math.ceil(0.1 * nb)))
+        if i >= nb or gain < 0.3:
+            continue
+        before, after, tail = median(lv[:i]), median(lv[i:]), median(lv[-3:])
+        if after < INPUT_INFO_SHARE or tail < INPUT_INFO_SHARE or after < 2.0 * before:
+            continue
+        j = int(bl.start[i])
+        out.append(InputEvent(
+            dt.rank, int(bl.first_step[i]), after, before, median(d[j:]), median(o[j:]),
+            other.metric, ratio, skip, n_bad, n_all, rise=True))
+    return out, ran
+
+
+@register_detector("input_bound", requires=("data_time_s",),
+                   requires_any=("step_time_s", "compute_time_s"))
+def detect_input_bound(run: Run) -> list[Finding] | NotRun:
+    """Median of data_time_s / step_time_s over the steps after warm-up (or
+    data / (data + compute) when only compute_time_s is logged, or when step_time_s evidently
+    excludes the data wait): warning at >= 25%, info at >= 10%. A share that was low and rose
+    (one L1 change point in <= 50 block medians, >= 10% and >= 2x the level before, to the
+    end) is reported from that onset, with its severity from the share after it."""
+    events, ran = input_events(run)
     if not ran:
         return NotRun("needs at least 5 steps with both data_time_s and step/compute time")
-    return out
+    return [folded_throughput(run, _input_finding(e)) for e in events]
+
+
+def _input_finding(e: InputEvent) -> Finding:
+    dropped = (f"; {e.n_bad} of {e.n_all} steps with a negative or zero time were dropped"
+               if e.n_bad else "")
+    if e.rise:
+        summary = (f"waiting for data rose at step {e.onset} to {100 * e.share:.0f}% of each "
+                   f"step (from {100 * (e.share_before or 0.0):.0f}% before; median data "
+                   f"wait {fmt(e.data_median)} s vs {e.other_metric} {fmt(e.other_median)} s)")
+        note = f"medians from the onset; share = median of {e.ratio}{dropped}"
+    else:
+        summary = (f"{100 * e.share:.0f}% of each step was spent waiting for data (median "
+                   f"data wait {fmt(e.data_median)} s vs {e.other_metric} "
+                   f"{fmt(e.other_median)} s)")
+        note = (f"medians after the first {e.skip} logged steps; share = median of "
+                f"{e.ratio}{dropped}")
+    ev = [Evidence("data_time_s", e.onset, e.data_median, e.other_median, note=note)]
+    if e.share_before is not None:
+        ev.append(Evidence("data_time_s", e.onset, e.share, e.share_before,
+                           note="share of the step spent waiting for data from the onset "
+                                "vs before it (median of block medians)"))
+    return Finding(symptom="input_bound", severity=e.severity, confidence=0.85,
+                   onset_step=e.onset, rank=e.rank, metric="data_time_s", summary=summary,
+                   evidence=tuple(ev))
 
 
 # --------------------------------------------------------------------------- outliers
@@ -133,325 +202,396 @@ MIN_OUTLIER_EXCESS_S = 0.010
 """An outlier step must take at least this much longer than the median step."""
 MIN_WARN_LOST_S = 1.0
 """Outliers must cost at least this much time in total for a warning."""
+#: Severity from cost: warning when the outliers cost >= 5% of the time, or when single ones
+#: are >= 10x the median and cost >= 1%; reported (info) from 2%, or for a >= 10x stall.
+OUTLIER_WARN_SHARE = 0.05
+OUTLIER_REPORT_SHARE = 0.02
+OUTLIER_BIG_RATIO = 10.0
+OUTLIER_BIG_SHARE = 0.01
+
+
+def outlier_thresholds(n: int) -> tuple[float, float]:
+    """``(ratio, z)`` for a series of ``n`` points: an outlier is >= ``ratio`` x the median
+    and >= median + ``z`` robust sigmas.
+
+    ``z`` grows with the number of comparisons (the largest of n Gaussian points is about
+    sqrt(2 ln n) sigmas): 2 sqrt(2 ln n), kept within [6, 10]. The ratio is 2 for <= 100
+    points (per-epoch times: each point averages a whole epoch, so an epoch at 2x is an
+    event) and 3 from 1,000 points (per-step times, where a GC pause or a slow batch at 2x is
+    ordinary), log-linear in between."""
+    z = min(10.0, max(6.0, 2.0 * math.sqrt(2.0 * math.log(max(n, 2)))))
+    ratio = 2.0 + min(1.0, max(0.0, math.log10(max(n, 1) / 100.0)))
+    return ratio, z
+
+
+@dataclass(frozen=True)
+class OutlierEvent:
+    """Outlier steps in one step-time series (numbers only)."""
+
+    rank: int | None
+    n: int
+    """Points judged (after warm-up)."""
+    skip: int
+    median: float
+    sigma: float
+    threshold: float
+    """The time a step had to reach to count."""
+    steps: tuple[int, ...]
+    excess_s: float
+    """Sum over the outliers of their time above the median."""
+    total_s: float
+    """Sum of all judged step times (the wall time they cover)."""
+    worst_step: int
+    worst_value: float
+    period: float | None
+    """Steps between outliers when they recur regularly (else None)."""
+
+    @property
+    def count(self) -> int:
+        return len(self.steps)
+
+    @property
+    def share(self) -> float:
+        """Share of the wall time lost to the outliers."""
+        return self.excess_s / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def worst_ratio(self) -> float:
+        return self.worst_value / self.median if self.median > 0 else math.inf
+
+    @property
+    def reported(self) -> bool:
+        return self.share >= OUTLIER_REPORT_SHARE or (
+            self.worst_ratio >= OUTLIER_BIG_RATIO and self.excess_s >= MIN_WARN_LOST_S)
+
+    @property
+    def severity(self) -> Severity:
+        if self.excess_s >= MIN_WARN_LOST_S and (
+                self.share >= OUTLIER_WARN_SHARE
+                or (self.worst_ratio >= OUTLIER_BIG_RATIO and self.share >= OUTLIER_BIG_SHARE)):
+            return "warning"
+        return "info"
+
+
+def _period(osteps: np.ndarray) -> float | None:
+    """The spacing of outliers that recur regularly: >= 3 outliers >= 3 steps apart (median
+    gap), >= 80% of the gaps within 10% of a whole multiple of the median gap (a stall that
+    stayed under the threshold once leaves a double gap) and >= half of them within 10% of
+    the gap itself (every integer is a multiple of a tiny gap)."""
+    if osteps.size < 3:
+        return None
+    gaps = np.diff(osteps).astype(np.float64)
+    g = median(gaps)
+    if g < 3:
+        return None
+    tol = 0.1 * g + 0.5
+    m = np.maximum(1.0, np.round(gaps / g))
+    multiple = np.abs(gaps / m - g) <= tol
+    single = np.abs(gaps - g) <= tol
+    return g if float(np.mean(multiple)) >= 0.8 and float(np.mean(single)) >= 0.5 else None
+
+
+def _durations_in_log_order(run: Run, st: Trace) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The step times to judge: the clean series, or every finite point in log order when
+    the step column restarts (several runs appended into one file, a per-epoch counter) and
+    the clean series would keep under two thirds of the points. Outliers are a property of
+    the durations; a restarting counter does not make them less real. The third value is
+    True in the second case (no cadence is read from such steps)."""
+    raw = run.get(st.metric, st.rank)
+    if raw is None or len(raw) < 1.5 * len(st) or raw.is_monotonic:
+        return st.values, st.steps, False
+    ok = np.isfinite(raw.values)
+    return raw.values[ok], raw.steps[ok], True
+
+
+def _segments(steps: np.ndarray, log_order: bool) -> list[slice]:
+    """One segment, or one per restart of the step column (each appended run, or each epoch
+    of a per-epoch counter, has its own level and its own warm-up)."""
+    if not log_order:
+        return [slice(0, int(steps.size))]
+    cuts = np.flatnonzero(np.diff(steps) <= 0) + 1
+    edges = [0, *cuts.tolist(), int(steps.size)]
+    return [slice(a, z) for a, z in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def outlier_events(run: Run) -> tuple[list[OutlierEvent], bool]:
+    """The step_time_outliers events (reported or not), and whether any series had enough
+    points (>= 12)."""
+    out: list[OutlierEvent] = []
+    trs = traces(run, "step_time_s", min_points=12)
+    for st in trs:
+        vall, sall, log_order = _durations_in_log_order(run, st)
+        n_judged, total, skip0 = 0, 0.0, 0
+        parts: list[tuple[np.ndarray, np.ndarray, float, float, float]] = []
+        for seg in _segments(sall, log_order):
+            v, s = vall[seg], sall[seg]
+            skip = warmup_skip(int(v.size))
+            skip0 = skip0 or skip
+            v, s = v[skip:], s[skip:]
+            # Non-positive step times are logging bugs (see input_events): dropped.
+            pos = v > 0
+            if not bool(pos.all()):
+                v, s = v[pos], s[pos]
+            if v.size < 9:
+                continue
+            tv = thin(v, _THIN)
+            med = median(tv)
+            ratio, z = outlier_thresholds(int(v.size))
+            # The noise floor: 1% of the median (logs round times; a constant series has
+            # MAD 0).
+            sig = max(robust_sigma(tv), 0.01 * med)
+            thr = med + max(z * sig, (ratio - 1.0) * med, MIN_OUTLIER_EXCESS_S)
+            n_judged += int(v.size)
+            total += float(np.sum(v))
+            m = v >= thr
+            if bool(m.any()):
+                parts.append((v[m], s[m], med, sig, thr))
+        if not parts:
+            continue
+        osteps = np.concatenate([p[1] for p in parts])
+        excess = float(sum(np.sum(p[0] - p[2]) for p in parts))
+        # The level the worst outlier was judged against names the event's median.
+        wp = max(parts, key=lambda p: float(np.max(p[0]) / p[2]))
+        w = int(np.argmax(wp[0]))
+        out.append(OutlierEvent(
+            st.rank, n_judged, skip0, wp[2], wp[3], wp[4], tuple(int(x) for x in osteps),
+            excess, total, int(wp[1][w]), float(wp[0][w]),
+            None if log_order else _period(osteps)))
+    return out, bool(trs)
 
 
 @register_detector("step_time_outliers", requires=("step_time_s",))
 def detect_step_time_outliers(run: Run) -> list[Finding] | NotRun:
-    """Steps >= 3x the median step time, >= median + 10 robust sigmas and >= median + 10 ms
-    (after warm-up). Reported when they cost >= 2% of the total time: warning at >= 10% and
-    >= 1 s lost in total, else info. The absolute floors keep OS scheduling jitter (a few ms
-    on a shared CPU) on sub-millisecond steps from counting as a problem: nothing that costs
-    less than a second over the whole run is worth a user's attention."""
-    out: list[Finding] = []
-    trs = traces(run, "step_time_s", min_points=20)
-    for st in trs:
-        skip = warmup_skip(len(st))
-        v, s = st.values[skip:], st.steps[skip:]
-        # Non-positive step times are logging bugs (see detect_input_bound): dropped.
-        pos = v > 0
-        v, s = v[pos], s[pos]
-        if v.size < 10:
-            continue
-        med = median(thin(v))
-        if med <= 0:
-            continue
-        sig = robust_sigma(thin(v))
-        out_mask = ((v >= OUTLIER_RATIO * med) & (v >= med + 10.0 * sig)
-                    & (v >= med + MIN_OUTLIER_EXCESS_S))
-        k = int(out_mask.sum())
-        if k == 0:
-            continue
-        excess = float(np.sum(v[out_mask] - med))
-        share = excess / float(np.sum(v))
-        if share < 0.02:
-            continue
-        sev: Severity = ("warning" if share >= 0.10 and excess >= MIN_WARN_LOST_S
-                         else "info")
-        osteps = s[out_mask]
-        cadence = ""
-        if osteps.size >= 3:
-            gaps = np.diff(osteps)
-            g = median(gaps)
-            if g > 0 and robust_sigma(gaps) <= 0.1 * g:
-                cadence = f", recurring every ~{g:.0f} steps (checkpoint/eval/GC cadence?)"
-        worst = int(np.argmax(np.where(out_mask, v, -np.inf)))
-        out.append(Finding(
-            symptom="step_time_outliers", severity=sev, confidence=0.8,
-            onset_step=int(osteps[0]), end_step=int(osteps[-1]), rank=st.rank,
-            metric="step_time_s",
-            summary=(f"{k} step(s) took >= {OUTLIER_RATIO:.0f}x the median "
-                     f"{fmt(med)} s, costing {100 * share:.1f}% of the run's time{cadence}"),
-            evidence=(Evidence("step_time_s", int(s[worst]), float(v[worst]), med,
-                               note=f"slowest step vs the median of all steps after the "
-                                    f"first {skip}"),)))
-    if not trs:
-        return NotRun("needs at least 20 step_time_s points")
-    return out
+    """Steps (or epochs) far above the median time, after warm-up: >= r x the median and
+    >= median + z robust sigmas (r and z from ``outlier_thresholds``: 2x and 6 sigmas on a
+    short per-epoch series, 3x and 10 sigmas on a long per-step one) and >= median + 10 ms.
+    Severity follows what they cost: warning when their excess over the median is >= 5% of
+    the total time, or a single one is >= 10x the median and they cost >= 1%, and >= 1 s in
+    total; info from 2%, or for a >= 10x stall costing >= 1 s. The absolute floors keep OS
+    scheduling jitter (a few ms on a shared CPU) on sub-millisecond steps from counting."""
+    events, ran = outlier_events(run)
+    if not ran:
+        return NotRun("needs at least 12 step_time_s points")
+    return [_outlier_finding(e) for e in events if e.reported]
 
 
-# --------------------------------------------------------------------------- straggler
-_STRAGGLER_METRICS = ("compute_time_s", "data_time_s", "step_time_s")
-STRAGGLER_MIN_EXCESS_S = 0.001
-"""A straggler's median excess must be at least this: below a millisecond per step, OS
-scheduling and Python overhead on a shared host make ranks differ by that much with nothing
-wrong (measured: 0.07 ms between two idle gloo ranks on one 2-core host)."""
-STEP_STRAGGLER_MIN_EXCESS_S = 0.005
-"""The floor when only step_time_s is logged: synchronized ranks' step times are equal step
-by step, but their medians can differ by a millisecond or more (measured: 18.5 vs 17.1 ms with
-equal means) when the step time is bimodal."""
-STRAGGLER_MAX_CHANCE = 0.01
-"""The rank must be the slowest in more blocks than chance allows: with R equal ranks, the
-chance that any of them is the slowest in that many blocks (R times the binomial tail with
-p = 1/R, a Bonferroni bound: the rank tested is the one with the highest median) must be
-<= this."""
-
-_STRAGGLER_MAX_BLOCKS = 20
-
-
-@dataclass(frozen=True)
-class _Slowest:
-    """The slowest rank in one metric, and by how much."""
-
-    metric: str
-    rank: int
-    value: float
-    """Its median, after warm-up."""
-    others: float
-    """The median of the other ranks' medians."""
-    share: float
-    """Severity measure: the excess over ``others`` relative to the step (data wait), to the
-    others' value (compute, step time)."""
-    consistent: float
-    """Fraction of blocks of common steps in which it was the slowest."""
-
-    @property
-    def excess(self) -> float:
-        return self.value - self.others
-
-
-def _binomial_tail(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p)."""
-    return float(sum(math.comb(n, i) * p**i * (1.0 - p) ** (n - i) for i in range(k, n + 1)))
-
-
-def _rank_medians(run: Run, metric: str, ranks: list[int]) -> dict[int, Trace]:
-    per: dict[int, Trace] = {}
-    for r in ranks:
-        t = Trace.of(run, metric, r)
-        if t is not None and len(t) >= 5:
-            per[r] = t
-    return per
-
-
-def _median_after_warmup(metric: str, t: Trace) -> float:
-    return median(_valid_durations(metric, t.values[warmup_skip(len(t)):]))
-
-
-def _consistency(per: dict[int, Trace], slow: int) -> float | None:
-    """Fraction of blocks (<= 20, after warm-up) of the steps all ranks logged in which
-    ``slow`` has the highest block median; None when it is not beyond chance (or there are
-    fewer than 10 common steps, where 1.0 is returned: too few to test)."""
-    common = per[slow].steps
-    for t in per.values():
-        common = np.intersect1d(common, t.steps, assume_unique=True)
-    common = common[warmup_skip(common.size):]
-    if common.size < 10:
-        return 1.0
-    mat = np.vstack([t.values[np.searchsorted(t.steps, common)] for t in per.values()])
-    order = list(per)
-    nb = min(_STRAGGLER_MAX_BLOCKS, common.size)
-    chunks = np.array_split(np.arange(common.size), nb)
-    k = sum(1 for c in chunks if order[int(np.argmax(row_median(mat[:, c])))] == slow)
-    if len(per) * _binomial_tail(k, nb, 1.0 / len(per)) > STRAGGLER_MAX_CHANCE:
-        return None
-    return k / nb
-
-
-def _slowest(run: Run, metric: str, ranks: list[int], step_ref: float | None,
-             floor_s: float) -> _Slowest | None:
-    per = _rank_medians(run, metric, ranks)
-    if len(per) < 2:
-        return None
-    meds = {r: _median_after_warmup(metric, t) for r, t in per.items()}
-    if any(not math.isfinite(m) for m in meds.values()):
-        return None
-    slow = max(meds, key=lambda r: meds[r])
-    others = median(np.array([m for r, m in meds.items() if r != slow]))
-    excess = meds[slow] - others
-    if excess < floor_s:
-        return None
-    if metric == "data_time_s":
-        # The other ranks wait at the gradient sync for this rank's extra data wait: its
-        # cost is that excess as a share of the (equalized) step. The others' own data wait
-        # is no reference: a prefetching loader waits ~0 s, which makes any ratio huge.
-        ref = step_ref if step_ref is not None else others
-    else:
-        # How much slower the rank computes: the node's slowdown factor.
-        ref = others
-    share = excess / ref if ref > 0 else math.inf
-    if share < STRAGGLER_INFO:
-        return None
-    consistent = _consistency(per, slow)
-    if consistent is None or consistent < STRAGGLER_CONSISTENT:
-        return None
-    return _Slowest(metric, slow, meds[slow], others, share, consistent)
-
-
-def _step_reference(run: Run, ranks: list[int]) -> float | None:
-    """The step time all ranks share under synchronous data parallelism: the median of the
-    ranks' median step_time_s, else of their data + compute time."""
-    meds = [_median_after_warmup("step_time_s", t)
-            for t in _rank_medians(run, "step_time_s", ranks).values()]
-    meds = [m for m in meds if math.isfinite(m) and m > 0]
-    if meds:
-        return median(np.array(meds))
-    d = _rank_medians(run, "data_time_s", ranks)
-    c = _rank_medians(run, "compute_time_s", ranks)
-    sums = [_median_after_warmup("data_time_s", d[r]) + _median_after_warmup("compute_time_s", c[r])
-            for r in d if r in c]
-    sums = [s for s in sums if math.isfinite(s) and s > 0]
-    return median(np.array(sums)) if sums else None
-
-
-@register_detector("straggler", requires_any=_STRAGGLER_METRICS)
-def detect_straggler(run: Run) -> list[Finding] | NotRun:
-    """With >= 2 ranks, the rank that holds the others up at the gradient sync.
-
-    Under DDP the all-reduce in backward makes every rank wait for the slowest, so step times
-    are equal across ranks; what differs is the work before the sync: the data wait
-    (``data_time_s``) and the forward (``compute_time_s``). A rank is a straggler in one of
-    them when its median (after warm-up) is >= 1 ms above the median of the other ranks'
-    medians, and that excess is >= 10% of the step for the data wait (the share of the run
-    every rank spends waiting for it), or >= 10% of the others' value for compute (how much
-    slower that rank computes); and it is the slowest in >= 60% of <= 20 blocks of common
-    steps, more often than chance (binomial tail <= 1% with each rank slowest at 1/R).
-    Warning at >= 20%. step_time_s is used only when neither is logged, with a 5 ms floor and
-    lower confidence. A rank whose forward is slower only by about another rank's extra data
-    wait is waiting for it in a collective inside the forward (DDP ``broadcast_buffers``,
-    FSDP all-gathers): that rank is not reported, the data straggler is."""
-    ranks = [r for r in run.ranks() if r is not None]
-    if len(ranks) < 2:
-        return NotRun("needs per-rank timings from at least 2 ranks")
-    step_ref = _step_reference(run, ranks)
-    data = _slowest(run, "data_time_s", ranks, step_ref, STRAGGLER_MIN_EXCESS_S)
-    comp = _slowest(run, "compute_time_s", ranks, step_ref, STRAGGLER_MIN_EXCESS_S)
-    notes: dict[int, list[Evidence]] = {}
-    if data is not None and comp is not None and comp.rank != data.rank \
-            and comp.excess <= 1.1 * data.excess + STRAGGLER_MIN_EXCESS_S:
-        notes.setdefault(data.rank, []).append(Evidence(
-            "compute_time_s", None, comp.value, comp.others,
-            note=f"rank {comp.rank}'s forward is slower by about rank {data.rank}'s extra "
-                 f"data wait: it waits for rank {data.rank} in a collective inside the timed "
-                 "forward (e.g. DDP broadcast_buffers), so it is not a straggler itself"))
-        comp = None
-    found = [s for s in (comp, data) if s is not None]
-    if data is not None and comp is not None and comp.rank == data.rank:
-        # One finding per rank: the larger excess names it, the other is evidence.
-        main, extra = (comp, data) if comp.excess >= data.excess else (data, comp)
-        notes.setdefault(main.rank, []).append(_evidence(extra))
-        found = [main]
-    has_split = any(len(_rank_medians(run, m, ranks)) >= 2
-                    for m in ("data_time_s", "compute_time_s"))
-    if not found and not has_split:
-        st = _slowest(run, "step_time_s", ranks, step_ref, STEP_STRAGGLER_MIN_EXCESS_S)
-        found = [st] if st is not None else []
-    return [_straggler_finding(run, s, step_ref, notes.get(s.rank, [])) for s in found]
-
-
-def _evidence(s: _Slowest) -> Evidence:
-    return Evidence(s.metric, None, s.value, s.others,
-                    note=f"median {s.metric} on rank {s.rank} vs the median of the other "
-                         f"ranks' medians; slowest in {100 * s.consistent:.0f}% of blocks")
-
-
-def _straggler_finding(run: Run, s: _Slowest, step_ref: float | None,
-                       notes: list[Evidence]) -> Finding:
-    sev: Severity = "warning" if s.share >= STRAGGLER_WARN else "info"
-    ms = f"{1e3 * s.excess:.3g} ms"
-    if s.metric == "data_time_s":
-        of_step = (f", about {100 * s.share:.0f}% of each {fmt(step_ref)} s step"
-                   if step_ref is not None else "")
-        summary = (f"rank {s.rank}'s input pipeline holds the other ranks up: it waits "
-                   f"{fmt(s.value)} s per step for data vs {fmt(s.others)} s on the others, "
-                   f"and every rank waits for it at the gradient sync ({ms} per step"
-                   f"{of_step})")
-    elif s.metric == "compute_time_s":
-        slower = (f"{1 + s.share:.3g}x as long" if s.share >= 1
-                  else f"{100 * s.share:.0f}% longer")
-        summary = (f"rank {s.rank} computes slower than the other ranks: its forward takes "
-                   f"{slower} ({fmt(s.value)} s vs {fmt(s.others)} s), and every rank waits "
-                   f"for it at the gradient sync")
-    else:
-        summary = (f"rank {s.rank} is {100 * s.share:.0f}% slower in step_time_s than the "
-                   f"other ranks ({fmt(s.value)} s vs {fmt(s.others)} s); log data_time_s and "
-                   f"compute_time_s per rank to tell a slow input pipeline from slow compute")
-    ev = [_evidence(s), *notes]
-    comm = {r: Trace.of(run, "comm_time_s", r) for r in run.ranks() if r is not None}
-    if s.rank in comm and all(c is not None and len(c) for c in comm.values()):
-        cm = {r: median(c.values) for r, c in comm.items() if c is not None}
-        ev.append(Evidence("comm_time_s", None, cm[s.rank],
-                           median(np.array([v for r, v in cm.items() if r != s.rank])),
-                           note="the straggler waits least in the collective: the others "
-                                "wait for it"))
-    t = Trace.of(run, s.metric, s.rank)
-    onset = int(t.steps[0]) if t is not None else None
+def _outlier_finding(e: OutlierEvent) -> Finding:
+    cadence = (f", recurring every ~{e.period:.0f} steps (checkpoint/eval/GC cadence?)"
+               if e.period is not None else "")
+    summary = (f"{e.count} step(s) took >= {fmt(e.threshold)} s ({e.threshold / e.median:.2g}x "
+               f"the median {fmt(e.median)} s; the slowest {e.worst_ratio:.3g}x), costing "
+               f"{100 * e.share:.1f}% of the run's time{cadence}")
+    ev = [Evidence("step_time_s", e.worst_step, e.worst_value, e.median,
+                   note=f"slowest step vs the median of all steps after the first {e.skip}"),
+          Evidence("step_time_s", e.steps[0], e.share, None,
+                   note=f"share of wall time lost: sum of the {e.count} outliers' excess over "
+                        f"the median ({fmt(e.excess_s)} s) / total time ({fmt(e.total_s)} s)")]
+    if e.period is not None:
+        ev.append(Evidence("step_time_s", e.steps[0], e.period, None,
+                           note=f"outliers recur every ~{e.period:.0f} steps (gaps between "
+                                "them are whole multiples of this, within 10%)"))
     return Finding(
-        symptom="straggler", severity=sev, confidence=0.55 if s.metric == "step_time_s" else 0.85,
-        onset_step=onset, rank=s.rank, metric=s.metric, summary=summary, evidence=tuple(ev))
+        symptom="step_time_outliers", severity=e.severity, confidence=0.8,
+        onset_step=e.steps[0], end_step=e.steps[-1], rank=e.rank, metric="step_time_s",
+        summary=summary, evidence=tuple(ev))
 
 
 # --------------------------------------------------------------------------- throughput
-@register_detector("throughput_regression",
-                   requires_any=("samples_per_s", "tokens_per_s", "step_time_s"))
-def detect_throughput_regression(run: Run) -> list[Finding] | NotRun:
-    """One change point in log throughput (block medians, L1 split) with a drop of >= 20%
-    (warning) or >= 10% (info) that lasts to the end: the post-split level and the last 3
-    blocks both stay down, the later segment is >= 10% of the blocks and the drop is >= 4
-    block sigmas. Uses samples_per_s or tokens_per_s, else 1/step_time_s."""
-    out: list[Finding] = []
+@dataclass(frozen=True)
+class ThroughputEvent:
+    """A sustained drop of throughput in one series (numbers only)."""
+
+    rank: int | None
+    metric: str
+    onset: int
+    before: float
+    """Median level before the change point, in the metric's units."""
+    after: float
+    drop: float
+    """Share of throughput lost: 1 - after/before for a rate, 1 - before/after for a time."""
+    block: int
+    """Points per block."""
+    block_steps: float
+    """Steps per block (for matching onsets)."""
+    span: int
+
+    @property
+    def is_rate(self) -> bool:
+        return self.metric != "step_time_s"
+
+    @property
+    def change(self) -> float:
+        """What the severity is read from: the rate's drop, or the time's rise."""
+        return self.drop if self.is_rate else 1.0 / (1.0 - self.drop) - 1.0
+
+    @property
+    def severity(self) -> Severity:
+        return "warning" if self.change >= THROUGHPUT_WARN else "info"
+
+
+def _throughput_blocks(n: int) -> int:
+    """Block count: every point its own block up to 60 points (per-epoch series), else
+    n/5 within [60, 200]."""
+    return n if n <= 60 else min(200, max(60, n // 5))
+
+
+def throughput_events(run: Run) -> tuple[list[ThroughputEvent], bool]:
+    """The throughput_regression events, and whether a series had enough points (>= 12)."""
+    out: list[ThroughputEvent] = []
     ran = False
     for metric, higher_better in (("samples_per_s", True), ("tokens_per_s", True),
                                   ("step_time_s", False)):
         for tr in traces(run, metric):
             pos = tr.values > 0
             v, s = tr.values[pos], tr.steps[pos]
-            if v.size < 20:
+            if v.size < 12:
                 continue
             ran = True
             skip = warmup_skip(v.size)
-            v, s = v[skip:], s[skip:]
+            k = _stride(v.size - skip)
+            v, s = v[skip::k], s[skip::k]
             lt = np.log(v) if higher_better else -np.log(v)
-            bl = blocks(s, lt, max_blocks=min(200, max(10, v.size // 5)))
+            bl = blocks(s, lt, max_blocks=_throughput_blocks(int(v.size)))
             lv = bl.median
             nb = len(lv)
-            if nb < 10:
+            if nb < 9:
                 continue
-            k, gain = level_split(lv, min_seg=max(3, math.ceil(0.1 * nb)))
-            if k >= nb or gain < 0.3:
+            i, gain = level_split(lv, min_seg=max(3, math.ceil(0.1 * nb)))
+            if i >= nb or gain < 0.3:
                 continue
-            before = median(lv[:k])
-            after = median(lv[k:])
-            tail = median(lv[-3:])
+            before, after, tail = median(lv[:i]), median(lv[i:]), median(lv[-3:])
             drop = 1.0 - math.exp(after - before)
-            sig = diff_sigma(lv)
-            if drop < THROUGHPUT_INFO or (before - tail) < 0.5 * (before - after):
+            ev = ThroughputEvent(
+                tr.rank, metric, int(bl.first_step[i]),
+                math.exp(before if higher_better else -before),
+                math.exp(after if higher_better else -after), drop, bl.size,
+                float(s[-1] - s[0]) / nb, int(s[-1] - s[0]))
+            if ev.change < THROUGHPUT_INFO or (before - tail) < 0.5 * (before - after):
                 continue
-            if (before - after) < 4.0 * sig:
+            if (before - after) < 4.0 * diff_sigma(lv):
                 continue
-            sev: Severity = "warning" if drop >= THROUGHPUT_WARN else "info"
-            onset = int(bl.first_step[k])
-            b_val = math.exp(before if higher_better else -before)
-            a_val = math.exp(after if higher_better else -after)
-            out.append(Finding(
-                symptom="throughput_regression", severity=sev, confidence=0.75,
-                onset_step=onset, rank=tr.rank, metric=metric,
-                summary=(f"throughput fell {100 * drop:.0f}% from step {onset} and stayed "
-                         f"down ({metric} {fmt(b_val)} -> {fmt(a_val)})"),
-                evidence=(Evidence(metric, onset, a_val, b_val,
-                                   note="median level after the change point vs before it "
-                                        f"(blocks of {bl.size} points)"),)))
+            out.append(ev)
         if ran:
             break
+    return out, ran
+
+
+def _same_onset(a: int, b: int, ev: ThroughputEvent) -> bool:
+    return abs(a - b) <= max(3.0 * ev.block_steps, 0.05 * ev.span, 1.0)
+
+
+def _root_of(run: Run, ev: ThroughputEvent, inputs: list[InputEvent],
+             strag: tuple[object, ...]) -> tuple[str, int | None, int] | None:
+    """The finding that explains a throughput drop as one incident: ``(symptom, rank,
+    onset)`` of a straggler that became slow, or a data wait that rose, at the same onset
+    (the data wait must explain >= half of the step-time rise when step_time_s is logged)."""
+    from trainmedic.diagnose.detectors.stragglers import StragglerEvent
+
+    for s in strag:
+        if isinstance(s, StragglerEvent) and s.onset is not None \
+                and _same_onset(s.onset, ev.onset, ev):
+            return "straggler", s.rank, s.onset
+    for e in inputs:
+        if not _same_onset(e.onset, ev.onset, ev) or e.share_before is None:
+            continue
+        if e.share < e.share_before + 0.05:
+            continue
+        dt = Trace.of(run, "data_time_s", e.rank)
+        st = Trace.of(run, "step_time_s", e.rank if ev.rank is None else ev.rank)
+        if dt is None:
+            continue
+        d0, d1 = dt.level(int(dt.steps[0]), ev.onset - 1), dt.level(ev.onset, int(dt.steps[-1]))
+        if d0 is None or d1 is None or d1 <= d0:
+            continue
+        if st is not None and len(st):
+            s0 = st.level(int(st.steps[0]), ev.onset - 1)
+            s1 = st.level(ev.onset, int(st.steps[-1]))
+            if s0 is not None and s1 is not None and s1 > s0 and (d1 - d0) < 0.5 * (s1 - s0):
+                continue
+        return "input_bound", e.rank, e.onset
+    return None
+
+
+def _roots(run: Run) -> tuple[list[tuple[ThroughputEvent, tuple[str, int | None, int] | None]],
+                               bool]:
+    """Each throughput event with the root that explains it (or None), and whether a series
+    had enough points."""
+    from trainmedic.diagnose.detectors.stragglers import straggler_events
+
+    tps, ran = throughput_events(run)
+    if not tps:
+        return [], ran
+    inputs, _ = input_events(run)
+    se = straggler_events(run)
+    strag = se.events if se is not None else ()
+    return [(ev, _root_of(run, ev, inputs, strag)) for ev in tps], ran
+
+
+_SEV_ORDER = {"info": 0, "warning": 1, "error": 2}
+
+
+def folded_throughput(run: Run, f: Finding) -> Finding:
+    """``f`` (an input_bound or straggler finding) with the throughput drop it explains noted:
+    its severity raised to the drop's (the incident costs what the drop costs) and the drop
+    as an evidence line. The throughput detector reports that drop at info naming this root,
+    and the engine folds it into this finding's ``related`` (engine.CONSEQUENCES)."""
+    evs = [ev for ev, root in _roots(run)[0]
+           if root is not None and root == (f.symptom, f.rank, f.onset_step)]
+    if not evs:
+        return f
+    ev = max(evs, key=lambda e: e.change)
+    sev = f.severity if _SEV_ORDER[f.severity] >= _SEV_ORDER[ev.severity] else ev.severity
+    return dataclasses.replace(f, severity=sev,
+                               evidence=(*f.evidence, _throughput_evidence(ev, folded=True)))
+
+
+def _throughput_phrase(ev: ThroughputEvent) -> str:
+    what = (f"throughput fell {100 * ev.drop:.0f}%" if ev.is_rate
+            else f"step time rose {100 * ev.change:.0f}% (throughput -{100 * ev.drop:.0f}%)")
+    return (f"{what} from step {ev.onset} and stayed down ({ev.metric} {fmt(ev.before)} -> "
+            f"{fmt(ev.after)})")
+
+
+def _throughput_evidence(ev: ThroughputEvent, *, folded: bool = False) -> Evidence:
+    note = f"median level after the change point vs before it (blocks of {ev.block} points)"
+    if folded:
+        note = (f"throughput_regression from step {ev.onset}, same incident "
+                f"({_throughput_phrase(ev)}): " + note)
+    return Evidence(ev.metric, ev.onset, ev.after, ev.before, note=note)
+
+
+@register_detector("throughput_regression",
+                   requires_any=("samples_per_s", "tokens_per_s", "step_time_s"))
+def detect_throughput_regression(run: Run) -> list[Finding] | NotRun:
+    """One change point in log throughput (block medians, L1 split) with a drop of >= 20%
+    (warning) or >= 10% (info) for a rate, or a rise of >= 20% / >= 10% of the step or epoch
+    time, that lasts to the end: the post-split level and the last 3 blocks both stay down,
+    the later segment is >= 10% of the blocks (>= 3) and the drop is >= 4 block sigmas. Uses
+    samples_per_s or tokens_per_s, else step_time_s; >= 12 points (per-epoch logs: each
+    point is a block). A drop that a straggler or a data-wait rise explains (same onset) is
+    is folded into that finding and reported here at info only, naming the root."""
+    roots, ran = _roots(run)
     if not ran:
-        return NotRun("needs at least 20 throughput or step-time points")
+        return NotRun("needs at least 12 throughput or step-time points")
+    out = []
+    for ev, root in roots:
+        summary = _throughput_phrase(ev)
+        evidence: tuple[Evidence, ...] = (_throughput_evidence(ev),)
+        sev = ev.severity
+        if root is not None:
+            # One incident, one finding: the root carries the drop (and its severity); this
+            # stays at info so a caller asking for throughput alone still sees it.
+            sym, rank, onset = root
+            what = {"input_bound": "the data wait that rose", "straggler": "the rank that "
+                    "slowed"}.get(sym, sym)
+            on = f" on rank {rank}" if rank is not None else ""
+            summary = (f"{summary}: a consequence of {what}{on} at step {onset}, reported as "
+                       f"{sym} (this drop is folded into that finding)")
+            evidence = (*evidence, Evidence(ev.metric, onset, None, None, basis="measured",
+                                            note=f"root: {sym}{on} from step {onset}"))
+            sev = "info"
+        out.append(Finding(
+            symptom="throughput_regression", severity=sev, confidence=0.75,
+            onset_step=ev.onset, rank=ev.rank, metric=ev.metric,
+            summary=summary, evidence=evidence))
     return out

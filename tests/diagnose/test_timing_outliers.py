@@ -1,0 +1,177 @@
+"""step_time_outliers on synthetic step and epoch times, built from how runs spend time: a
+steady step with multiplicative jitter, periodic pauses (GC, eval, checkpoint) of 10-30x, and
+per-epoch times where one epoch at 2-3x is an event. The tests assert the numbers of the
+events (steps, period, share of wall time, severity), not the prose."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainmedic.diagnose.detectors.timing import (
+    OutlierEvent,
+    outlier_events,
+    outlier_thresholds,
+)
+from trainmedic.diagnose.registry import get_detector
+from trainmedic.run.series import Run
+
+
+def run_of(values: np.ndarray, steps: np.ndarray | None = None) -> Run:
+    run = Run("t")
+    run.add("step_time_s", np.arange(1, values.size + 1) if steps is None else steps, values)
+    return run
+
+
+def events(values: np.ndarray, steps: np.ndarray | None = None) -> list[OutlierEvent]:
+    evs, ran = outlier_events(run_of(values, steps))
+    assert ran
+    return [e for e in evs if e.reported]
+
+
+def jitter(n: int, noise: float, seed: int, heavy: bool = False) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    z = rng.standard_t(5, n) if heavy else rng.standard_normal(n)
+    return np.exp(noise * np.clip(z, -6, 6))
+
+
+def test_thresholds_scale_with_the_number_of_points() -> None:
+    assert outlier_thresholds(15) == (2.0, 6.0)
+    assert outlier_thresholds(40) == (2.0, 6.0)
+    r, z = outlier_thresholds(1_000_000)
+    assert (r, z) == (3.0, 10.0)
+    r3, z3 = outlier_thresholds(300)
+    assert 2.0 < r3 < 3.0 and 6.0 <= z3 < 10.0
+
+
+@pytest.mark.parametrize("period", [25, 50, 200])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_periodic_stalls_give_period_and_share(period: int, seed: int) -> None:
+    n = 4000
+    v = 0.1 * jitter(n, 0.05, seed)
+    rng = np.random.default_rng(seed + 10)
+    idx = np.arange(period - 1, n, period)
+    v[idx] = 0.1 * rng.uniform(10, 30, idx.size)
+    (e,) = events(v)
+    assert e.period is not None and abs(e.period - period) <= 1
+    idx = idx[idx >= e.skip]  # stalls inside the warm-up are not judged
+    assert set(e.steps) == set((idx + 1).tolist())
+    med = float(np.median(v[e.skip:]))
+    share = float(np.sum(v[idx] - med) / np.sum(v[e.skip:]))
+    assert abs(e.share - share) < 0.005
+    assert e.severity == "warning"
+
+
+def test_irregular_stalls_have_no_period() -> None:
+    v = 0.1 * jitter(3000, 0.05, 3)
+    idx = np.array([100, 170, 600, 610, 1500, 2900])
+    v[idx] = 2.0
+    (e,) = events(v)
+    assert e.period is None and e.count == 6
+
+
+def test_a_missed_stall_keeps_the_period() -> None:
+    v = 0.1 * jitter(3000, 0.05, 4)
+    idx = np.arange(99, 3000, 100)
+    v[idx] = 2.5
+    v[idx[7]] = 0.1  # one checkpoint skipped: a double gap
+    (e,) = events(v)
+    assert e.period is not None and abs(e.period - 100) <= 1
+
+
+def test_rare_cheap_stall_is_info_and_a_rare_tiny_one_is_not_reported() -> None:
+    v = 0.5 * jitter(20_000, 0.05, 5)
+    v[12_345] = 10.0  # one 20x stall: 9.5 s of ~10,000 s
+    (e,) = events(v)
+    assert e.severity == "info" and e.steps == (12_346,) and e.worst_ratio > 15
+    w = 0.5 * jitter(20_000, 0.05, 6)
+    w[[5000, 9000]] = 2.0  # two 4x steps: 3 s of 10,000 s
+    assert events(w) == []
+
+
+def test_stalls_costing_five_percent_are_a_warning() -> None:
+    v = 0.2 * jitter(5000, 0.05, 7)
+    idx = np.arange(0, 5000, 250)[1:]
+    v[idx] = 0.2 * 15  # 14 x 0.2 s excess every 250 steps: ~5.6%
+    (e,) = events(v)
+    assert e.severity == "warning" and 0.05 <= e.share <= 0.065
+
+
+@pytest.mark.parametrize("n", [15, 20, 40, 100])
+def test_per_epoch_outliers_at_2_to_3x_are_found(n: int) -> None:
+    rng = np.random.default_rng(n)
+    v = 60.0 * jitter(n, 0.03, n)
+    bad = rng.choice(np.arange(4, n), size=max(1, n // 20), replace=False)
+    v[bad] *= rng.uniform(2.3, 3.0, bad.size)
+    (e,) = events(v)
+    assert set(e.steps) == set((bad + 1).tolist())
+    assert e.severity == "warning"
+
+
+def test_cumulative_epoch_clock_differentiated() -> None:
+    """A YOLO-style results.csv keeps a cumulative time per epoch; its differences are the
+    epoch times. Two long epochs (40x and 4x) among ~35 s ones."""
+    rng = np.random.default_rng(11)
+    per = 35.0 * jitter(100, 0.12, 11)
+    per[39] = 1460.0
+    per[90] = 133.0
+    cum = np.cumsum(per)
+    epochs = np.arange(1, 101)
+    v = np.diff(np.r_[0.0, cum])
+    (e,) = events(v, epochs)
+    assert {40, 91} <= set(e.steps) and e.severity == "warning"
+    assert e.worst_step == 40
+    assert rng is not None
+
+
+def test_integer_rounded_epoch_times() -> None:
+    v = np.r_[np.full(5, 72.0), 73, 89, 4977, 76, 76, 74, 73, 73, 73, 73].astype(float)
+    (e,) = events(v)
+    assert e.steps == (8,) and e.severity == "warning"
+    assert events(np.r_[67.0, 64, 64, 65, 65, [65.0] * 10, 66]) == []
+
+
+@pytest.mark.parametrize("n", [15, 25, 40, 120, 800, 5000])
+@pytest.mark.parametrize("noise,heavy", [(0.03, False), (0.1, False), (0.2, False),
+                                         (0.05, True)])
+def test_healthy_jittery_series_is_quiet(n: int, noise: float, heavy: bool) -> None:
+    for seed in range(8):
+        v = (60.0 if n <= 100 else 0.1) * jitter(n, noise, 1000 + seed, heavy)
+        assert [e for e in events(v) if e.severity != "info"] == [], (n, noise, seed)
+
+
+def test_detector_finding_carries_the_numbers() -> None:
+    v = 0.1 * jitter(2000, 0.05, 8)
+    v[49::50] = 2.0
+    (f,) = get_detector("step_time_outliers").fn(run_of(v))  # type: ignore[misc]
+    assert f.severity == "warning" and f.onset_step == 50 and f.end_step == 2000
+    notes = {e.note.split(":")[0]: e.value for e in f.evidence}
+    assert abs(notes["share of wall time lost"] - 40 * 1.9 / np.sum(v[3:])) < 0.01
+    assert any(e.value == 50 for e in f.evidence if "recur" in e.note)
+
+
+def test_too_short_is_not_run() -> None:
+    res = get_detector("step_time_outliers").fn(run_of(np.ones(8)))
+    assert not isinstance(res, list)
+
+
+def test_clustered_stalls_have_no_period() -> None:
+    """Stalls on consecutive steps (an I/O hiccup lasting a few steps) are no cadence: every
+    gap is a multiple of 1."""
+    v = 5.0 * jitter(60, 0.3, 9)
+    v[[10, 11, 12, 20, 40, 41, 42]] = 90.0
+    (e,) = events(v, np.arange(3150, 3210))
+    assert e.period is None and e.count == 7
+
+
+def test_appended_runs_with_restarting_steps_are_judged_in_log_order() -> None:
+    """Three runs appended into one file (the epoch counter restarts at 1): the clean series
+    keeps one value per epoch number, but the 40x epoch of the second run is still found."""
+    rng = np.random.default_rng(13)
+    runs = [base * np.exp(0.01 * rng.standard_normal(15)) for base in (65.0, 72.0, 140.0)]
+    runs[1][5] = 4977.0
+    run = Run("appended")
+    run.add("step_time_s", np.tile(np.arange(1, 16), 3), np.concatenate(runs))
+    evs, _ = outlier_events(run)
+    (e,) = [e for e in evs if e.reported]
+    assert e.steps == (6,) and e.severity == "warning" and e.period is None

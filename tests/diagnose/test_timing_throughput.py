@@ -1,0 +1,144 @@
+"""throughput_regression on per-step and per-epoch times, and one incident = one finding: a
+drop that a data-wait rise or a rank that slowed explains is folded into that root finding.
+Numbers (onset, drop, severity, folding) are asserted, not phrases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainmedic.diagnose import diagnose
+from trainmedic.diagnose.detectors.timing import input_events, throughput_events
+from trainmedic.diagnose.finding import Finding
+from trainmedic.diagnose.registry import get_detector
+from trainmedic.run.series import Run
+
+
+def jitter(n: int, noise: float, seed: int) -> np.ndarray:
+    return np.exp(noise * np.random.default_rng(seed).standard_normal(n))
+
+
+def run_detector(symptom: str, run: Run) -> list[Finding]:
+    res = get_detector(symptom).fn(run)
+    assert isinstance(res, list), res
+    return res
+
+
+@pytest.mark.parametrize("n,at,rise", [(15, 9, 1.35), (30, 18, 1.25), (40, 20, 1.5),
+                                       (120, 70, 1.3)])
+def test_epoch_times_that_rise_and_stay(n: int, at: int, rise: float) -> None:
+    v = 60.0 * jitter(n, 0.02, n)
+    v[at:] *= rise
+    run = Run("epochs")
+    run.add("step_time_s", np.arange(1, n + 1), v)
+    (e,) = throughput_events(run)[0]
+    assert abs(e.onset - (at + 1)) <= max(1, n // 20)
+    assert abs(e.change - (rise - 1)) < 0.05 and e.severity == "warning"
+
+
+def test_per_epoch_samples_per_s_drop() -> None:
+    v = 900.0 * jitter(20, 0.02, 1)
+    v[12:] *= 0.7
+    run = Run("epochs")
+    run.add("samples_per_s", np.arange(20), v)
+    (f,) = run_detector("throughput_regression", run)
+    assert f.severity == "warning" and f.onset_step == 12 and f.metric == "samples_per_s"
+
+
+def test_ten_percent_slower_epochs_are_info() -> None:
+    v = 60.0 * jitter(40, 0.01, 2)
+    v[25:] *= 1.12
+    run = Run("epochs")
+    run.add("step_time_s", np.arange(40), v)
+    (f,) = run_detector("throughput_regression", run)
+    assert f.severity == "info"
+
+
+@pytest.mark.parametrize("n", [12, 15, 25, 40, 60, 200])
+def test_healthy_noisy_epoch_times_are_quiet(n: int) -> None:
+    for seed in range(10):
+        run = Run("epochs")
+        run.add("step_time_s", np.arange(n), 60.0 * jitter(n, 0.08, 50 + seed))
+        assert [f for f in run_detector("throughput_regression", run)
+                if f.severity != "info"] == [], (n, seed)
+
+
+def test_a_slow_stretch_that_recovers_is_no_regression() -> None:
+    v = 60.0 * jitter(40, 0.02, 3)
+    v[15:28] *= 1.5
+    run = Run("epochs")
+    run.add("step_time_s", np.arange(40), v)
+    assert run_detector("throughput_regression", run) == []
+
+
+def input_stall_run(n: int = 1000, at: int = 600, extra: float = 0.05) -> Run:
+    """A loader that slows at ``at``: the data wait rises and the step with it."""
+    data = 0.002 * jitter(n, 0.3, 4)
+    data[at:] += extra * jitter(n - at, 0.1, 5)
+    step = 0.1 * jitter(n, 0.03, 6) + data
+    run = Run("stall")
+    steps = np.arange(n)
+    run.add("loss", steps, np.linspace(3, 1, n) * jitter(n, 0.02, 7))
+    run.add("data_time_s", steps, data)
+    run.add("step_time_s", steps, step)
+    run.add("samples_per_s", steps, 64 / step)
+    return run
+
+
+def test_data_wait_that_rises_midrun_is_input_bound_from_its_onset() -> None:
+    run = input_stall_run()
+    (e,) = input_events(run)[0]
+    assert e.rise and abs(e.onset - 600) <= 30
+    assert e.share_before is not None and e.share_before < 0.05
+    assert abs(e.share - 0.05 / 0.152) < 0.05
+
+
+def test_throughput_drop_from_an_input_stall_is_one_incident() -> None:
+    run = input_stall_run()
+    (root,) = run_detector("input_bound", run)
+    assert root.severity == "warning" and abs((root.onset_step or 0) - 600) <= 30
+    folded = [e for e in root.evidence if e.note.startswith("throughput_regression")]
+    assert len(folded) == 1 and abs((folded[0].step or 0) - 600) <= 30
+    (tp,) = run_detector("throughput_regression", run)
+    assert tp.severity == "info"
+    assert any("root: input_bound" in e.note and e.step == root.onset_step
+               for e in tp.evidence)
+    # Through the engine: one finding, the drop in its related entries.
+    d = diagnose(run)
+    assert [f.symptom for f in d.findings if f.symptom in ("input_bound",
+                                                          "throughput_regression")] == \
+        ["input_bound"]
+    (ib,) = [f for f in d.findings if f.symptom == "input_bound"]
+    assert [r.symptom for r in ib.related].count("throughput_regression") == 1
+
+
+def test_throughput_drop_without_a_data_wait_rise_stays_its_own_finding() -> None:
+    n = 1000
+    step = 0.1 * jitter(n, 0.03, 8)
+    step[500:] *= 1.4  # e.g. throttling: compute slows, the loader does not
+    run = Run("slow")
+    steps = np.arange(n)
+    run.add("data_time_s", steps, 0.002 * jitter(n, 0.3, 9))
+    run.add("step_time_s", steps, step)
+    (tp,) = run_detector("throughput_regression", run)
+    assert tp.severity == "warning" and abs((tp.onset_step or 0) - 500) <= 30
+    assert run_detector("input_bound", run) == []
+
+
+def test_throughput_drop_from_a_rank_that_slows_is_folded_into_the_straggler() -> None:
+    n, at = 800, 400
+    rng = np.random.default_rng(12)
+    fwd = 0.03 * np.exp(0.05 * rng.standard_normal((4, n)))
+    fwd[2, at:] *= 2.0
+    step = fwd.max(axis=0) + 0.06 * np.exp(0.05 * rng.standard_normal(n))
+    run = Run("ddp")
+    for r in range(4):
+        run.add("compute_time_s", np.arange(n), fwd[r], rank=r)
+        run.add("data_time_s", np.arange(n), 0.0002 * np.ones(n), rank=r)
+        run.add("step_time_s", np.arange(n), step, rank=r)
+    (s,) = run_detector("straggler", run)
+    assert s.rank == 2 and abs((s.onset_step or 0) - at) <= 40 and s.severity == "warning"
+    assert any(e.note.startswith("throughput_regression") for e in s.evidence)
+    tps = run_detector("throughput_regression", run)
+    assert tps and all(f.severity == "info" for f in tps)
+    assert all(any("root: straggler on rank 2" in e.note for e in f.evidence) for f in tps)
