@@ -1,0 +1,311 @@
+"""The declared runs of the corpus: healthy runs and fault runs, and the tune/holdout split.
+
+A spec is a dict read by ``train.train`` (model family, optimizer, schedule, fault and its
+parameters), by ``writers`` (``format`` and its options) and by ``labels`` (``expect``: the
+symptoms the injected fault should show; ``tolerate``: secondary symptoms it may also show;
+``story``: what was injected, for the notes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+
+SPECS: list[dict] = []
+
+# family -> (steps, batch, optimizer, lr): settings that train stably in a few seconds
+BASE = {
+    "mlp": dict(steps=300, batch=64, opt="adam", lr=1e-3),
+    "cnn": dict(steps=200, batch=32, opt="adam", lr=3e-3),
+    "resnet": dict(steps=120, batch=32, opt="adam", lr=2e-3),
+    "vit": dict(steps=150, batch=32, opt="adamw", lr=1e-3),
+    "chartf": dict(steps=160, batch=16, opt="adamw", lr=3e-3),
+    "gru": dict(steps=200, batch=32, opt="adam", lr=5e-3),
+    "lstm": dict(steps=200, batch=32, opt="adam", lr=5e-3),
+    "ae": dict(steps=300, batch=64, opt="adam", lr=1e-3),
+    "reg": dict(steps=300, batch=64, opt="sgd_plain", lr=0.1),
+}
+FAMILY_GROUP = {"mlp": "mlp", "mlp_deep": "mlp", "cnn": "cnn_bn", "resnet": "resnet_vit",
+                "vit": "resnet_vit", "chartf": "char_transformer", "gru": "rnn", "lstm": "rnn",
+                "rnn": "rnn", "ae": "mse", "reg": "mse"}
+"""The six families of the brief (a run's ``family`` is the concrete model)."""
+
+SHORT = {"tm_csv": "csv", "tm_jsonl": "jsonl", "units_csv": "units", "ns_jsonl": "ns",
+         "rank_csv": "ranks", "lightning": "pl", "wandb_csv": "wandb", "wandb_jsonl": "wbjson",
+         "hf": "hf", "tensorboard": "tb", "keras_csv": "kcsv", "keras_json": "kjson",
+         "fairseq": "fairseq", "print_log": "print", "mlflow": "mlflow"}
+EPOCH_FORMATS = {"keras_csv", "keras_json"}
+
+
+def add(family: str, fault: str, fmt: str, seed: int = 0, tag: str = "", **kw) -> None:
+    sp = {**BASE.get(family, BASE["mlp"]), "family": family, "fault": fault, "format": fmt,
+          "seed": seed, **kw}
+    if fmt in EPOCH_FORMATS and "n_train" not in sp and family != "chartf":
+        # Keras logs one row per epoch: short epochs so the log has 20-40 rows
+        sp["n_train"] = sp["batch"] * 8
+        sp.setdefault("eval_every", 8)
+    if fmt in EPOCH_FORMATS and family == "chartf":
+        sp.setdefault("steps_per_epoch", 8)
+        sp.setdefault("eval_every", 8)
+    name = f"{family}-{fault if fault != 'none' else 'ok'}-{tag + '-' if tag else ''}" \
+           f"{SHORT[fmt]}-s{seed}"
+    assert all(s["name"] != name for s in SPECS), name
+    sp["name"] = name
+    SPECS.append(sp)
+
+
+# ============================================================================ healthy runs
+H = [
+    # family, fmt, seed, tag, overrides
+    ("mlp", "tm_csv", 0, "adam", dict()),
+    ("mlp", "wandb_csv", 1, "sgdcos", dict(opt="sgd", lr=0.05, sched="cosine")),
+    ("mlp", "hf", 2, "adamwlin", dict(opt="adamw", lr=2e-3, sched="linear", wd=0.01)),
+    ("mlp", "keras_csv", 3, "rms", dict(opt="rmsprop", lr=1e-3)),
+    ("mlp", "lightning", 4, "adamwcos", dict(opt="adamw", lr=2e-3, sched="cosine")),
+    ("mlp", "units_csv", 5, "step", dict(opt="sgd", lr=0.05, sched="step", log_rss=True)),
+    ("mlp", "tm_jsonl", 6, "short", dict(steps=80, eval_every=20)),
+    ("mlp", "keras_json", 7, "noisy", dict(n_eval=48)),
+    ("mlp", "rank_csv", 8, "ddp", dict(ranks=2)),
+    ("cnn", "tm_csv", 0, "adam", dict()),
+    ("cnn", "lightning", 1, "sgdcos", dict(opt="sgd", lr=0.05, sched="cosine")),
+    ("cnn", "tensorboard", 2, "adamw", dict(opt="adamw", lr=3e-3, sched="warmup_const")),
+    ("cnn", "hf", 3, "noisy", dict(n_eval=32)),
+    ("cnn", "keras_csv", 4, "rms", dict(opt="rmsprop", lr=1e-3, keras_name="log")),
+    ("cnn", "ns_jsonl", 5, "step", dict(opt="sgd", lr=0.05, sched="step", log_rss=True)),
+    ("resnet", "wandb_jsonl", 0, "adam", dict(log_rss=True)),
+    ("resnet", "tensorboard", 1, "sgdcos", dict(opt="sgd", lr=0.05, sched="cosine",
+                                                tb_style="B")),
+    ("resnet", "tm_csv", 2, "adamw", dict(opt="adamw", lr=2e-3, sched="linear")),
+    ("resnet", "lightning", 3, "short", dict(steps=80, eval_every=20)),
+    ("resnet", "rank_csv", 4, "ddp", dict(ranks=2)),
+    ("vit", "hf", 0, "adamwcos", dict(sched="cosine")),
+    ("vit", "tensorboard", 1, "adam", dict(opt="adam", tb_style="B")),
+    ("vit", "units_csv", 2, "const", dict(log_rss=True)),
+    ("vit", "keras_json", 3, "rms", dict(opt="rmsprop", lr=5e-4)),
+    ("vit", "mlflow", 4, "adamwlin", dict(sched="linear")),
+    ("chartf", "fairseq", 0, "cos", dict(sched="cosine")),
+    ("chartf", "hf", 1, "lin", dict(sched="linear")),
+    ("chartf", "wandb_csv", 2, "adam", dict(opt="adam", lr=2e-3, log_rss=True)),
+    ("chartf", "tm_jsonl", 3, "noisy", dict(n_eval=8)),
+    ("chartf", "fairseq", 4, "short", dict(steps=80, eval_every=20, sched="cosine")),
+    ("chartf", "tensorboard", 5, "step", dict(sched="step")),
+    ("gru", "tm_csv", 0, "adam", dict()),
+    ("gru", "lightning", 1, "rms", dict(opt="rmsprop", lr=3e-3)),
+    ("gru", "keras_csv", 2, "cos", dict(sched="cosine")),
+    ("gru", "print_log", 3, "clip", dict(clip=1.0)),
+    ("lstm", "wandb_jsonl", 0, "adam", dict()),
+    ("lstm", "ns_jsonl", 1, "cos", dict(sched="cosine", clip=1.0)),
+    ("lstm", "hf", 2, "adamw", dict(opt="adamw", sched="linear")),
+    ("lstm", "mlflow", 3, "short", dict(steps=100)),
+    ("ae", "tm_csv", 0, "adam", dict()),
+    ("ae", "wandb_csv", 1, "sgd", dict(opt="sgd", lr=0.1, sched="cosine")),
+    ("ae", "keras_json", 2, "adamw", dict(opt="adamw")),
+    ("ae", "tensorboard", 3, "rms", dict(opt="rmsprop", lr=5e-4)),
+    ("ae", "print_log", 4, "step", dict(sched="step")),
+    ("reg", "tm_csv", 0, "sgd", dict()),
+    ("reg", "units_csv", 1, "sgdstep", dict(sched="step")),
+    ("reg", "hf", 2, "adam", dict(opt="adam", lr=1e-3, nan_filter=True)),
+]
+for fam, fmt, seed, tag, kw in H:
+    add(fam, "none", fmt, seed, tag, **kw)
+
+# ============================================================================ fault runs
+NF_TOL = ["divergence", "exploding_gradients", "loss_spike", "nonfinite_grad", "oscillation"]
+DIV_TOL = ["exploding_gradients", "loss_spike", "oscillation", "nonfinite_loss", "plateau",
+           "flat_loss"]
+FLAT_TOL = ["plateau", "vanishing_gradients", "overfitting"]
+
+
+def fault(family, kind, fmt, seed=0, expect=(), tolerate=(), story="", **kw):
+    add(family, kind, fmt, seed, expect=list(expect), tolerate=list(tolerate), story=story,
+        **kw)
+
+
+S = "lr far too high"
+fault("mlp", "lr_high", "tm_csv", 0, ["nonfinite_loss|divergence"], NF_TOL, S + " (SGD lr=30)", opt="sgd",
+      lr=30.0)
+fault("chartf", "lr_high", "wandb_csv", 1, ["nonfinite_loss|divergence"], NF_TOL, S + " (AdamW lr=1)",
+      lr=1.0)
+fault("cnn", "lr_high", "lightning", 2, ["nonfinite_loss|divergence"], DIV_TOL, S +
+      " (SGD lr=50)", opt="sgd", lr=50.0)
+fault("gru", "lr_high", "tensorboard", 3, ["divergence|flat_loss|oscillation"], DIV_TOL, S + " (Adam lr=0.3)",
+      lr=0.3)
+S = "lr far too low (1e-7): the model does not move"
+fault("mlp", "lr_low", "tensorboard", 0, ["flat_loss"], FLAT_TOL, S, lr=1e-7)
+fault("resnet", "lr_low", "hf", 1, ["flat_loss"], FLAT_TOL, S, lr=1e-7)
+fault("chartf", "lr_low", "jsonl" if False else "tm_jsonl", 2, ["flat_loss"], FLAT_TOL, S,
+      lr=1e-7)
+S = "optimizer.zero_grad() never called: gradients accumulate across steps"
+fault("mlp", "no_zero_grad", "ns_jsonl", 0, ["divergence|oscillation"], DIV_TOL + ["divergence"], S,
+      opt="sgd", lr=0.05)
+fault("cnn", "no_zero_grad", "tm_jsonl", 1, ["divergence|oscillation"], DIV_TOL + ["divergence"], S,
+      opt="sgd", lr=0.05)
+S = "softmax in the model's head and F.cross_entropy on top (softmax applied twice)"
+fault("mlp", "double_softmax", "keras_csv", 0, ["plateau"], ["flat_loss"], S)
+fault("vit", "double_softmax", "wandb_csv", 1, ["plateau"], ["flat_loss"], S)
+S = "labels shuffled independently of inputs (a sort applied to x only)"
+fault("mlp", "shuffled_labels", "lightning", 0, ["flat_loss"], FLAT_TOL, S)
+fault("cnn", "shuffled_labels", "tensorboard", 1, ["flat_loss"], FLAT_TOL, S)
+S = "weight decay far too high (AdamW wd=50)"
+fault("mlp", "wd_high", "units_csv", 0, ["flat_loss"], FLAT_TOL, S, opt="adamw", wd=50.0)
+fault("resnet", "wd_high", "tm_csv", 1, ["flat_loss"], FLAT_TOL, S, opt="adamw", wd=50.0)
+S = ("model.eval() before the loop and model.train() never called: BatchNorm uses its "
+     "initial running stats on raw 0-255 pixels")
+fault("cnn", "bn_eval", "tm_csv", 0, ["nonfinite_loss|divergence"], DIV_TOL + ["flat_loss"],
+      S + " (SGD lr=0.05, which trains the same model in train mode)", opt="sgd", lr=0.05)
+fault("resnet", "bn_eval", "wandb_csv", 1, ["nonfinite_loss|divergence"], DIV_TOL +
+      ["flat_loss"], S + " (SGD lr=0.05, which trains the same model in train mode)",
+      opt="sgd", lr=0.05)
+S = "data sorted by class and never shuffled: each epoch walks the classes in order"
+fault("mlp", "class_sorted", "tm_csv", 0, ["oscillation"], ["loss_spike", "plateau"], S,
+      opt="sgd", lr=0.05)
+fault("cnn", "class_sorted", "units_csv", 1, ["oscillation"], ["loss_spike", "plateau"], S)
+S = ("fp16 without a GradScaler: the gradients reaching each layer pass through fp16 in "
+     "backward and the small ones underflow to zero")
+S += " (with 16-step accumulation dividing the loss by 16, as usual)"
+fault("ae", "fp16_no_scaler", "tm_csv", 0, [], ["plateau", "flat_loss",
+      "vanishing_gradients"], S + ". Measured effect: final loss ~0.10 against ~0.09 for the "
+      "same model in fp32 and a smaller grad norm; nothing a log alone can tell from a healthy "
+      "run, so it is labelled faults: [] (a fault the logs cannot show)", batch=256, accum=8,
+      steps=100)
+S = "gradient accumulation over 8 micro-batches without dividing the loss by 8 (SGD)"
+fault("mlp", "accum_not_divided", "lightning", 0, ["nonfinite_loss|divergence|flat_loss"], DIV_TOL, S, opt="sgd",
+      lr=0.3, accum=8)
+fault("gru", "accum_not_divided", "hf", 1, ["nonfinite_loss|divergence"], DIV_TOL, S +
+      " (lr=0.5, which trains the same model with the loss divided)", opt="sgd", lr=0.5,
+      accum=8, steps=150)
+S = "reduction='sum' with an lr tuned for the mean (SGD)"
+fault("mlp", "summed_loss", "tensorboard", 0, ["nonfinite_loss|divergence"], NF_TOL, S, opt="sgd",
+      lr=0.05)
+fault("gru", "summed_loss", "tm_jsonl", 1, ["nonfinite_loss|divergence"], DIV_TOL, S, opt="sgd", lr=0.05)
+S = "a loop meant to freeze the embedding froze every layer but the head"
+fault("resnet", "frozen", "lightning", 0, ["plateau"], ["flat_loss"], S)
+fault("chartf", "frozen", "fairseq", 1, ["plateau"], ["flat_loss"], S)
+S = ("validation rows drawn from the training set (leakage): val loss simply tracks train "
+     "loss, which a log cannot tell from a healthy run")
+fault("mlp", "leakage", "keras_json", 0, [], [], S, n_train=256, steps=240, hidden=256)
+fault("cnn", "leakage", "hf", 1, [], [], S)
+S = "weights initialised x100 (a custom init without 1/sqrt(fan_in))"
+fault("mlp", "bad_init", "wandb_jsonl", 0, ["exploding_gradients"],
+      ["divergence", "loss_spike", "oscillation", "plateau"], S)
+fault("gru", "bad_init", "tm_csv", 1, ["exploding_gradients"],
+      ["divergence", "loss_spike", "oscillation", "plateau", "flat_loss"], S, init_scale=30.0)
+S = "16 sigmoid layers with default init: gradients vanish, loss flat"
+S += "; the log has per-layer grad norms (layer/body.0 and layer/head)"
+fault("mlp_deep", "vanishing", "tm_csv", 0, ["vanishing_gradients", "flat_loss"], ["plateau"],
+      S, opt="sgd", lr=0.01, depth=16, layer_stats=True)
+fault("mlp_deep", "vanishing", "ns_jsonl", 1, ["vanishing_gradients", "flat_loss"], ["plateau"],
+      S, opt="sgd", lr=0.01, depth=20, layer_stats=True)
+S = "a per-epoch StepLR(step_size=8, gamma=0.5) stepped every batch: lr collapses to ~0"
+fault("cnn", "sched_per_batch", "lightning", 0, ["lr_schedule_anomaly"], ["plateau",
+      "flat_loss"], S)
+fault("chartf", "sched_per_batch", "hf", 1, ["lr_schedule_anomaly"], ["plateau", "flat_loss"],
+      S)
+fault("mlp", "sched_per_batch", "tm_csv", 2, ["lr_schedule_anomaly"], ["plateau", "flat_loss"],
+      S, opt="sgd", lr=0.05)
+S = "warm-up length set to 10x the run: the lr rises for the whole run"
+fault("mlp", "lr_rising", "wandb_csv", 0, ["lr_schedule_anomaly"], ["plateau"], S,
+      sched="never_ending_warmup", opt="sgd", lr=0.5)
+fault("gru", "lr_rising", "tm_csv", 1, ["lr_schedule_anomaly"], ["plateau", "oscillation",
+      "flat_loss"],
+      S + " (an exponential schedule with gamma 1.02 instead of 0.98)", sched="rising",
+      lr=1e-4)
+S = ("warm-up to a peak lr far too high: loss improves, creeps up as the lr ramps, "
+     "then blows up")
+fault("chartf", "warmup_diverge", "tm_csv", 0, ["divergence|nonfinite_loss"], DIV_TOL + ["nonfinite_loss",
+      "lr_schedule_anomaly"], S, sched="warmup_const", warmup=150, lr=0.3)
+fault("vit", "warmup_diverge", "tensorboard", 1, ["divergence|nonfinite_loss"], DIV_TOL + ["nonfinite_loss",
+      "lr_schedule_anomaly"], S, sched="warmup_const", warmup=140, lr=0.3, tb_style="B")
+S = "poisoned batches (corrupt inputs / labels) at a few steps: loss spikes and recovers"
+fault("mlp", "poisoned_batches", "tm_csv", 0, ["loss_spike"], ["exploding_gradients"], S,
+      spike_steps=[120, 190, 260])
+fault("ae", "poisoned_batches", "wandb_csv", 1, ["loss_spike"], ["exploding_gradients"], S,
+      spike_steps=[100, 220])
+fault("chartf", "poisoned_batches", "tm_jsonl", 2, ["loss_spike"], ["exploding_gradients"], S,
+      spike_steps=[90, 150])
+S = "data decoded on the main thread (a sleep in the loader): steps wait for data"
+fault("cnn", "slow_loader", "tm_csv", 0, ["input_bound"], [], S, load_sleep=0.012)
+fault("mlp", "slow_loader", "units_csv", 1, ["input_bound"], [], S)
+fault("gru", "slow_loader", "ns_jsonl", 2, ["input_bound"], [], S, load_sleep=0.04,
+      steps=120)
+S = "a synchronous checkpoint every 50 steps (a sleep of ~20x the median step)"
+fault("mlp", "periodic_stall", "tm_csv", 0, ["step_time_outliers"], [], S,
+      stall_steps=[50, 100, 150, 200, 250])
+fault("chartf", "periodic_stall", "wandb_csv", 1, ["step_time_outliers"], [], S,
+      stall_every=40, stall_steps=[40, 80, 120])
+S = "2 ranks; rank 1's host slows down halfway (a sleep in its step), rank 0 waits for it"
+fault("mlp", "straggler", "rank_csv", 0, ["straggler"], ["throughput_regression",
+      "input_bound"], S, ranks=2, straggle_at=150, straggle_s=0.008)
+fault("cnn", "straggler", "rank_csv", 1, ["straggler"], ["throughput_regression",
+      "input_bound"], S, ranks=2, straggle_at=120, straggle_s=0.015)
+S = "throughput halves halfway (a neighbour process takes the core)"
+fault("cnn", "throughput_regression", "tm_csv", 0, ["throughput_regression"],
+      ["step_time_outliers"], S, straggle_at=120)
+fault("chartf", "throughput_regression", "wandb_jsonl", 1, ["throughput_regression"],
+      ["step_time_outliers"], S, straggle_at=100)
+S = "every step's output (and its graph) appended to a list: memory grows"
+fault("mlp", "memory_growth", "tm_csv", 0, ["memory_growth"], [], S, hidden=256, batch=128)
+fault("gru", "memory_growth", "units_csv", 1, ["memory_growth"], [], S, batch=128)
+fault("ae", "memory_growth", "wandb_csv", 2, ["memory_growth"], [], S, batch=256)
+S = "tiny training set trained long: val loss turns up while train loss keeps falling"
+fault("mlp", "overfitting", "keras_csv", 0, ["overfitting"], ["plateau"], S, n_train=64,
+      batch=16, steps=320, eval_every=4, hidden=256, spread=0.5, lr=3e-3)
+fault("gru", "overfitting", "lightning", 1, ["overfitting"], ["plateau"], S, n_train=64,
+      batch=16, steps=300, eval_every=15, lr=1e-2)
+fault("mlp", "overfitting", "tm_csv", 3, ["overfitting"], ["plateau"], S, n_train=48,
+      batch=16, steps=300, eval_every=10, hidden=256, spread=0.8, lr=1e-3, n_eval=96)
+S = ("a corrupt record in the val shard served for three evaluations (val loss NaN), "
+     "then the shard was replaced")
+fault("cnn", "eval_nan", "keras_json", 0, ["nonfinite_loss"], [], S, nan_evals=[10, 11, 12])
+fault("mlp", "eval_nan", "tm_csv", 1, ["nonfinite_loss"], [], S, nan_evals=[4, 5, 6])
+S = "regression in metres (loss ~1e-6); one batch arrives in millimetres: loss jumps ~1e5x"
+fault("reg", "tiny_loss_jump", "tm_csv", 0, ["loss_spike"], ["exploding_gradients"], S,
+      spike_steps=[200])
+fault("reg", "tiny_loss_jump", "tm_jsonl", 1, ["loss_spike"], ["exploding_gradients"], S,
+      spike_steps=[150, 240])
+S = "three runs (lr sweep) appended into one file: the step restarts at 0 twice"
+fault("mlp", "appended_runs", "tm_csv", 0, ["resume_discontinuity"], [], S, steps=120,
+      appended=[dict(lr=1e-3), dict(lr=3e-3), dict(lr=1e-2)])
+fault("gru", "appended_runs", "keras_csv", 1, ["resume_discontinuity"], [], S, steps=120,
+      appended=[dict(lr=3e-3), dict(lr=5e-3, seed=2), dict(lr=1e-2, seed=3)])
+S = ("the job died at step 200 and resumed from the checkpoint of step 150: steps 150-199 "
+     "appear twice")
+fault("cnn", "resume_repeat", "tm_jsonl", 0, ["resume_discontinuity"], [], S,
+      ckpt_at=150, crash_at=200, steps=240)
+fault("chartf", "resume_repeat", "fairseq", 1, ["resume_discontinuity"], [], S,
+      ckpt_at=100, crash_at=140)
+S = "first layer's bias initialised at -100: every ReLU is dead, only the head bias learns"
+fault("mlp", "dead_relu", "tm_csv", 0, ["flat_loss"], ["dead_units", "vanishing_gradients",
+      "plateau"], S)
+fault("mlp", "dead_relu", "lightning", 1, ["flat_loss"], ["dead_units", "vanishing_gradients",
+      "plateau"], S, opt="sgd", lr=0.05)
+S = ("the optimizer was built on a deepcopy of the model: it steps the copy, the trained "
+     "model never changes (full-batch, so the loss is pinned)")
+fault("mlp", "optimizer_copy", "tm_csv", 0, ["flat_loss"], ["plateau", "vanishing_gradients"],
+      S, n_train=512, batch=512)
+fault("ae", "optimizer_copy", "hf", 1, ["flat_loss"], ["plateau", "vanishing_gradients"], S,
+      n_train=512, batch=512)
+S = ("lr far too high in an HF Trainer run: the loss turns NaN but logging_nan_inf_filter "
+     "keeps it out of the logged loss; grad_norm shows NaN")
+fault("mlp", "nan_filtered", "hf", 0, ["nan_masked_in_logs"], ["nonfinite_grad",
+      "exploding_gradients", "divergence", "nonfinite_loss", "loss_spike"], S, opt="sgd",
+      lr=30.0)
+
+
+def assign_splits(specs: list[dict], share: float = 0.4) -> dict[str, str]:
+    """~40% holdout by a hash of the run name, stratified: within each fault kind (and, for
+    the healthy runs, each family) the runs are ordered by hash and the first
+    round(share * n) go to holdout, at least one each way when a kind has two runs or more."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for sp in specs:
+        key = f"fault:{sp['fault']}" if sp["fault"] != "none" else f"healthy:{sp['family']}"
+        groups[key].append(sp["name"])
+    out = {}
+    for _key, names in sorted(groups.items()):
+        names = sorted(names, key=lambda n: hashlib.sha1(n.encode()).hexdigest())
+        k = round(share * len(names))
+        if len(names) >= 2:
+            k = min(max(k, 1), len(names) - 1)
+        for i, n in enumerate(names):
+            out[n] = "holdout" if i < k else "tune"
+    return out
