@@ -9,6 +9,7 @@ The evidence rules are written out in docs/symptoms.md; keep the two in step.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -266,7 +267,127 @@ def _hinge_onset(lv: np.ndarray, lo: int, hi: int, is_log: bool) -> int:
     return lo + c
 
 
-@register_detector("divergence", requires=("loss",))
+#: Creep: a sustained rise inside the run (not only to its end) by at least this ratio ...
+CREEP_RATIO = 1.05
+#: ... over at least this fraction of the run's steps, significant at DIVERGE_TREND_Z.
+CREEP_MIN_FRACTION = 0.25
+
+
+@dataclass(frozen=True)
+class Creep:
+    """A sustained rise of the loss level: from block ``lo`` (its lowest level before) to
+    block ``hi`` (its highest level), in transformed units (log for positive losses)."""
+
+    lo: int
+    hi: int
+    rise: float
+    z: float
+
+
+def find_creep(lv: np.ndarray, steps: np.ndarray, span: int, is_log: bool) -> Creep | None:
+    """The largest sustained rise of a block-median level ``lv`` (first steps ``steps``):
+    the smoothed level's largest draw-up (its high minus the lowest level before it), kept
+    when it lasts >= 25% of the run, rises >= 5% (and >= 5 block sigmas), and a robust
+    (Theil-Sen) slope through the blocks of the stretch is >= DIVERGE_TREND_Z standard errors
+    above zero. Healthy training does not climb for a quarter of the run; warm restarts,
+    RL and GANs are excused by the caller."""
+    nb = lv.shape[0]
+    if nb < 8:
+        return None
+    w = 3 if nb >= 15 else 1
+    sm = np.array([median(lv[max(0, i - w // 2): i + w // 2 + 1]) for i in range(nb)])
+    cm_idx = np.zeros(nb, dtype=np.int64)
+    best = 0
+    for i in range(1, nb):
+        if sm[i] < sm[best]:
+            best = i
+        cm_idx[i] = best
+    draw = sm - sm[cm_idx]
+    hi = int(np.argmax(draw))
+    lo = int(cm_idx[hi])
+    rise = float(draw[hi])
+    sig_b = diff_sigma(lv)
+    need = max(math.log(CREEP_RATIO) if is_log else (CREEP_RATIO - 1.0) * abs(float(sm[lo])),
+               5.0 * sig_b)
+    if hi - lo < 4 or rise < need or int(steps[hi] - steps[lo]) < CREEP_MIN_FRACTION * span:
+        return None
+    _, z = theil_sen_z(lv[lo: hi + 1])
+    if z < DIVERGE_TREND_Z:
+        return None
+    return Creep(lo=lo, hi=hi, rise=rise, z=z)
+
+
+def _creep_finding(run: Run, tr: Trace, lv: np.ndarray, bl_first: np.ndarray, c: Creep,
+                   is_log: bool, size: int) -> Finding | None:
+    """A divergence that rose inside the run and came back down (an lr drop, a restart)."""
+    inv = math.exp if is_log else float
+    onset = int(bl_first[c.lo])
+    top = int(bl_first[c.hi])
+    ratio = math.exp(c.rise) if is_log else (
+        (float(inv(lv[c.lo])) + c.rise) / float(inv(lv[c.lo])) if lv[c.lo] else math.inf)
+    legit = _rise_expected(run) or (_cyclic(run, tr.rank) and
+                                    "the logged lr cycles (warm restarts)")
+    sev: Severity = "info" if legit else "warning"
+    ev = [Evidence(tr.metric, onset, float(inv(lv[c.lo])), None,
+                   note=f"lowest level before the rise (block median of {size} points)"),
+          Evidence(tr.metric, top, float(inv(lv[c.lo] + c.rise)), float(inv(lv[c.lo])),
+                   note=f"highest level of the rise (smoothed block medians); a robust slope "
+                        f"through the {c.hi - c.lo + 1} blocks is {c.z:.1f} standard errors "
+                        f"above zero")]
+    if legit:
+        ev.append(Evidence(tr.metric, None, None, None, note=f"a rise may be expected: {legit}"))
+    return Finding(
+        symptom="divergence", severity=sev, confidence=0.65, onset_step=onset, end_step=top,
+        rank=tr.rank, metric=tr.metric,
+        summary=(f"{tr.metric} rose steadily from step {onset} to step {top} "
+                 f"({ratio:.3g}x, {fmt(inv(lv[c.lo]))} -> {fmt(inv(lv[c.lo] + c.rise))}) "
+                 f"over {100 * (top - onset) / max(1, tr.span):.0f}% of the run instead of "
+                 f"falling, then came down"),
+        evidence=tuple(ev))
+
+
+#: ln of the largest tokenizer vocabulary in use (262144): a cross-entropy above it is worse
+#: than predicting uniformly over any vocabulary, i.e. confidently wrong: diverged.
+CE_ABOVE_UNIFORM_NATS = math.log(262144)
+#: Metric-name fragments that say the loss is a cross-entropy (its exp is a perplexity).
+_CE_HINTS = ("ppl", "perplexity")
+
+
+def _ce_above_uniform(run: Run, tr: Trace) -> Finding | None:
+    """A cross-entropy loss (a perplexity is logged beside it) whose level stays above
+    ln(262144) nats for >= 10% of the run: worse than uniform guessing over any vocabulary,
+    so the model is confidently wrong (diverged), whether or not it was ever lower."""
+    if tr.metric != "loss" or not any(h in m.lower() for m in run.metrics() for h in _CE_HINTS):
+        return None
+    above = tr.values > CE_ABOVE_UNIFORM_NATS
+    if not bool(above.any()):
+        return None
+    runs_ = [(a, b) for a, b in true_runs(above)
+             if int(tr.steps[b - 1] - tr.steps[a]) >= 0.1 * max(1, tr.span) and b - a >= 3]
+    if not runs_:
+        return None
+    a, b = runs_[0]
+    onset = int(tr.steps[a])
+    lvl = median(tr.values[a:b])
+    return Finding(
+        symptom="divergence", severity="error", confidence=0.8, onset_step=onset,
+        end_step=int(tr.steps[b - 1]), rank=tr.rank, metric="loss",
+        summary=(f"loss (a cross-entropy: a perplexity is logged) stayed at {fmt(lvl)} nats "
+                 f"from step {onset} to {int(tr.steps[b - 1])}, above ln(262144) = "
+                 f"{CE_ABOVE_UNIFORM_NATS:.2f}: worse than uniform guessing over any "
+                 f"vocabulary, so the model is confidently wrong"),
+        evidence=(Evidence("loss", onset, lvl, CE_ABOVE_UNIFORM_NATS,
+                           note=f"median over the {b - a} logged points of that stretch; "
+                                f"reference = ln of the largest tokenizer vocabulary"),))
+
+
+def _cyclic(run: Run, rank: int | None) -> bool:
+    from trainmedic.diagnose.detectors.loss_progress import _cyclic_lr
+
+    return _cyclic_lr(run, rank)
+
+
+@register_detector("divergence", requires_any=("loss", "val_loss"))
 def detect_divergence(run: Run) -> list[Finding] | NotRun:
     """The loss level rose >= 1.5x above its running minimum and stayed there to the end, or
     rose steadily (a significant robust slope) by >= 1.15x over the final >= 20% of the run.
@@ -277,8 +398,14 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
     fit from the lowest level before the rise.
     """
     out: list[Finding] = []
-    trs = traces(run, "loss", min_points=8)
+    # Without a training loss, the validation loss is the only curve there is (fairseq's
+    # valid lines, an eval-only export): it is judged the same way.
+    trs = traces(run, "loss", min_points=8) or traces(run, "val_loss", min_points=8)
     for tr in trs:
+        level = _ce_above_uniform(run, tr)
+        if level is not None:
+            out.append(level)
+            continue
         t, is_log = log_if_positive(tr.values)
         bl = blocks(tr.steps, t, max_blocks=200 if len(tr) >= 600 else max(8, len(tr) // 3))
         lv = bl.median
@@ -313,14 +440,20 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             m = int(near_min[-1]) if near_min.size else 0
             span = max(1, int(tr.steps[-1] - tr.steps[0]))
             n_blocks = nb - m - 1
-            if n_blocks < 8 or int(tr.steps[-1] - bl.first_step[m]) < \
-                    DIVERGE_TREND_MIN_FRACTION * span:
-                continue
+            ok = not (n_blocks < 8 or int(tr.steps[-1] - bl.first_step[m]) <
+                      DIVERGE_TREND_MIN_FRACTION * span)
             tail_q = max(2, n_blocks // 4)
-            if median(lv[-tail_q:]) - float(cummin[m]) < theta_trend:
-                continue
-            _, z = theil_sen_z(lv[m:])
-            if z < DIVERGE_TREND_Z:
+            ok = ok and median(lv[-tail_q:]) - float(cummin[m]) >= theta_trend
+            ok = ok and theil_sen_z(lv[m:])[1] >= DIVERGE_TREND_Z
+            if not ok:
+                # No rise to the end: a rise inside the run that later came down.
+                lv_c = blocks(tr.steps, t, max_blocks=min(60, max(8, len(tr) // 3)))
+                c = find_creep(lv_c.median, lv_c.first_step, tr.span, is_log)
+                if c is not None and c.hi < len(lv_c.median) - 1:
+                    f = _creep_finding(run, tr, lv_c.median, lv_c.first_step, c, is_log,
+                                       lv_c.size)
+                    if f is not None:
+                        out.append(f)
                 continue
             k = m + 1
         # The lowest level before the rise, then the change point between it and the rise.
@@ -351,19 +484,20 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
                f"a significant robust upward slope over {n_blocks} blocks (z >= "
                f"{DIVERGE_TREND_Z:.0f}), vs the lowest earlier block median")
         ev = [
-            Evidence("loss", int(bl.first_step[kmin]), float(inv(lv[kmin])), None,
+            Evidence(tr.metric, int(bl.first_step[kmin]), float(inv(lv[kmin])), None,
                      note=f"lowest level before the rise (median of a block of {bl.size} points)"),
-            Evidence("loss", int(tr.steps[-1]), float(inv(end_lv)), float(inv(best)),
+            Evidence(tr.metric, int(tr.steps[-1]), float(inv(end_lv)), float(inv(best)),
                      note=how),
         ]
         if legit:
-            ev.append(Evidence("loss", None, None, None, note=f"a rise may be expected: {legit}"))
+            ev.append(Evidence(tr.metric, None, None, None,
+                               note=f"a rise may be expected: {legit}"))
         tail = " and ended above where it started" if undone else ""
         verb = "rose steadily" if trend_branch else "rose"
         out.append(Finding(
             symptom="divergence", severity=sev, confidence=conf, onset_step=onset,
-            end_step=None, rank=tr.rank, metric="loss",
-            summary=(f"loss {verb} from step {onset} to {ratio:.3g}x its best level "
+            end_step=None, rank=tr.rank, metric=tr.metric,
+            summary=(f"{tr.metric} {verb} from step {onset} to {ratio:.3g}x its best level "
                      f"({fmt(inv(best))} -> {fmt(inv(end_lv))}) and stayed up to the last "
                      f"logged step {int(tr.steps[-1])}{tail}"),
             evidence=tuple(ev)))

@@ -1,0 +1,63 @@
+"""divergence inside the run (a creep that later came down), above-uniform cross-entropy, and
+a validation-only log; healthy controls stay quiet."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trainmedic.diagnose import diagnose
+from trainmedic.run.series import Run
+
+
+def _loud(run: Run, symptom: str) -> list:
+    return [f for f in diagnose(run).findings if f.symptom == symptom and f.level >= 1]
+
+
+def test_creep_inside_the_run_is_a_divergence() -> None:
+    rng = np.random.default_rng(0)
+    s = np.arange(200)
+    # Falls to 1.6 by step 80, creeps up 25% to step 160, then an lr drop brings it down.
+    base = np.where(s < 80, 8 * np.exp(-s / 15) + 1.6, 1.6 * (1 + 0.25 * (s - 80) / 80))
+    base = np.where(s >= 160, 1.7, base)
+    run = Run(source="t")
+    run.add("loss", s, base * np.exp(rng.normal(0, 0.02, 200)))
+    f = _loud(run, "divergence")
+    assert len(f) == 1
+    assert 70 <= f[0].onset_step <= 95 and f[0].end_step is not None
+    assert 150 <= f[0].end_step <= 165
+
+
+def test_healthy_decay_with_noise_has_no_creep() -> None:
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        s = np.arange(300)
+        run = Run(source="t")
+        run.add("loss", s, (2.5 * np.exp(-s / 60) + 0.4) * np.exp(rng.normal(0, 0.05, 300)))
+        assert not _loud(run, "divergence")
+
+
+def test_cross_entropy_above_any_vocabulary_is_divergence_from_the_start() -> None:
+    s = np.arange(0, 10000, 100)
+    loss = np.where(s < 5000, 18.0 + 0.0002 * s, 8.0)
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    run.add("ppl", s, np.exp(loss))
+    f = _loud(run, "divergence")
+    assert len(f) == 1 and f[0].severity == "error" and f[0].onset_step == 0
+    # The same numbers without a perplexity (an MSE, say) are not judged by that level.
+    run2 = Run(source="t")
+    run2.add("loss", s, loss)
+    assert all(f.onset_step != 0 or "uniform" not in f.summary
+               for f in diagnose(run2).findings)
+
+
+def test_validation_only_log_is_judged_for_divergence() -> None:
+    s = np.arange(1, 41) * 100
+    val = np.where(s < 2000, 6.0 - 0.0002 * s, 12.0 + 0.1 * np.sin(s))
+    run = Run(source="t")
+    run.add("val_loss", s, val)
+    f = _loud(run, "divergence")
+    assert len(f) == 1 and f[0].metric == "val_loss" and abs(f[0].onset_step - 2000) <= 200
+    assert math.isfinite(f[0].confidence)
