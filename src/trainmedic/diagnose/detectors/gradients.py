@@ -37,7 +37,7 @@ from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
 
 __all__ = ["GRAD_SPIKE_RATIO", "GRAD_GROWTH_RATIO", "VANISH_RATIO", "VANISH_DEPTH_RATIO",
-           "VANISH_DEPTH_INFO_RATIO"]
+           "VANISH_DEPTH_INFO_RATIO", "GRAD_LEVEL_HIGH", "GRAD_LEVEL_LOW"]
 
 #: A grad_norm point this many times its trailing median (and z >= 8) is a spike.
 GRAD_SPIKE_RATIO = 10.0
@@ -112,6 +112,72 @@ def _flank_start(first_step: np.ndarray, level: np.ndarray, j: int, early: float
     return int(min(hi, max(lo, round(x0))))
 
 
+#: Level rules (a run broken from its first step has no rise to detect). A pre-clip global
+#: grad norm whose median over the first fifth of the run is >= this is exploding from the
+#: start: healthy networks with a mean-reduced loss sit at O(0.1-100) (init schemes keep
+#: per-layer gradients O(1): Glorot & Bengio 2010, He et al. 2015).
+GRAD_LEVEL_HIGH = 1e4
+#: ... and one whose median over the whole run is <= this, with a loss that does not fall,
+#: has vanished from the start (float32 round-off of O(1) weights is ~1e-7).
+GRAD_LEVEL_LOW = 1e-6
+
+
+def _loss_fall(run: Run, rank: int | None) -> tuple[float | None, float | None]:
+    """(relative fall of the loss from its first to its last tenth, its first level)."""
+    tr = Trace.of(run, "loss", rank) or Trace.of(run, "loss", None)
+    if tr is None or len(tr) < 6:
+        return None, None
+    q = max(2, len(tr) // 10)
+    head, tail = median(tr.values[:q]), median(tr.values[-q:])
+    if not head or not math.isfinite(head):
+        return None, head
+    return (head - tail) / abs(head), head
+
+
+def _exploding_level(run: Run, g: Trace) -> Finding | None:
+    q = max(3, len(g) // 5)
+    lvl = median(np.abs(g.values[:q]))
+    if not lvl >= GRAD_LEVEL_HIGH:
+        return None
+    _, loss0 = _loss_fall(run, g.rank)
+    huge_loss = loss0 is not None and abs(loss0) >= 1e3
+    sev: Severity = "error" if huge_loss else "warning"
+    loss_txt = f" with a loss of {fmt(loss0)} (init scale)" if huge_loss else ""
+    ev = [Evidence("grad_norm", int(g.steps[0]), lvl, GRAD_LEVEL_HIGH,
+                   note=f"median of the first {q} logged grad norms; reference = the level no "
+                        f"healthy pre-clip norm of a mean-reduced loss reaches")]
+    if huge_loss:
+        ev.append(Evidence("loss", int(g.steps[0]), loss0, None,
+                           note="median of the first tenth of the logged losses"))
+    return Finding(symptom="exploding_gradients", severity=sev, confidence=0.75,
+                   onset_step=int(g.steps[0]), end_step=None, rank=g.rank, metric="grad_norm",
+                   summary=(f"grad_norm was {fmt(lvl)} from the first logged step{loss_txt}: "
+                            f"exploding from initialization (weight scale, an unnormalized "
+                            f"input or target, or a summed loss), not after a rise"),
+                   evidence=tuple(ev))
+
+
+def _vanishing_level(run: Run, g: Trace) -> Finding | None:
+    lvl = median(np.abs(g.values))
+    if not (0 < lvl <= GRAD_LEVEL_LOW):
+        return None
+    fall, loss0 = _loss_fall(run, g.rank)
+    if fall is None or fall >= 0.1 or (loss0 is not None and abs(loss0) < 1e-3):
+        return None  # the loss fell, or sits at ~0: tiny gradients are convergence
+    return Finding(symptom="vanishing_gradients", severity="warning", confidence=0.75,
+                   onset_step=int(g.steps[0]), end_step=int(g.steps[-1]), rank=g.rank,
+                   metric="grad_norm",
+                   summary=(f"grad_norm stayed at {fmt(lvl)} from the first logged step while "
+                            f"the loss fell only {100 * fall:.1f}%: the gradients vanished "
+                            f"from the start (saturating activations, depth without "
+                            f"residuals or normalization, or an underflowing precision)"),
+                   evidence=(Evidence("grad_norm", int(g.steps[0]), lvl, GRAD_LEVEL_LOW,
+                                      note="median of every logged grad norm"),
+                             Evidence("loss", int(g.steps[-1]), fall, None,
+                                      note="relative fall of the loss from its first to its "
+                                           "last tenth (value)")))
+
+
 @register_detector("exploding_gradients", requires=("grad_norm",))
 def detect_exploding(run: Run) -> list[Finding] | NotRun:
     """(a) sustained: the block-median grad_norm in the last 20% of the run is >= 10x its
@@ -125,6 +191,10 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
         if len(g) < 10 or pos.size < 10:
             continue
         ran = True
+        level = _exploding_level(run, g)
+        if level is not None:
+            out.append(level)
+            continue
         steps = g.steps[g.values > 0]
         lg = np.log(pos)
         # (a) sustained growth
@@ -252,6 +322,10 @@ def detect_vanishing(run: Run) -> list[Finding] | NotRun:
     out: list[Finding] = []
     trs = traces(run, "grad_norm", min_points=10)
     for g in trs:
+        level = _vanishing_level(run, g)
+        if level is not None:
+            out.append(level)
+            continue
         n = len(g)
         v = g.values
         q = max(2, n // 5)

@@ -1,0 +1,53 @@
+"""Gradient norms broken from the first step (no rise to detect), and healthy controls."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainmedic.diagnose import diagnose
+from trainmedic.run.series import Run
+
+
+def _run(grad: np.ndarray, loss: np.ndarray) -> Run:
+    run = Run(source="t")
+    s = np.arange(grad.shape[0])
+    run.add("grad_norm", s, grad)
+    run.add("loss", s, loss)
+    return run
+
+
+def _loud(run: Run, symptom: str) -> list:
+    return [f for f in diagnose(run).findings if f.symptom == symptom and f.level >= 1]
+
+
+def test_init_scale_explodes_from_step_zero() -> None:
+    rng = np.random.default_rng(0)
+    g = 1e5 * np.exp(rng.normal(0, 0.3, 200))
+    loss = 1e6 * np.exp(rng.normal(0, 0.3, 200))
+    f = _loud(_run(g, loss), "exploding_gradients")
+    assert len(f) == 1 and f[0].onset_step == 0 and f[0].severity == "error"
+
+
+def test_vanished_from_the_start_with_a_flat_loss() -> None:
+    rng = np.random.default_rng(1)
+    g = 1e-7 * np.exp(rng.normal(0, 0.2, 300))
+    loss = 2.302 + rng.normal(0, 0.01, 300)
+    f = _loud(_run(g, loss), "vanishing_gradients")
+    assert len(f) == 1 and f[0].onset_step == 0
+
+
+def test_tiny_gradients_at_a_falling_loss_are_quiet() -> None:
+    rng = np.random.default_rng(2)
+    s = np.arange(300)
+    g = 1e-7 * np.exp(rng.normal(0, 0.2, 300))
+    loss = 1e-3 * np.exp(-s / 100) * np.exp(rng.normal(0, 0.05, 300))
+    assert not _loud(_run(g, loss), "vanishing_gradients")
+
+
+def test_healthy_norms_are_quiet() -> None:
+    rng = np.random.default_rng(3)
+    s = np.arange(400)
+    g = (5.0 * np.exp(-s / 200) + 0.5) * np.exp(rng.normal(0, 0.2, 400))
+    loss = (2.0 * np.exp(-s / 100) + 0.3) * np.exp(rng.normal(0, 0.03, 400))
+    run = _run(g, loss)
+    assert not _loud(run, "exploding_gradients") and not _loud(run, "vanishing_gradients")
