@@ -257,7 +257,7 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
         ev = [Evidence("loss", onset, float(inv(lv[k])), float(inv(float(lv[0]))),
                        note="first block median within noise of the best level; "
                             "reference = first block median")]
-        sev, why = _plateau_cost(run, tr, float(inv(best)), share)
+        sev, why = _plateau_cost(run, tr, onset, share)
         frozen = _pinned_eval(run, tr.rank)
         if frozen is not None and frozen[0] >= onset - 0.1 * span:
             sev = "error" if share >= 0.5 else "warning"
@@ -295,20 +295,30 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
     return out
 
 
-def _plateau_cost(run: Run, tr: Trace, level: float, share: float) -> tuple[Severity, str]:
+def _plateau_cost(run: Run, tr: Trace, onset: int, share: float) -> tuple[Severity, str]:
     """Severity from what the plateau costs: a plateau at chance level (ln k: the model
     predicts uniformly) is an error; any other plateau is info (often the schedule doing its
     job, or the data's floor), unless the evaluations show frozen weights (see the caller).
-    A rule on "learned little, then stopped" was tried and dropped: a fine-tune or a hard
-    task can plateau at 70% of its start, healthily."""
+    ln k values are dense (ln 8 and ln 9 are 0.12 apart), so one curve near ln k can be a
+    coincidence: chance needs the median of the plateau stretch within 0.1% of ln k on the
+    training loss *and* the validation loss at the same k. A rule on "learned little, then
+    stopped" was tried and dropped: a fine-tune or a hard task can plateau at 70% of its
+    start, healthily."""
+    a = int(np.searchsorted(tr.steps, onset))
+    level = median(tr.values[a:]) if a < len(tr) else float("nan")
     k = chance_classes(level)
-    # Tighter than the flat check: a plateau follows a descent, so only a level within 0.1%
-    # of ln k (an average over the plateau) says "uniform predictions", not a coincidence.
-    if k is not None and abs(level - math.log(k)) > 1e-3 * math.log(k):
-        k = None
-    if k is not None and share >= PLATEAU_MIN_FRACTION:
-        return "error", f"; at chance level ln({k}) = {math.log(k):.4f}: the model is untrained"
-    return "info", ""
+    if k is None or abs(level - math.log(k)) > 1e-3 * math.log(k):
+        return "info", ""
+    val = Trace.of(run, "val_loss", tr.rank) or Trace.of(run, "val_loss", None)
+    if val is None or len(val) < 2:
+        return "info", ""
+    b = int(np.searchsorted(val.steps, onset))
+    if b >= len(val) or chance_classes(median(val.values[b:])) != k:
+        return "info", ""
+    if share < PLATEAU_MIN_FRACTION:
+        return "info", ""
+    return "error", (f"; training and validation loss both at chance level ln({k}) = "
+                     f"{math.log(k):.4f}: the model predicts uniformly")
 
 
 def _pinned_eval(run: Run, rank: int | None) -> tuple[int, float] | None:
