@@ -14,7 +14,7 @@ from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.run.series import Run, Series
 
-__all__ = ["step_regressions"]
+__all__ = ["step_regressions", "fresh_starts"]
 
 
 def step_regressions(s: Series) -> list[tuple[int, int, int]]:
@@ -51,13 +51,33 @@ def _pick_series(run: Run) -> list[tuple[str, int | None, Series]]:
     return out
 
 
+def fresh_starts(s: Series, regs: list[tuple[int, int, int]]) -> int:
+    """How many step restarts begin a new training from scratch: the loss right after the
+    restart is >= 1.3x the loss right before it and closer (in log space) to the log's first
+    value than to that pre-restart value. A per-epoch step counter restarts with the loss
+    carrying on; an appended run restarts with the loss back near its initial level."""
+    v = s.values
+    if len(s) < 4 or not bool(np.all(np.isfinite(v))) or not bool(np.all(v > 0)):
+        return 0
+    lv = np.log(v)
+    first = float(np.median(lv[: min(2, len(lv))]))
+    n = 0
+    for i, _, _ in regs:
+        before = float(np.median(lv[max(0, i - 2): i]))
+        after = float(np.median(lv[i: i + 2]))
+        if after - before >= np.log(1.3) and abs(after - first) < abs(after - before):
+            n += 1
+    return n
+
+
 @register_detector("resume_discontinuity")
 def detect_resume(run: Run) -> list[Finding] | NotRun:
     """Info when only one logged point is replayed and it is within the first 3 lines (a
     duplicated first record) or the only replay in the run; warning when a jump back replays
     >= 2 logged points (the run resumed from an earlier checkpoint and re-ran those steps),
     noting whether the replayed values matched the originals. A step column that restarts at
-    its first value >= 3 times is a per-epoch counter (info), not a resume."""
+    its first value >= 3 times is a per-epoch counter (info), not a resume. Restarts where the
+    loss returns near its first value (at least half of them) are appended runs (warning)."""
     picked = _pick_series(run)
     if not picked:
         return NotRun("no series with points")
@@ -79,6 +99,25 @@ def detect_resume(run: Run) -> list[Finding] | NotRun:
         # A counter that restarts at its first value again and again (>= 3 times) is a
         # per-epoch step column, not a resume: say so, at info.
         first = int(s.steps[0])
+        fresh = fresh_starts(s, regs) if name == "loss" else 0
+        if fresh >= max(1, (len(regs) + 1) // 2):
+            out.append(Finding(
+                symptom="resume_discontinuity", severity="warning", confidence=0.8,
+                onset_step=to0, end_step=frm0, rank=rank, metric=name,
+                summary=(f"{len(regs) + 1} runs appended into one log: the step restarts "
+                         f"{len(regs)} time(s) (first after step {frm0}) and {fresh} of those "
+                         f"restarts begin with the loss back near its initial level (new "
+                         f"trainings, not a resume or a per-epoch counter); later steps "
+                         f"overwrite earlier ones in the other checks, so split the log per "
+                         f"run"),
+                evidence=(Evidence(name, to0, float(s.values[i0]), float(s.values[i0 - 1]),
+                                   note=f"log line {i0 + 1}: step {to0} after step {frm0}; "
+                                        f"value = loss after the restart, reference = just "
+                                        f"before"),
+                          Evidence(name, int(s.steps[0]), float(s.values[0]), None,
+                                   note="the log's first loss, which the restarts return "
+                                        "to"))))
+            continue
         epoch_counter = len(regs) >= 3 and all(to <= first for _, _, to in regs)
         if epoch_counter:
             out.append(Finding(
