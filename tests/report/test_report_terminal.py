@@ -132,3 +132,20 @@ def test_info_findings_are_compact_unless_verbose() -> None:
     long = flat(render(d, verbose=True))
     assert "schedule annealed (medium) — not checked: log lr to check this" in long
     assert "last block" in long
+
+
+def test_alike_spikes_share_one_card() -> None:
+    from rich.console import Console
+
+    from trainmedic.diagnose.finding import Diagnosis, Evidence, Finding
+    from trainmedic.report.terminal import render_terminal
+
+    spikes = [Finding("loss_spike", "warning", 0.9, s, f"loss jumped 4x at step {s}",
+                      (Evidence("loss", s, 8.0, 2.0),), end_step=s + 5, metric="loss")
+              for s in (100, 200, 300)]
+    d = Diagnosis(source="x", metrics_seen=["loss"], findings=spikes)
+    con = Console(width=100, record=True)
+    render_terminal(d, None, console=con)
+    out = con.export_text()
+    assert out.count("loss_spike") == 1 + out.count("Worst: loss_spike")
+    assert "loss_spike x3" in out and "steps 200→205, steps 300→305" in out

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from trainmedic.diagnose.finding import Diagnosis, Finding
 from trainmedic.report.wording import (
+    card_groups,
     cause_line,
     checks_not_run_lines,
     evidence_line,
@@ -57,7 +58,8 @@ def _grid() -> Table:
 
 
 def _finding_block(f: Finding, index: int, metrics_seen: list[str],
-                   verbose: bool) -> tuple[Text, Padding, Table]:
+                   verbose: bool, alike: list[Finding] | None = None
+                   ) -> tuple[Text, Padding, Table]:
     from rich.padding import Padding
     from rich.text import Text
 
@@ -66,12 +68,16 @@ def _finding_block(f: Finding, index: int, metrics_seen: list[str],
     head.append(f" {f.severity.upper()} ", style=_BADGE_STYLE[f.severity])
     head.append(" ")
     head.append(f.symptom, style="bold")
+    if alike:
+        head.append(f" x{len(alike) + 1}", style="bold")
     head.append(f"  {fmt_span(f)}", style="cyan")
     if f.rank is not None:
         head.append(f"  rank {f.rank}", style="cyan")
     head.append(f"  confidence {f.confidence:.2f}", style="dim")
 
     grid = _grid()
+    if alike:
+        grid.add_row("", "also at", Text(", ".join(fmt_span(g) for g in alike)))
     if f.severity == "info" and not verbose:
         # Info findings are context, not problems: one line of evidence keeps them short.
         if f.evidence:
@@ -153,9 +159,9 @@ def render_terminal(diagnosis: Diagnosis, run: Run | None = None, *,
         con.print()
     if findings:
         con.print(Text(f"Findings ({len(findings)}, worst first)", style="bold"))
-        for i, f in enumerate(findings, 1):
+        for i, group in enumerate(card_groups(findings), 1):
             con.print()
-            for part in _finding_block(f, i, info.metrics, verbose):
+            for part in _finding_block(group[0], i, info.metrics, verbose, group[1:]):
                 con.print(part)
     elif diagnosis.loss_found:
         con.print(Text("No findings.", style="bold green"))

@@ -95,6 +95,26 @@ def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
     )
 
 
+#: Symptoms whose findings are repeated events of one kind: alike ones share a card.
+REPEATED_EVENTS = frozenset({"loss_spike", "step_time_outliers", "exploding_gradients",
+                             "nonfinite_grad"})
+
+
+def card_groups(findings: Iterable[Finding]) -> list[list[Finding]]:
+    """The findings, worst first, with alike repeated events (same symptom, severity, rank and
+    metric: three recovered loss spikes) grouped so the report shows one card "x3"."""
+    groups: list[list[Finding]] = []
+    index: dict[tuple, int] = {}
+    for f in sorted_findings(findings):
+        key = (f.symptom, f.severity, f.rank, f.metric)
+        if f.symptom in REPEATED_EVENTS and key in index:
+            groups[index[key]].append(f)
+            continue
+        index.setdefault(key, len(groups))
+        groups.append([f])
+    return groups
+
+
 def evidence_line(ev: Evidence) -> str:
     """``loss = 8.1 at step 1,234 vs reference 2.4 (measured: running median of ...)``."""
     basis = BASIS_WORDS.get(ev.basis, ev.basis)
