@@ -141,7 +141,7 @@ def _reference(path: str, timeout_s: float) -> dict | None:
     if m.exit_code != 0:
         return None
     imp, read, rows, version = m.stdout.split()
-    return {"wall_s": m.wall_s, "import_s": float(imp), "read_s": float(read),
+    return {"wall_s": m.wall_s, "cpu_s": m.cpu_s, "import_s": float(imp), "read_s": float(read),
             "rows": int(rows), "pyarrow": version, "peak_rss_mb": m.peak_rss_mb}
 
 
@@ -269,9 +269,12 @@ def _print_report(result: dict) -> None:
         print(f"trainmedic diagnose --json: {tm['wall_s_median']:.2f} s, peak RSS "
               f"{tm['peak_rss_mb_max']:.0f} MB")
     if ref and tm:
+        cpu = (f"; CPU seconds (less disturbed by other load): {tm['cpu_s_median']:.2f} vs "
+               f"{ref['cpu_s']:.2f} = {tm['cpu_s_median'] / ref['cpu_s']:.2f}x"
+               if tm["cpu_s_median"] and ref.get("cpu_s") else "")
         print(f"  ratio to the pyarrow process: {result['ratio_to_reference']:.2f}x "
               f"(target <= {TARGET_RATIO:.0f}x); to the bare read_csv call: "
-              f"{tm['wall_s_median'] / ref['read_s']:.1f}x")
+              f"{tm['wall_s_median'] / ref['read_s']:.1f}x{cpu}")
     ph = result["phases"]
     if "error" in ph:
         print(f"phases: driver failed: {ph['error']}")
@@ -352,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
                                   numpy_reader=not args.no_numpy_reader)
     result["reference"] = None
     if refs:
-        result["reference"] = {k: _median(refs, k) for k in ("wall_s", "import_s", "read_s")}
+        result["reference"] = {k: _median(refs, k)
+                               for k in ("wall_s", "cpu_s", "import_s", "read_s")}
         result["reference"].update(pyarrow=refs[0]["pyarrow"], all=refs,
                                    peak_rss_mb_max=max(r["peak_rss_mb"] for r in refs))
     result["phases"] = _summarize_phases(phases)

@@ -14,11 +14,13 @@ Two files, both cached under ``.bench/data/``:
   Lightning's CSVLogger and ``csv.writer`` write floats. Parsing these is slower: a 17-digit
   decimal needs the slow path of any correctly rounding float parser.
 
-Each round runs ``trainmedic.run.load_run(path)`` in a fresh child process and reports its
-wall time (process start to exit, imports included), the time of ``load_run`` alone measured
-inside it, and the child's own peak RSS (see child_process.py). The issue's budget for the
-whole ``trainmedic diagnose`` is 1.0 s and 300 MB on a 2-core machine, of which the import
-should take about 0.4 s. Prints the machine it ran on.
+Each round runs ``trainmedic.run.load_run(path)`` in a fresh child process, once with each
+reader: pyarrow's (``run/csv_arrow.py``, taken for large bodies when pyarrow is installed)
+and the numpy reader (``TRAINMEDIC_CSV_NO_ARROW=1``; with ``--one-process`` also without its
+forked second reader), and reports its wall time (process start to exit, imports included),
+the time of ``load_run`` alone measured inside it, and the child's own peak RSS (see
+child_process.py). The budget of the whole ``trainmedic diagnose`` (issue 12) is 3x a pyarrow
+read of the same file and 300 MB: see diagnose_1m.py. Prints the machine it ran on.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ t2 = time.perf_counter()
 c2 = time.process_time()
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(run.num_points, t1 - t, t2 - t1, c2 - c1, kids.ru_utime + kids.ru_stime,
-      kids.ru_maxrss / 1024)
+      kids.ru_maxrss / 1024, "pyarrow" if "pyarrow" in sys.modules else "numpy")
 """
 
 
@@ -88,7 +90,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", choices=("short", "repr"), help="time one file only")
     ap.add_argument("--one-process", action="store_true",
-                    help="set TRAINMEDIC_CSV_ONE_PROCESS=1: no forked second reader")
+                    help="set TRAINMEDIC_CSV_ONE_PROCESS=1: the numpy reader forks no second "
+                    "reader")
     args = ap.parse_args()
 
     short = _short_file(args.rows)
@@ -97,44 +100,52 @@ def main() -> None:
         files["repr"] = _repr_file(short)
     if args.only == "repr":
         files.pop("short")
-    env = dict(os.environ)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if args.one_process:
-        env["TRAINMEDIC_CSV_ONE_PROCESS"] = "1"
+        base["TRAINMEDIC_CSV_ONE_PROCESS"] = "1"
+    readers = {"pyarrow": base, "numpy": {**base, "TRAINMEDIC_CSV_NO_ARROW": "1"}}
     print(one_line())
-    print("readers: " + ("one process (TRAINMEDIC_CSV_ONE_PROCESS=1)" if args.one_process
-                         else "two processes where the machine allows"))
-    results: dict[str, list[tuple[float, ...]]] = {k: [] for k in files}
-    for p in files.values():  # warm the page cache
-        run_measured([sys.executable, "-c", _CHILD, str(p)], env=env)
+    print("numpy reader: " + ("one process (TRAINMEDIC_CSV_ONE_PROCESS=1)" if args.one_process
+                              else "two processes where the machine allows"))
+    results: dict[tuple[str, str], list[tuple[float, ...]]] = {
+        (f, r): [] for f in files for r in readers}
+    used: dict[tuple[str, str], set[str]] = {k: set() for k in results}
+    for p in files.values():  # warm the page cache and write .pyc files
+        for env in readers.values():
+            run_measured([sys.executable, "-c", _CHILD, str(p)], env=env)
     for _ in range(args.repeats):
         for name, p in files.items():
-            m = run_measured([sys.executable, "-c", _CHILD, str(p)], env=env)
-            if m.exit_code != 0:
-                sys.exit(f"load_run failed on {p}: {m.stderr.strip()[-400:]}")
-            _points, t_import, t_load, cpu, cpu_kid, rss_kid = m.stdout.split()
-            results[name].append((m.wall_s, float(t_load), float(t_import), m.peak_rss_mb,
-                                  float(cpu), float(cpu_kid), float(rss_kid)))
-    print(f"{'file':<7}{'MB':>7}{'rows':>10}{'process wall s':>16}{'load_run s':>12}"
-          f"{'imports s':>11}{'peak RSS MB':>13}{'cpu s':>8}{'reader cpu s':>14}"
-          f"{'reader RSS MB':>15}"
-          f"   (median of {args.repeats}; RSS max)")
-    for name, rows in results.items():
+            for reader, env in readers.items():
+                m = run_measured([sys.executable, "-c", _CHILD, str(p)], env=env)
+                if m.exit_code != 0:
+                    sys.exit(f"load_run failed on {p}: {m.stderr.strip()[-400:]}")
+                _points, t_import, t_load, cpu, cpu_kid, rss_kid, got = m.stdout.split()
+                used[(name, reader)].add(got)
+                results[(name, reader)].append(
+                    (m.wall_s, float(t_load), float(t_import), m.peak_rss_mb, float(cpu),
+                     float(cpu_kid), float(rss_kid)))
+    print(f"{'file':<7}{'reader':<9}{'MB':>6}{'rows':>9}{'process wall s':>16}{'load_run s':>12}"
+          f"{'imports s':>11}{'peak RSS MB':>13}{'cpu s':>8}{'fork cpu s':>12}"
+          f"{'fork RSS MB':>13}   (median of {args.repeats}; RSS max)")
+    for (name, reader), rows in results.items():
         p = files[name]
-        print(f"{name:<7}{p.stat().st_size / 1e6:>7.1f}{args.rows:>10}"
+        label = reader if used[(name, reader)] == {reader} else "/".join(sorted(used[(name,
+                                                                                     reader)]))
+        print(f"{name:<7}{label:<9}{p.stat().st_size / 1e6:>6.1f}{args.rows:>9}"
               f"{statistics.median(r[0] for r in rows):>16.3f}"
               f"{statistics.median(r[1] for r in rows):>12.3f}"
               f"{statistics.median(r[2] for r in rows):>11.3f}"
               f"{max(r[3] for r in rows):>13.0f}"
               f"{statistics.median(r[4] for r in rows):>8.3f}"
-              f"{statistics.median(r[5] for r in rows):>14.3f}"
-              f"{max(r[6] for r in rows):>15.0f}")
-    print("cpu s: CPU time of load_run in the measured process; reader cpu s: CPU time of the")
-    print("forked second reader (0 when the file was read by one process). Peak RSS is the")
-    print("measured process's own; reader RSS is the forked reader's peak, which counts the")
-    print("pages it shares with its parent (copy-on-write, and the shared result buffer), so")
-    print("the two RSS figures add up to more than the memory both use together.")
+              f"{statistics.median(r[5] for r in rows):>12.3f}"
+              f"{max(r[6] for r in rows):>13.0f}")
+    print("reader: which one read the body (pyarrow only where installed and the body is at")
+    print("least csvlog.ARROW_MIN_BYTES). cpu s: CPU time of load_run in the measured process")
+    print("(pyarrow's threads included); fork cpu s: CPU time of the numpy reader's forked")
+    print("second reader (0 when one process read the file). Peak RSS is the measured")
+    print("process's own; fork RSS is the forked reader's peak, which counts the pages it")
+    print("shares with its parent (copy-on-write, and the shared result buffer).")
     print("On a busy machine wall time exceeds the CPU times: check the load average above.")
-    print("budget: the whole `trainmedic diagnose` <= 1.0 s and <= 300 MB; the import ~0.4 s")
 
 
 if __name__ == "__main__":
