@@ -297,3 +297,17 @@ def test_gan_history_sets_objective(tmp_path):
     assert run.meta["objective"] == "adversarial"
     assert run.get("loss").values.tolist() == [40, 35, 33] and run.has("d_loss")
     assert run.get("step_time_s").values.tolist() == [60, 61, 59]
+
+
+def test_pytorch_example_progress_lines(tmp_path):
+    text = "".join(f"Train Epoch: {e} [{b * 640}/1280 ({b * 50}%)]\tLoss: {2 - e / 10 - b / 100}\n"
+                   for e in (1, 2) for b in (0, 1))
+    run = load_run(str(write(tmp_path / "mnist.log", text)))
+    assert list(run.get("loss").steps) == [0, 640, 1280, 1920]
+
+
+def test_epoch_step_progress_lines(tmp_path):
+    text = "".join(f"Epoch [{e}/2], Step [{s}/200], Loss: {1.0 / (e * s)}\n"
+                   for e in (1, 2) for s in (100, 200))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert list(run.get("loss").steps) == [100, 200, 300, 400]

@@ -46,6 +46,8 @@ _SKIP_SUFFIXES = frozenset({
     ".h5", ".hdf5", ".onnx", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".mp4", ".zip", ".tar",
     ".gz", ".tgz", ".whl", ".so", ".pyc", ".yaml", ".yml", ".md", ".html",
     ".model", ".msgpack", ".parquet", ".arrow", ".wandb", ".lock",
+    ".py", ".sh", ".c", ".cc", ".cpp", ".h", ".js", ".ts", ".css", ".toml", ".ini", ".cfg",
+    ".ipynb", ".rst", ".tex", ".pdf",
 })
 _SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints", "node_modules", ".venv"})
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?!\d)", re.IGNORECASE)
@@ -575,6 +577,11 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
     for r in runs:
         if mapping:
             r = _remap_store_run(r, mapping)
+        if "mapping" not in r.meta:  # a run store: its names are trainmedic's own
+            r.meta["mapping"] = [
+                {"file": r.source, "column": m, "canonical": m if m in names_mod.CANONICAL
+                 else None, "how": "canonical" if m in names_mod.CANONICAL else "kept as raw"}
+                for m in r.metrics()]
         _merge_into(total, r, r.source)
     total.notes[:0] = notes
     if not total.series:

@@ -56,6 +56,11 @@ _PROGRESS = (
     re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
     # PyTorch word_language_model: "| epoch   1 |   200/ 2983 batches"
     re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s+batches", re.I),
+    # PyTorch examples (MNIST): "Train Epoch: 1 [640/60000 (1%)]"
+    re.compile(r"\bepoch:?\s*(?P<epoch>\d+)\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
+    # "Epoch [1/10], Step [100/600]", "epoch 1/10 iter 50/200"
+    re.compile(r"\bepoch\s*\[?\s*(?P<epoch>\d+)\s*/\s*\d+\s*\]?[,:|\s-]*(?:step|iter|"
+               r"iteration|batch)\s*\[?\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*\]?", re.I),
 )
 _KERAS_EPOCH = re.compile(r"^\s*epoch\s+(?P<epoch>\d+)\s*/\s*(?P<of>\d+)\s*$", re.I)
 _END_OF_EPOCH = re.compile(r"\bend of epoch\s+(?P<epoch>\d+)", re.I)
