@@ -89,13 +89,13 @@ def test_crashing_detector_becomes_check_not_run() -> None:
     def boom(run: Run) -> list[Finding] | NotRun:
         raise ZeroDivisionError("kaboom")
 
-    register_detector("lr_schedule_anomaly")(boom)
+    register_detector("grad_accum_misnormalization")(boom)
     try:
         d = diagnose(Run("x"))
-        c = next(c for c in d.checks_not_run if c.symptom == "lr_schedule_anomaly")
+        c = next(c for c in d.checks_not_run if c.symptom == "grad_accum_misnormalization")
         assert c.reason.startswith("internal error") and "kaboom" in c.reason
     finally:
-        unregister_detector("lr_schedule_anomaly")
+        unregister_detector("grad_accum_misnormalization")
 
 
 def test_only_and_sorting_and_notes() -> None:

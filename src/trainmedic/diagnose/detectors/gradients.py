@@ -134,6 +134,25 @@ def _loss_fall(run: Run, rank: int | None) -> tuple[float | None, float | None]:
     return (head - tail) / abs(head), head
 
 
+#: Sustained grad-norm growth is info when the loss fell by this share over the same steps.
+GROWTH_LEARNING_FALL = 0.33
+
+
+def _loss_fell_since(run: Run, rank: int | None, step: int) -> float | None:
+    """Relative fall of the loss from just before ``step`` to the end of the run."""
+    tr = Trace.of(run, "loss", rank) or Trace.of(run, "loss", None)
+    if tr is None or len(tr) < 10:
+        return None
+    i = int(np.searchsorted(tr.steps, step))
+    q = max(2, len(tr) // 10)
+    before = tr.values[max(0, i - q): max(i, 2)]
+    after = tr.values[-q:]
+    b = median(before)
+    if not b or not math.isfinite(b):
+        return None
+    return (b - median(after)) / abs(b)
+
+
 def _exploding_level(run: Run, g: Trace) -> Finding | None:
     q = max(3, len(g) // 5)
     lvl = median(np.abs(g.values[:q]))
@@ -217,6 +236,14 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
                 onset = _flank_start(bl.first_step, bl.median, j, early)
                 reacted, why = _loss_reacted(run, g.rank, onset, int(steps[-1] - onset))
                 sev: Severity = "error" if reacted else "warning"
+                learning = _loss_fell_since(run, g.rank, onset)
+                if not reacted and learning is not None and learning >= GROWTH_LEARNING_FALL:
+                    # Gradients that grow while the loss falls by a third or more are the
+                    # model starting to learn (a recurrent net leaving its flat start), not
+                    # an explosion that costs anything.
+                    sev = "info"
+                    why += (f"; the loss fell {100 * learning:.0f}% over the same steps: the "
+                            f"model is learning")
                 ratio = math.exp(late - early)
                 out.append(Finding(
                     symptom="exploding_gradients", severity=sev, confidence=0.8,

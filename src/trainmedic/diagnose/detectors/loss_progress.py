@@ -77,6 +77,8 @@ def pinned(values: np.ndarray, min_points: int = 5) -> bool:
     if values.shape[0] < min_points:
         return False
     lo, hi = float(values.min()), float(values.max())
+    if lo == 0.0 and hi == 0.0:
+        return False  # below the logger's rounding (HF rounds to 4 decimals), not stuck
     return math.isfinite(lo) and hi - lo <= 1e-6 * max(abs(hi), abs(lo), 1e-12)
 
 
@@ -127,6 +129,8 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
     out: list[Finding] = []
     trs = traces(run, "loss", min_points=8)
     for tr in trs:
+        if not bool(np.any(tr.values)):
+            continue  # exactly 0 everywhere: below the logger's rounding, nothing to judge
         lv, _, is_log, bsize = _levels(tr, max_blocks=min(100, max(4, len(tr) // 2)))
         nb = len(lv)
         head = max(1, math.ceil(0.1 * nb))
@@ -363,6 +367,10 @@ def _zigzag(x: np.ndarray, amp: float) -> list[int]:
     return piv
 
 
+#: Oscillation: the median swing must also span this share of the starting loss level.
+OSC_MIN_LINEAR_SHARE = 0.05
+
+
 def _cyclic_lr(run: Run, rank: int | None) -> bool:
     """True when the logged lr itself swings up and down by >= 2x at least twice (warm
     restarts, cyclical lr), so a loss that follows it is not a fault."""
@@ -412,6 +420,15 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
         if not med_swing > 0:
             continue
         big = math.exp(med_swing) >= 2.0 if is_log else med_swing >= median(np.abs(lv))
+        if big and is_log:
+            # Cost in the loss's own units: swings of a loss that already fell to ~0 (a 7x
+            # swing between 0.004 and 0.03 after starting at 1.6) are the relative noise of a
+            # tiny number, not a lost run. The swings must span >= 5% of the starting level.
+            lo_hi = np.exp(lv[piv])
+            swing_lin = median(np.abs(np.diff(lo_hi)))
+            start = float(np.exp(median(lv[: max(1, len(lv) // 10)])))
+            if swing_lin < OSC_MIN_LINEAR_SHARE * start:
+                big = False
         sev: Severity = "warning" if big and reversals >= 4 else "info"
         if not big and reversals < 6:
             continue
