@@ -476,6 +476,13 @@ def throughput_events(run: Run) -> tuple[list[ThroughputEvent], bool]:
     return out, ran
 
 
+def _level(t: Trace, lo: int | None, hi: int | None) -> float | None:
+    """Median of the values with lo <= step < hi (strided to <= 20,000 points)."""
+    a = 0 if lo is None else int(np.searchsorted(t.steps, lo, side="left"))
+    b = len(t) if hi is None else int(np.searchsorted(t.steps, hi, side="left"))
+    return median(thin(t.values[a:b], _THIN)) if b > a else None
+
+
 def _same_onset(a: int, b: int, ev: ThroughputEvent) -> bool:
     return abs(a - b) <= max(3.0 * ev.block_steps, 0.05 * ev.span, 1.0)
 
@@ -500,12 +507,11 @@ def _root_of(run: Run, ev: ThroughputEvent, inputs: list[InputEvent],
         st = Trace.of(run, "step_time_s", e.rank if ev.rank is None else ev.rank)
         if dt is None:
             continue
-        d0, d1 = dt.level(int(dt.steps[0]), ev.onset - 1), dt.level(ev.onset, int(dt.steps[-1]))
+        d0, d1 = _level(dt, None, ev.onset), _level(dt, ev.onset, None)
         if d0 is None or d1 is None or d1 <= d0:
             continue
         if st is not None and len(st):
-            s0 = st.level(int(st.steps[0]), ev.onset - 1)
-            s1 = st.level(ev.onset, int(st.steps[-1]))
+            s0, s1 = _level(st, None, ev.onset), _level(st, ev.onset, None)
             if s0 is not None and s1 is not None and s1 > s0 and (d1 - d0) < 0.5 * (s1 - s0):
                 continue
         return "input_bound", e.rank, e.onset
