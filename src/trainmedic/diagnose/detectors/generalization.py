@@ -1,191 +1,403 @@
-"""Overfitting: validation loss turned up from its minimum while training loss kept falling."""
+"""Overfitting: validation loss turned up from its minimum while training loss kept falling.
+
+Numbers and words are apart: ``overfit_event`` measures one validation series into an
+``OverfitEvent`` (onset, levels, noise, the thresholds it crossed, its severity);
+``_finding`` turns the events of every evaluation set on a rank into one ``Finding``.
+The evidence rules are written out in docs/symptoms.md; keep the two in step.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from trainmedic.diagnose.finding import Evidence, Finding, Severity
+from trainmedic.diagnose.finding import SEVERITY_ORDER, Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import log_if_positive, median, robust_sigma
-from trainmedic.diagnose.trace import Trace, fmt, traces
+from trainmedic.diagnose.trace import Trace, fmt
 from trainmedic.run.series import Run
 
-__all__ = ["OVERFIT_MIN_RISE", "OVERFIT_WARN_RISE"]
+__all__ = [
+    "OVERFIT_MIN_RISE",
+    "OVERFIT_WARN_RISE",
+    "OVERFIT_LONG_WARN_RISE",
+    "OverfitEvent",
+    "overfit_event",
+    "overfit_events",
+    "val_loss_metrics",
+]
 
-#: Below this relative rise of validation loss over its minimum, nothing is reported.
+#: Below this relative rise of the late validation level over the lowest evaluation, nothing
+#: is reported (and it must beat OVERFIT_MIN_SIGMAS noise sigmas).
 OVERFIT_MIN_RISE = 0.01
-#: At and above this rise (and OVERFIT_WARN_SIGMAS noise sigmas) it is a warning.
-OVERFIT_WARN_RISE = 0.05
-#: The rise must beat this many noise sigmas to be reported at all, and OVERFIT_WARN_SIGMAS
-#: for a warning: the minimum of n noisy evaluations of a flat curve sits ~2-2.5 sigmas below
-#: its level (expected minimum of n Gaussians), so a rise smaller than that is no evidence.
 OVERFIT_MIN_SIGMAS = 2.5
+#: Warning (cost): the late level is >= 10% above the smoothed best level ...
+OVERFIT_WARN_RISE = 0.10
+#: ... or >= 5% when it is held for at least half the run over >= 8 evaluations.
+OVERFIT_LONG_WARN_RISE = 0.05
+OVERFIT_LONG_SHARE = 0.5
+OVERFIT_LONG_MIN_AFTER = 8
+#: ... or >= 2% when held like that and it gave back >= 25% of the validation progress made
+#: before the best (start level -> best level, itself >= 4 sigmas): a validation loss that
+#: lives in a narrow band (a loss on softmax outputs, a fine-tune that starts near its best)
+#: loses its quality in a few percent.
+OVERFIT_PROGRESS_RISE = 0.02
+OVERFIT_PROGRESS_SHARE = 0.25
+#: ... and in every case the rise beats this many per-evaluation noise sigmas. The best level
+#: is a running median, whose minimum over n noisy evaluations of a flat curve still sits
+#: ~1-1.5 sigmas below the curve; 4 sigmas leaves room for that and for the late median's own
+#: error; 3 when the rise is held (its late level is then a median of >= 4 points).
 OVERFIT_WARN_SIGMAS = 4.0
-#: ... or this many when the rise is held for most of the run (see ``detect_overfitting``).
 OVERFIT_LONG_WARN_SIGMAS = 3.0
+#: ... and 2.5 when that late median covers >= 15 evaluations (its own error is then
+#: <= 0.33 sigma, and the running-median minimum's bias under 1 sigma).
+OVERFIT_MANY_WARN_SIGMAS = 2.5
+OVERFIT_MANY_LATE = 15
+#: Two evaluations after the best are thin evidence: they must rise this much for a warning.
+OVERFIT_TWO_AFTER_RISE = 0.15
+#: ... over at least a quarter of the run (an uptick at the last two of 20 evaluations is not).
+OVERFIT_TWO_AFTER_SHARE = 0.25
 #: With only three evaluations (HF's default 3-epoch fine-tune, one eval per epoch): the
 #: first must be the lowest, the next two rise monotonically, and the last is this much higher.
 OVERFIT_THREE_EVAL_RISE = 0.15
-#: The training loss may rise by at most this much over the same interval.
+#: The training loss may rise by at most this much (relative) over the same interval.
 TRAIN_TOLERANCE = 0.02
+#: A validation loss that jumps >= 2x between two evaluations and stays there, with no
+#: training loss logged to show memorization, looks more like a divergence than overfitting:
+#: at most info here (the divergence detector owns it).
+ABRUPT_JUMP = 2.0
+#: The late level still has to be above the minimum at the very end by max(1 sigma, 0.5%).
+END_HOLD = 0.005
 
 
-def _second_diff_sigma(t: np.ndarray) -> float:
-    """Noise of a smooth curve: robust sigma of second differences / sqrt(6) (a linear trend
-    cancels; white noise of sigma s gives second differences of sigma s*sqrt(6))."""
+def val_loss_metrics(run: Run) -> list[str]:
+    """Every evaluation set's loss: ``val_loss`` first, then ``val_loss/<set>`` by name."""
+    names = run.metrics()
+    out = ["val_loss"] if "val_loss" in names else []
+    return out + sorted(m for m in names if m.startswith("val_loss/"))
+
+
+@dataclass(frozen=True)
+class OverfitEvent:
+    """What one validation series shows: the numbers behind an overfitting finding."""
+
+    metric: str
+    rank: int | None
+    n_evals: int
+    best_step: int
+    """Onset: the lowest evaluation inside the basin of the smoothed curve's minimum."""
+    best_value: float
+    best_level: float
+    """The smoothed (running-median) validation level at its minimum."""
+    end_step: int
+    end_level: float
+    """Median of the later half (>= min(3, n_after)) of the evaluations after the best."""
+    n_late: int
+    n_after: int
+    rise: float
+    """Relative rise of end_level over best_level (the cost)."""
+    rise_raw: float
+    """Relative rise of end_level over the single lowest evaluation."""
+    noise: float
+    """Per-evaluation noise sigma (log space for positive losses), from first differences."""
+    sigmas: float
+    """The smoothed rise in noise sigmas (inf when the curve has no measurable noise)."""
+    share_after: float
+    """Share of the run's steps that come after the best step."""
+    given_back: float
+    """The rise as a share of the validation progress made before the best (start level ->
+    best level); 0.0 when that progress is under 4 noise sigmas."""
+    abrupt_jump: float
+    """Largest ratio between consecutive evaluations after the best that the later levels
+    held (1.0 when none)."""
+    train_at_best: float | None
+    train_at_end: float | None
+    train_ok: bool
+    three_evals: bool
+    severity: Severity
+    at_first_eval: bool = False
+    """The best is the first evaluation: the validation loss rose from the start."""
+
+    @property
+    def train_logged(self) -> bool:
+        return self.train_at_best is not None
+
+
+def _smooth(t: np.ndarray) -> tuple[np.ndarray, int]:
+    """Running median (half-width 1 under 24 points, 2 under 60, else 3) with shrinking
+    windows near the ends, whose end points follow Tukey's end-point rule
+    (median of y0, s1 and 3*s1 - 2*s2): a monotone start is kept, a lone low first or last
+    evaluation is not."""
+    n = t.size
+    h = 1 if n < 24 else 2 if n < 60 else 3
+    s = np.empty(n)
+    for i in range(n):
+        k = min(h, i, n - 1 - i)
+        s[i] = median(t[i - k:i + k + 1])
+    if n >= 3:
+        s[0] = median(np.array([t[0], s[1], 3 * s[1] - 2 * s[2]]))
+        s[-1] = median(np.array([t[-1], s[-2], 3 * s[-2] - 2 * s[-3]]))
+    return s, h
+
+
+def _diff_noise(t: np.ndarray, *, cautious: bool = True) -> float:
+    """Per-evaluation noise of a smooth curve, from the second differences of successive
+    evaluations (a linear trend cancels; white noise of sigma s gives second differences of
+    sigma s*sqrt(6)): the larger of their robust sigma (MAD) and their mean absolute value
+    / sqrt(2/pi). The MAD of a handful of differences is often far too low (6 of them gave a
+    quarter of the true sigma); the mean absolute value is steadier, and larger when the
+    curve bends - which only makes the rule more cautious."""
     if t.size < 4:
         return 0.0
-    return robust_sigma(np.diff(t, n=2)) / math.sqrt(6.0)
+    d = np.diff(t, n=2)
+    if not cautious:
+        return robust_sigma(d) / math.sqrt(6.0)
+    mean_abs = float(np.mean(np.abs(d))) / math.sqrt(2.0 / math.pi)
+    return max(robust_sigma(d), mean_abs) / math.sqrt(6.0)
 
 
-def _train_levels(run: Run, vt: Trace, best_step: int) -> tuple[float, float] | None:
+def _rel(d: float, base: float, is_log: bool) -> float:
+    """A difference ``d`` over ``base`` as a relative change (log space: exp(d) - 1)."""
+    if is_log:
+        return math.exp(d) - 1.0
+    return d / abs(base) if base != 0 else (math.inf if d > 0 else 0.0)
+
+
+def _train_levels(run: Run, vt: Trace, best_step: int) -> tuple[float | None, float | None]:
     """Training loss near ``best_step`` and near the last evaluation (medians of nearby
-    points), or None when it is not logged there."""
+    points); (None, None) when it is not logged there."""
     last_step = int(vt.steps[-1])
     tr = Trace.of(run, "loss", vt.rank) or Trace.of(run, "loss", None)
     if tr is None or len(tr) < 2:
-        return None
+        return None, None
     win = max(tr.interval, 0.05 * max(1, last_step - best_step))
     at_best = tr.level(int(best_step - win), int(best_step + win))
     at_end = tr.level(int(last_step - 2 * win), last_step + int(win))
     if at_best is None or at_end is None:
-        return None
+        return None, None
     return at_best, at_end
 
 
-def _three_evals(run: Run, vt: Trace, t: np.ndarray, is_log: bool) -> list[Finding]:
+def _train_fell(at_best: float | None, at_end: float | None) -> bool:
+    if at_best is None or at_end is None:
+        return True
+    return at_end <= at_best + TRAIN_TOLERANCE * abs(at_best)
+
+
+def _abrupt_jump(t: np.ndarray, m: int, is_log: bool) -> float:
+    """The largest jump between consecutive evaluations after index ``m`` whose later level
+    held (median of everything after it >= the jump's own size above the median before it),
+    as a ratio (1.0 when none, or for series that are not all positive)."""
+    if not is_log or t.size - m < 3:
+        return 1.0
+    best = 1.0
+    for i in range(m, t.size - 1):
+        d = float(t[i + 1] - t[i])
+        if d <= 0:
+            continue
+        held = median(t[i + 1:]) - median(t[m:i + 1])
+        best = max(best, math.exp(min(d, held)))
+    return best
+
+
+def _run_span(run: Run, vt: Trace) -> tuple[int, int]:
+    """First and last step of the run as far as the training and this validation series go."""
+    first = int(vt.steps[0])
+    tr = Trace.of(run, "loss", vt.rank) or Trace.of(run, "loss", None)
+    if tr is not None and len(tr):
+        first = min(first, int(tr.steps[0]))
+    return first, int(vt.steps[-1])
+
+
+def overfit_event(run: Run, vt: Trace) -> OverfitEvent | None:
+    """Measure one validation series; None when it shows no overfitting at all."""
+    n = len(vt)
+    if n < 3:
+        return None
+    t, is_log = log_if_positive(vt.values)
+    if n == 3:
+        return _three_evals(run, vt, t, is_log)
+    s, h = _smooth(t)
+    ms = int(np.argmin(s))
+    # Onset: the lowest evaluation inside the smoothed minimum's window (the basin), not a
+    # lone noisy dip elsewhere.
+    lo, hi = max(0, ms - h), min(n, ms + h + 1)
+    m = lo + int(np.argmin(t[lo:hi]))
+    after = t[m + 1:]
+    if after.size < 2:
+        return None
+    k = max(min(3, after.size), math.ceil(after.size / 2))
+    end_level = median(after[-k:])
+    best_level = min(float(s[ms]), float(np.min(s[m:])))
+    local = t[max(0, m - 3):]
+    sig = _diff_noise(local if local.size >= 8 else t)
+    # Whether to report at all (info) uses the plain robust sigma; the warning the cautious one.
+    sig_mad = _diff_noise(local if local.size >= 8 else t, cautious=False)
+    rise_raw_d = end_level - float(t[m])
+    rise_raw = _rel(rise_raw_d, float(t[m]), is_log)
+    if rise_raw < OVERFIT_MIN_RISE or rise_raw_d < OVERFIT_MIN_SIGMAS * sig_mad:
+        return None
+    if median(after) <= float(t[m]):
+        return None
+    hold = END_HOLD if is_log else END_HOLD * abs(float(t[m]))
+    if median(after[-min(3, after.size):]) - float(t[m]) < max(sig_mad, hold):
+        return None
+    best_step = int(vt.steps[m])
+    at_best, at_end = _train_levels(run, vt, best_step)
+    train_ok = _train_fell(at_best, at_end)
+    if not train_ok:
+        return None
+    rise_d = end_level - best_level
+    rise = _rel(rise_d, best_level, is_log)
+    sigmas = rise_d / sig if sig > 0 else math.inf
+    first, last = _run_span(run, vt)
+    share = (last - best_step) / max(1, last - first)
+    jump = _abrupt_jump(t, m, is_log)
+    progress = float(s[0]) - best_level
+    given_back = rise_d / progress if progress >= OVERFIT_WARN_SIGMAS * sig and progress > 0 \
+        else 0.0
+    ev = OverfitEvent(
+        metric=vt.metric, rank=vt.rank, n_evals=n, best_step=best_step,
+        best_value=float(vt.values[m]),
+        best_level=math.exp(best_level) if is_log else best_level,
+        end_step=int(vt.steps[-1]), end_level=math.exp(end_level) if is_log else end_level,
+        n_late=k, n_after=int(after.size), rise=rise, rise_raw=rise_raw, noise=sig,
+        sigmas=sigmas, share_after=share, given_back=given_back, abrupt_jump=jump,
+        train_at_best=at_best, train_at_end=at_end, train_ok=train_ok, three_evals=False,
+        severity="info", at_first_eval=m == 0)
+    return _with_severity(ev)
+
+
+def _with_severity(ev: OverfitEvent) -> OverfitEvent:
+    """Warning from cost: the late validation level is >= 10% above the smoothed best and
+    >= 4 noise sigmas; or, held over >= half the run and >= 8 evaluations, >= 3 sigmas (2.5
+    when the late level is a median of >= 15 evaluations) and either >= 5% or (>= 2% and
+    >= 25% of the validation progress given back). Two evaluations after the best must rise
+    >= 15% over >= a quarter of the run, and an abrupt >= 2x jump that stayed, in a log without a
+    training loss, stays info (a divergence, not memorization)."""
+    long_rise = (ev.share_after >= OVERFIT_LONG_SHARE
+                 and ev.n_after >= OVERFIT_LONG_MIN_AFTER)
+    strong = ev.rise >= OVERFIT_WARN_RISE and ev.sigmas >= OVERFIT_WARN_SIGMAS
+    need = OVERFIT_MANY_WARN_SIGMAS if ev.n_late >= OVERFIT_MANY_LATE \
+        else OVERFIT_LONG_WARN_SIGMAS
+    if long_rise and ev.sigmas >= need:
+        strong = strong or ev.rise >= OVERFIT_LONG_WARN_RISE or (
+            ev.rise >= OVERFIT_PROGRESS_RISE and ev.given_back >= OVERFIT_PROGRESS_SHARE)
+    if ev.n_after < 3 and (ev.rise < OVERFIT_TWO_AFTER_RISE
+                           or ev.share_after < OVERFIT_TWO_AFTER_SHARE):
+        strong = False
+    if not ev.train_logged and ev.abrupt_jump >= ABRUPT_JUMP:
+        strong = False
+    sev: Severity = "warning" if strong else "info"
+    return OverfitEvent(**{**ev.__dict__, "severity": sev})
+
+
+def _three_evals(run: Run, vt: Trace, t: np.ndarray, is_log: bool) -> OverfitEvent | None:
     """Three evaluations are too few for a noise estimate, so the rule is shape-only: the
     first is the minimum, the other two rise monotonically, the last is >= 15% above the
     first, and the training loss fell over the same steps (a warning; otherwise nothing)."""
     v = vt.values
     if not (t[0] < t[1] < t[2]):
-        return []
-    rel = (math.exp(float(t[2] - t[0])) - 1.0) if is_log else (
-        float(v[2] - v[0]) / max(abs(float(v[0])), 1e-12))
+        return None
+    rel = _rel(float(t[2] - t[0]), float(t[0]), is_log)
     if rel < OVERFIT_THREE_EVAL_RISE:
-        return []
-    best_step, last_step = int(vt.steps[0]), int(vt.steps[-1])
-    levels = _train_levels(run, vt, best_step)
-    if levels is None or not levels[1] < levels[0]:
-        return []
-    at_best, at_end = levels
-    return [Finding(
-        symptom="overfitting", severity="warning", confidence=0.6, onset_step=best_step,
-        end_step=last_step, rank=vt.rank, metric="val_loss",
-        summary=(f"validation loss was lowest at the first of 3 evaluations ({fmt(float(v[0]))}"
-                 f" at step {best_step}) and rose at each of the next two, {100 * rel:.1f}% "
-                 f"in all (training loss {fmt(at_best)} -> {fmt(at_end)}); best step "
-                 f"{best_step}"),
-        evidence=(Evidence("val_loss", best_step, float(v[0]), None,
-                           note="lowest validation loss of 3 evaluations (best step)"),
-                  Evidence("val_loss", last_step, float(v[2]), float(v[0]),
-                           note="last of 3 evaluations, each higher than the one before"),
-                  Evidence("loss", last_step, at_end, at_best,
+        return None
+    best_step = int(vt.steps[0])
+    at_best, at_end = _train_levels(run, vt, best_step)
+    if at_best is None or at_end is None or not at_end < at_best:
+        return None
+    first, last = _run_span(run, vt)
+    return OverfitEvent(
+        metric=vt.metric, rank=vt.rank, n_evals=3, best_step=best_step,
+        best_value=float(v[0]), best_level=float(v[0]), end_step=int(vt.steps[-1]),
+        end_level=float(v[2]), n_late=1, n_after=2, rise=rel, rise_raw=rel, noise=0.0,
+        sigmas=math.inf, share_after=(last - best_step) / max(1, last - first), given_back=0.0,
+        abrupt_jump=1.0, train_at_best=at_best, train_at_end=at_end, train_ok=True,
+        three_evals=True, severity="warning", at_first_eval=True)
+
+
+def overfit_events(run: Run, rank: int | None) -> list[OverfitEvent]:
+    """The events of every evaluation set on ``rank``."""
+    out = []
+    for name in val_loss_metrics(run):
+        vt = Trace.of(run, name, rank)
+        if vt is None or len(vt) < 3:
+            continue
+        ev = overfit_event(run, vt)
+        if ev is not None:
+            out.append(ev)
+    return out
+
+
+# --------------------------------------------------------------------------- words
+def _set_name(metric: str) -> str:
+    return "validation" if metric == "val_loss" else f"eval set {metric.split('/', 1)[1]}"
+
+
+def _finding(events: list[OverfitEvent]) -> Finding:
+    """One finding for all evaluation sets on a rank: the worst severity; the onset is the
+    earliest best step among the sets at that severity; every set that shows it is evidence."""
+    sev: Severity = max((e.severity for e in events), key=lambda s: SEVERITY_ORDER[s])
+    top = sorted((e for e in events if e.severity == sev), key=lambda e: e.best_step)
+    lead = top[0]
+    others = [e for e in events if e is not lead]
+    ev: list[Evidence] = []
+    for e in [lead, *others]:
+        ev.append(Evidence(e.metric, e.best_step, e.best_value, None,
+                           note=f"lowest {e.metric} of {e.n_evals} evaluations (best step); "
+                                f"smoothed level there {fmt(e.best_level)}"))
+        ev.append(Evidence(e.metric, e.end_step, e.end_level, e.best_level,
+                           note=f"median of the last {e.n_late} of {e.n_after} evaluations "
+                                f"after the best vs the smoothed best level: "
+                                f"{100 * e.rise:+.1f}%, "
+                                + ("shape only (3 evaluations)" if e.three_evals else
+                                   f"{e.sigmas:.1f} noise sigmas")
+                                + f"; {100 * e.share_after:.0f}% of the run after the best"))
+    if lead.train_logged:
+        ev.append(Evidence("loss", lead.end_step, lead.train_at_end, lead.train_at_best,
                            note="training loss near the end vs near the best validation "
-                                "step (medians of nearby points)")))]
+                                "step (medians of nearby points)"))
+        train_txt = f"training loss {fmt(lead.train_at_best)} -> {fmt(lead.train_at_end)}"
+    else:
+        train_txt = "the training loss was not logged, so memorization is not checked"
+    sets = [e.metric for e in [lead, *others]]
+    sets_txt = "" if sets == ["val_loss"] else f" (sets: {', '.join(sets)})"
+    where = (f"at the first evaluation, step {lead.best_step}" if lead.at_first_eval
+             else f"at step {lead.best_step}")
+    summary = (f"{_set_name(lead.metric)} loss was lowest {where} ({fmt(lead.best_value)}) "
+               f"and its last {lead.n_late} evaluations sit {100 * lead.rise:.1f}% above "
+               f"the best level, over {100 * lead.share_after:.0f}% of the run "
+               f"({train_txt}){sets_txt}; best step {lead.best_step}")
+    if not lead.train_logged and lead.abrupt_jump >= ABRUPT_JUMP:
+        summary += (f"; it jumped {lead.abrupt_jump:.1f}x between two evaluations and "
+                    f"stayed, more like a divergence than overfitting")
+    conf = float(min(1.0, 0.45 + 0.05 * lead.n_after + min(0.3, lead.rise)))
+    if lead.three_evals:
+        conf = 0.6
+    if not lead.train_logged:
+        conf = min(conf, 0.6)
+    return Finding(
+        symptom="overfitting", severity=sev, confidence=conf, onset_step=lead.best_step,
+        end_step=lead.end_step, rank=lead.rank, metric=lead.metric, summary=summary,
+        evidence=tuple(ev))
 
 
 @register_detector("overfitting", requires=("val_loss",))
 def detect_overfitting(run: Run) -> list[Finding] | NotRun:
-    """Needs >= 3 finite validation points and >= 2 evaluations after the minimum; exactly 3
-    get the shape-only rule of ``_three_evals``.
-
-    rise = median of the later half (at least min(3, n_after)) of the evaluations after the
-    minimum, over the minimum (for the warning: over the median of the minimum and its two
-    neighbours). Reported when rise >= 1% and >= 2.5 noise sigmas (sigma from
-    second differences near and after the minimum), the last min(3, n_after) evaluations are
-    still >= max(1 sigma, 0.5%) above the minimum, and the training loss did not rise by more
-    than 2% over the same steps.
-    Warning when rise >= 5% and >= 4 sigmas (3 sigmas when >= 20 and over half of the
-    evaluations come after the minimum; >= 15% with only 2 evaluations after the
-    minimum); info otherwise (a mild upturn is worth knowing,
-    not alarming).
-    """
+    """Needs >= 3 finite points in ``val_loss`` (or a ``val_loss/<set>``); one finding per
+    rank over every evaluation set. The rule is in ``overfit_event`` / ``_with_severity`` and
+    docs/symptoms.md."""
     out: list[Finding] = []
-    trs = traces(run, "val_loss", min_points=3)
-    for vt in trs:
-        n = len(vt)
-        t, is_log = log_if_positive(vt.values)
-        m = int(np.argmin(t))
-        after = t[m + 1:]
-        if after.size < 2:
-            continue
-        if n == 3:
-            f3 = _three_evals(run, vt, t, is_log)
-            out.extend(f3)
-            continue
-        # Late level: the median of the later half of the evaluations after the minimum.
-        k = max(min(3, after.size), math.ceil(after.size / 2))
-        end_level = median(after[-k:])
-        rise = end_level - float(t[m])
-        rel = (math.exp(rise) - 1.0) if is_log else rise / max(abs(float(t[m])), 1e-12)
-        # For the warning, the rise is measured from the median of the minimum and its
-        # neighbours: the single lowest of many noisy evaluations sits ~2 sigmas below the
-        # curve (selection bias), so a rise from it alone turned flat, noisy validation curves
-        # into warnings (1 in 25-50 at 3-5% eval noise over 20-40 evaluations).
-        base = median(t[max(0, m - 1):m + 2])
-        rise_b = end_level - base
-        rel_b = (math.exp(rise_b) - 1.0) if is_log else rise_b / max(abs(base), 1e-12)
-        # Noise measured near and after the minimum (the early descent's curvature would
-        # inflate a whole-run estimate).
-        local = t[max(0, m - 3):]
-        sig = _second_diff_sigma(local if local.size >= 8 else t)
-        if rel < OVERFIT_MIN_RISE or rise < OVERFIT_MIN_SIGMAS * sig:
-            continue
-        if median(after) <= float(t[m]):
-            continue
-        # The rise must still be there at the very end (not a bump that has come back down).
-        if median(after[-min(3, after.size):]) - float(t[m]) < max(sig, 0.005):
-            continue
-        best_step = int(vt.steps[m])
-        last_step = int(vt.steps[-1])
-        tr = Trace.of(run, "loss", vt.rank) or Trace.of(run, "loss", None)
-        train_ev: list[Evidence] = []
-        train_note = "training loss not logged"
-        train_ok = True
-        if tr is not None and len(tr) >= 2:
-            win = max(tr.interval, 0.05 * max(1, last_step - best_step))
-            at_best = tr.level(int(best_step - win), int(best_step + win))
-            at_end = tr.level(int(last_step - 2 * win), last_step + int(win))
-            if at_best is not None and at_end is not None:
-                train_ok = at_end <= at_best * (1 + TRAIN_TOLERANCE) if at_best > 0 else (
-                    at_end <= at_best + TRAIN_TOLERANCE * abs(at_best))
-                train_ev.append(Evidence("loss", last_step, at_end, at_best,
-                                         note="training loss near the end vs near the best "
-                                              "validation step (medians of nearby points)"))
-                train_note = (f"training loss {fmt(at_best)} -> {fmt(at_end)}")
-        if not train_ok:
-            continue
-        rs = rise_b / sig if sig > 0 else math.inf
-        # A rise held for most of the run (>= 20 evaluations and over half of them after the
-        # minimum) is measured by a median of >= 10 late points, so 3 sigmas suffice.
-        long_rise = after.size >= max(20, n / 2)
-        need = OVERFIT_LONG_WARN_SIGMAS if long_rise else OVERFIT_WARN_SIGMAS
-        strong = rel_b >= OVERFIT_WARN_RISE and rs >= need
-        # Two evaluations after the best are thin evidence: they must rise >= 15%.
-        if after.size < 3 and rel_b < 3 * OVERFIT_WARN_RISE:
-            strong = False
-        sev: Severity = "warning" if strong else "info"
-        conf = float(min(1.0, 0.45 + 0.05 * after.size + min(0.3, rel)))
-        if not train_ev:
-            conf = min(conf, 0.6)
-        vmin = float(vt.values[m])
-        vend = float(vt.values[-1])
-        ev = [Evidence("val_loss", best_step, vmin, None,
-                       note=f"lowest validation loss of {n} evaluations (best step)"),
-              Evidence("val_loss", last_step, vend, vmin,
-                       note=f"last evaluation vs the minimum; median of the last {k} is "
-                            f"{100 * rel:.1f}% above it")]
-        ev += train_ev
-        out.append(Finding(
-            symptom="overfitting", severity=sev, confidence=conf, onset_step=best_step,
-            end_step=last_step, rank=vt.rank, metric="val_loss",
-            summary=(f"validation loss reached its minimum {fmt(vmin)} at step {best_step} "
-                     f"and rose {100 * rel:.1f}% over the next {after.size} evaluations "
-                     f"({train_note}); best step {best_step}"),
-            evidence=tuple(ev)))
-    if not trs:
+    seen = False
+    for rank in run.ranks():
+        for name in val_loss_metrics(run):
+            vt = Trace.of(run, name, rank)
+            seen = seen or (vt is not None and len(vt) >= 3)
+        events = overfit_events(run, rank)
+        if events:
+            out.append(_finding(events))
+    if not seen:
         return NotRun("needs at least 3 finite val_loss points")
     return out

@@ -7,10 +7,11 @@ The evidence rules are written out in docs/symptoms.md; keep the two in step.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from trainmedic.diagnose.finding import Evidence, Finding, Severity
+from trainmedic.diagnose.finding import SEVERITY_ORDER, Evidence, Finding, Severity
 from trainmedic.diagnose.localization import (
     localized_evidence,
     localized_phrase,
@@ -21,7 +22,8 @@ from trainmedic.diagnose.stats import median, robust_sigma, true_runs
 from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
 
-__all__ = ["loss_like_metrics", "HF_FRAMEWORKS"]
+__all__ = ["loss_like_metrics", "HF_FRAMEWORKS", "NonfiniteSeries", "nonfinite_series",
+           "is_eval_metric"]
 
 #: ``run.meta["framework"]`` values of a log written by the Hugging Face Trainer.
 HF_FRAMEWORKS = ("hf_trainer", "huggingface", "transformers", "hf")
@@ -41,69 +43,171 @@ def loss_like_metrics(run: Run) -> list[str]:
 
 
 # --------------------------------------------------------------------------- nonfinite_loss
+#: First word of a metric name that marks an evaluation series (``val/box_loss``,
+#: ``eval_loss``, ``test_loss``), besides ``val_loss`` and ``val_loss/<set>``.
+_EVAL_WORDS = ("val", "valid", "validation", "eval", "test", "dev")
+#: A training loss non-finite for this many logged points in a row is an error even when it
+#: comes back (the updates in between were skipped or corrupted).
+PERSIST_RUN = 3
+
+
+def is_eval_metric(name: str) -> bool:
+    """True for an evaluation loss: ``val_loss``, ``val_loss/<set>``, or a name whose first
+    word is val/valid/validation/eval/test/dev."""
+    if name == "val_loss" or name.startswith("val_loss/"):
+        return True
+    first = name.lower().replace("/", "_").replace("-", "_").replace(".", "_").split("_")[0]
+    return first in _EVAL_WORDS
+
+
+@dataclass(frozen=True)
+class NonfiniteSeries:
+    """The non-finite points of one loss series: the numbers behind a ``nonfinite_loss``."""
+
+    metric: str
+    rank: int | None
+    is_eval: bool
+    first_bad_step: int
+    first_bad_value: float
+    stretches: tuple[tuple[int, int, int], ...]
+    """Each run of consecutive non-finite points: (first step, last step, points)."""
+    n_bad: int
+    n_points: int
+    from_first: bool
+    """The first logged point is non-finite."""
+    through_end: bool
+    """The last logged point is non-finite."""
+    recovered_at: int | None
+    """The first finite step after the last non-finite stretch (None when it never came
+    back)."""
+    longest: int
+    ref_step: int | None
+    ref_value: float | None
+    """The last finite value before the first non-finite one."""
+    severity: Severity
+
+    @property
+    def all_bad(self) -> bool:
+        return self.n_bad == self.n_points
+
+
+def _series_severity(is_eval: bool, from_first: bool, through_end: bool,
+                     longest: int) -> Severity:
+    """Error when it never came back (non-finite at the last logged point); for a training
+    loss also when it was non-finite from the first logged point or >= 3 points in a row.
+    An evaluation loss that is finite again afterwards is a warning however long it was
+    out (training went on; the evaluations in between are lost), as is an isolated
+    non-finite training loss."""
+    if through_end:
+        return "error"
+    if not is_eval and (from_first or longest >= PERSIST_RUN):
+        return "error"
+    return "warning"
+
+
+def nonfinite_series(run: Run, rank: int | None) -> list[NonfiniteSeries]:
+    """Every loss-like series on ``rank`` with a non-finite point, training loss first, then
+    by first non-finite step."""
+    out: list[NonfiniteSeries] = []
+    for m in loss_like_metrics(run):
+        t = Trace.of(run, m, rank)
+        if t is None:
+            continue
+        bad = ~np.isfinite(t.all_values)
+        if not bad.any():
+            continue
+        steps = t.all_steps
+        runs = true_runs(bad)
+        i = runs[0][0]
+        fin = np.flatnonzero(~bad[:i])
+        ev = is_eval_metric(m)
+        from_first, through_end = bool(bad[0]), bool(bad[-1])
+        longest = max(b - a for a, b in runs)
+        out.append(NonfiniteSeries(
+            metric=m, rank=rank, is_eval=ev, first_bad_step=int(steps[i]),
+            first_bad_value=float(t.all_values[i]),
+            stretches=tuple((int(steps[a]), int(steps[b - 1]), b - a) for a, b in runs),
+            n_bad=int(bad.sum()), n_points=int(bad.size), from_first=from_first,
+            through_end=through_end,
+            recovered_at=None if through_end else int(steps[runs[-1][1]]),
+            longest=longest,
+            ref_step=int(steps[fin[-1]]) if fin.size else None,
+            ref_value=float(t.all_values[fin[-1]]) if fin.size else None,
+            severity=_series_severity(ev, from_first, through_end, longest)))
+    out.sort(key=lambda e: (e.metric != "loss", e.first_bad_step))
+    return out
+
+
+def _steps_txt(e: NonfiniteSeries, most: int = 4) -> str:
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b, _ in e.stretches[:most]]
+    more = len(e.stretches) - most
+    return ", ".join(parts) + (f" and {more} more stretches" if more > 0 else "")
+
+
+def _series_phrase(e: NonfiniteSeries) -> str:
+    unit = "evaluations" if e.is_eval else "logged points"
+    if e.all_bad:
+        return f"{e.metric} was non-finite at every one of its {e.n_points} {unit}"
+    head = (f"{e.metric} was non-finite at step{'s' if e.n_bad > 1 else ''} {_steps_txt(e)} "
+            f"({e.n_bad} of {e.n_points} {unit}")
+    if e.from_first:
+        head += ", from the first"
+    if e.through_end:
+        return head + ") and was still non-finite at the last logged point"
+    return head + f") and was finite again from step {e.recovered_at}"
+
+
+def _nonfinite_finding(events: list[NonfiniteSeries], run: Run, rank: int | None) -> Finding:
+    sev: Severity = max((e.severity for e in events), key=lambda s: SEVERITY_ORDER[s])
+    # The training loss leads when it is affected; else the worst, earliest series.
+    primary = next((e for e in events if e.metric == "loss"), None) or min(
+        events, key=lambda e: (-SEVERITY_ORDER[e.severity], e.first_bad_step))
+    onset = min(e.first_bad_step for e in events)
+    persistent = sev == "error"
+    end_step = primary.stretches[0][1]
+    evidence = []
+    for e in events[:4]:
+        note = _series_phrase(e)
+        note += ("; reference = last finite value" + (f", at step {e.ref_step}"
+                 if e.ref_step is not None else "")) if e.ref_value is not None else \
+            "; no finite value before it"
+        evidence.append(Evidence(metric=e.metric, step=e.first_bad_step,
+                                 value=e.first_bad_value, reference=e.ref_value, note=note))
+    others = [e.metric for e in events if e is not primary]
+    if primary.through_end and not primary.from_first:
+        summary = (f"{primary.metric} became {fmt(primary.first_bad_value)} at step "
+                   f"{primary.first_bad_step} and stayed non-finite "
+                   f"({', '.join(e.metric for e in events[:4])})")
+    else:
+        summary = _series_phrase(primary)
+        if others:
+            summary += f" (also {', '.join(others[:5])}{' ...' if len(others) > 5 else ''})"
+    if all(e.is_eval for e in events) and any(m == "loss" for m in loss_like_metrics(run)):
+        summary += "; the training loss stayed finite: the evaluation computes the NaN"
+    # The live watcher's NaN guard replayed the step: name where it broke.
+    event = nonfinite_event(run, rank, onset, None if persistent else end_step)
+    if event is not None:
+        summary += f"; {localized_phrase(event)}"
+        evidence[1:1] = localized_evidence(event)
+    return Finding(
+        symptom="nonfinite_loss", severity=sev, confidence=1.0, onset_step=onset,
+        end_step=None if persistent else end_step, rank=rank, metric=primary.metric,
+        summary=summary, evidence=tuple(evidence))
+
+
 @register_detector("nonfinite_loss")
 def detect_nonfinite_loss(run: Run) -> list[Finding] | NotRun:
-    """Any NaN/inf in a loss series. Persistent (to the last point, or >= 3 in a row) is an
-    error; an isolated non-finite value followed by finite ones is a warning. When the NaN
-    guard localized a step of the first non-finite stretch, the summary names the module and
-    where it broke, and the localization is evidence."""
-    names = loss_like_metrics(run)
-    if not names:
+    """Any NaN/inf in a loss series; one finding per rank over all of them. Severity per
+    series (``_series_severity``), the finding takes the worst. When the NaN guard localized
+    a step of the first non-finite stretch, the summary names the module and where it broke,
+    and the localization is evidence."""
+    if not loss_like_metrics(run):
         return NotRun("log loss to enable this check", missing=("loss",))
     findings: list[Finding] = []
     for rank in run.ranks():
-        hits: list[tuple[int, str, Trace, int]] = []  # (first bad step, metric, trace, index)
-        for m in names:
-            t = Trace.of(run, m, rank)
-            if t is None:
-                continue
-            bad = ~np.isfinite(t.all_values)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                hits.append((int(t.all_steps[i]), m, t, i))
-        if not hits:
-            continue
-        # Train loss leads when it is affected; else the earliest affected series.
-        hits.sort(key=lambda h: (h[0], h[1] != "loss"))
-        primary = next((h for h in hits if h[1] == "loss"), hits[0])
-        onset = min(h[0] for h in hits)
-        evidence = []
-        persistent_any = False
-        end_step = primary[0]
-        for step, m, t, i in hits[:4]:
-            bad = ~np.isfinite(t.all_values)
-            runs = true_runs(bad)
-            first_run = runs[0]
-            longest = max(b - a for a, b in runs)
-            persistent = bool(bad[-1]) or longest >= 3
-            persistent_any = persistent_any or persistent
-            if m == primary[1]:
-                end_step = int(t.all_steps[first_run[1] - 1])
-            prev = t.all_values[:i][np.isfinite(t.all_values[:i])]
-            ref = float(prev[-1]) if prev.size else None
-            fin_steps = t.all_steps[:i][np.isfinite(t.all_values[:i])]
-            ref_step = int(fin_steps[-1]) if prev.size else None
-            n_bad = int(bad.sum())
-            tail = " through the last logged point" if bool(bad[-1]) else ""
-            evidence.append(Evidence(
-                metric=m, step=step, value=float(t.all_values[i]), reference=ref,
-                note=(f"first non-finite {m}; {n_bad} of {len(t.all_values)} logged points "
-                      f"are non-finite{tail}; reference = last finite value"
-                      + (f", at step {ref_step}" if ref_step is not None else ""))))
-        severity: Severity = "error" if persistent_any else "warning"
-        what = "stayed non-finite" if persistent_any else "recovered afterwards"
-        metrics_txt = ", ".join(h[1] for h in hits[:4])
-        summary = (f"{primary[1]} became {fmt(float(primary[2].all_values[primary[3]]))} at "
-                   f"step {onset} and {what} ({metrics_txt})")
-        # The live watcher's NaN guard replayed the step: name where it broke.
-        event = nonfinite_event(run, rank, onset, None if persistent_any else end_step)
-        if event is not None:
-            summary += f"; {localized_phrase(event)}"
-            evidence[1:1] = localized_evidence(event)
-        findings.append(Finding(
-            symptom="nonfinite_loss", severity=severity, confidence=1.0, onset_step=onset,
-            end_step=None if persistent_any else end_step, rank=rank, metric=primary[1],
-            summary=summary, evidence=tuple(evidence)))
+        events = nonfinite_series(run, rank)
+        if events:
+            findings.append(_nonfinite_finding(events, run, rank))
     return findings
 
 

@@ -1,0 +1,165 @@
+"""Overfitting with few, noisy evaluations; several evaluation sets; validation-only logs.
+
+Synthetic runs built from how training behaves (a validation curve that falls to a floor,
+then rises while the training loss keeps falling; multiplicative evaluation noise). The tests
+assert the numbers of ``OverfitEvent`` (onset, levels, noise sigmas, severity), not phrases.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainmedic.diagnose.detectors.generalization import (
+    OverfitEvent,
+    detect_overfitting,
+    overfit_event,
+    overfit_events,
+)
+from trainmedic.diagnose.finding import Finding
+from trainmedic.diagnose.trace import Trace
+from trainmedic.run.series import Run
+
+
+def _findings(run: Run) -> list[Finding]:
+    fs = detect_overfitting(run)
+    assert isinstance(fs, list)
+    return fs
+
+
+def _val_curve(x: np.ndarray, turn: float, rise: float) -> np.ndarray:
+    """Falls to a floor at ``turn`` (share of the run), then rises linearly to ``1 + rise``
+    times the floor at the end; ``turn`` 0 rises from the first evaluation."""
+    floor = 0.6 + 0.6 * np.exp(-turn / 0.15)
+    down = 0.6 + 0.6 * np.exp(-x / 0.15)
+    up = floor * (1 + rise * (x - turn) / max(1e-9, 1 - turn))
+    return np.where(x <= turn, down, up)
+
+
+def _run(n_evals: int, noise: float, turn: float, rise: float, seed: int = 0, *,
+         train: bool = True, scale: float = 1.0, every: int = 100) -> Run:
+    r = np.random.default_rng(seed)
+    tot = every * n_evals
+    run = Run("overfit-synth")
+    if train:
+        s = np.arange(10, tot + 1, 10)
+        run.add("loss", s, scale * (0.1 + 2.0 * np.exp(-s / (tot / 5)))
+                * np.exp(r.normal(0, 0.05, s.size)))
+    es = np.arange(every, tot + 1, every)
+    val = _val_curve(es / tot, turn, rise) * np.exp(r.normal(0, noise, es.size))
+    run.add("val_loss", es, scale * val)
+    return run
+
+
+def _event(run: Run, metric: str = "val_loss") -> OverfitEvent | None:
+    vt = Trace.of(run, metric)
+    assert vt is not None
+    return overfit_event(run, vt)
+
+
+@pytest.mark.parametrize(("n_evals", "noise", "seed"),
+                         [(10, 0.02, 0), (20, 0.04, 1), (40, 0.04, 2), (150, 0.03, 3)])
+def test_noisy_rise_after_the_minimum_is_a_warning_at_the_turn(n_evals: int, noise: float,
+                                                                seed: int) -> None:
+    run = _run(n_evals, noise, turn=0.4, rise=0.4, seed=seed)
+    ev = _event(run)
+    assert ev is not None and ev.severity == "warning"
+    assert ev.rise >= 0.10 and ev.sigmas >= 2.5
+    assert ev.train_logged and ev.train_at_end is not None and ev.train_at_best is not None
+    assert ev.train_at_end < ev.train_at_best
+    true_turn = 0.4 * 100 * n_evals
+    assert abs(ev.best_step - true_turn) <= max(200, 0.1 * 100 * n_evals)
+    (f,) = _findings(run)
+    assert f.severity == "warning" and f.onset_step == ev.best_step
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rise_from_the_first_evaluation_puts_the_onset_there(seed: int) -> None:
+    # Keras per-epoch log, epochs counted from 0: val rises from epoch 0 on.
+    run = _run(30, 0.03, turn=0.0, rise=0.3, seed=seed, every=1)
+    ev = _event(run)
+    assert ev is not None and ev.severity == "warning"
+    assert ev.best_step <= 2 and ev.share_after >= 0.9
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize(("n_evals", "noise"), [(8, 0.05), (20, 0.05), (40, 0.08)])
+def test_flat_noisy_validation_is_never_a_warning(seed: int, n_evals: int,
+                                                  noise: float) -> None:
+    run = _run(n_evals, noise, turn=1.0, rise=0.0, seed=500 + seed)
+    assert all(f.severity == "info" for f in _findings(run))
+
+
+def test_a_lone_low_evaluation_is_not_the_onset() -> None:
+    run = _run(30, 0.0, turn=0.6, rise=0.5)
+    v = run.get("val_loss")
+    assert v is not None
+    vals = v.values.copy()
+    vals[5] = 0.3 * float(vals.min())  # one bad evaluation far below the curve
+    run.series[("val_loss", None)] = type(v)(v.steps, vals)
+    ev = _event(run)
+    assert ev is not None and ev.severity == "warning"
+    assert abs(ev.best_step - 1800) <= 200
+
+
+def test_a_narrow_band_loss_that_gives_back_its_progress_is_a_warning() -> None:
+    # A loss on softmax outputs lives near ln(C): 2.40 -> 2.15 then back to 2.26 (+5%, over
+    # 40% of the progress) for 80% of the run, with 0.5% evaluation noise.
+    r = np.random.default_rng(0)
+    es = np.arange(1, 201)
+    x = es / 200
+    val = np.where(x <= 0.2, 2.40 - 0.25 * x / 0.2, 2.15 + 0.11 * (x - 0.2) / 0.8)
+    run = Run("band")
+    run.add("loss", es, 2.4 * np.exp(-es / 40) + 0.02)
+    run.add("val_loss", es, val * np.exp(r.normal(0, 0.005, es.size)))
+    ev = _event(run)
+    assert ev is not None and ev.severity == "warning"
+    assert ev.given_back >= 0.25 and 0.02 <= ev.rise < 0.10
+    assert abs(ev.best_step - 40) <= 20
+
+
+def test_several_eval_sets_give_one_finding_at_the_earliest_onset() -> None:
+    run = _run(30, 0.01, turn=1.0, rise=0.0, seed=1)  # val_loss: healthy
+    es = np.arange(100, 3001, 100)
+    x = es / 3000
+    r = np.random.default_rng(7)
+    run.add("val_loss/g1", es, _val_curve(x, 0.5, 0.4) * np.exp(r.normal(0, 0.01, 30)))
+    run.add("val_loss/g2", es, 2 * _val_curve(x, 0.2, 0.6) * np.exp(r.normal(0, 0.01, 30)))
+    evs = {e.metric: e for e in overfit_events(run, None)}
+    assert set(evs) == {"val_loss/g1", "val_loss/g2"}
+    (f,) = _findings(run)
+    assert f.severity == "warning"
+    assert f.onset_step == min(evs["val_loss/g1"].best_step, evs["val_loss/g2"].best_step)
+    assert abs(f.onset_step - 600) <= 200
+    assert f.metric == "val_loss/g2"
+    assert {e.metric for e in f.evidence} >= {"val_loss/g1", "val_loss/g2"}
+
+
+def test_validation_only_log_rise_is_a_warning_without_train_evidence() -> None:
+    run = _run(20, 0.02, turn=0.3, rise=0.4, train=False)
+    ev = _event(run)
+    assert ev is not None and ev.severity == "warning" and not ev.train_logged
+    (f,) = _findings(run)
+    assert f.confidence <= 0.6 and "loss" not in {e.metric for e in f.evidence}
+
+
+def test_validation_only_abrupt_jump_that_stays_is_not_a_warning() -> None:
+    # val 1.0 falling, then x3 between two evaluations and flat there: a divergence, not a
+    # slow memorization; with no training loss to show memorization, at most info.
+    es = np.arange(1, 21) * 100
+    val = np.concatenate([np.linspace(1.0, 0.8, 10), np.full(10, 2.4)])
+    val = val * np.exp(np.random.default_rng(0).normal(0, 0.01, 20))
+    run = Run("jump")
+    run.add("val_loss", es, val)
+    ev = _event(run)
+    assert ev is not None and ev.abrupt_jump >= 2.0 and ev.severity == "info"
+
+
+@pytest.mark.parametrize("scale", [1e-6, 1e3])
+def test_tiny_and_large_scales_give_the_same_numbers(scale: float) -> None:
+    ref = _event(_run(20, 0.03, turn=0.4, rise=0.3, seed=4))
+    ev = _event(_run(20, 0.03, turn=0.4, rise=0.3, seed=4, scale=scale))
+    assert ref is not None and ev is not None
+    assert ev.severity == ref.severity == "warning" and ev.best_step == ref.best_step
+    assert ev.rise == pytest.approx(ref.rise, rel=1e-9)
+    assert ev.sigmas == pytest.approx(ref.sigmas, rel=1e-6)
