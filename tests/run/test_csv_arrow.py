@@ -156,3 +156,30 @@ def test_no_forked_reader_once_pyarrow_is_loaded(tmp_path, monkeypatch):
 
     monkeypatch.setattr(csvlog, "PARALLEL_MIN_BYTES", 1)
     assert not csvlog._can_fork(1 << 30)
+
+
+@pytest.mark.parametrize("crlf", [False, True])
+def test_a_large_log_read_in_many_blocks_matches_the_numpy_reader(tmp_path, monkeypatch, crlf):
+    # Big enough for the real threshold, so pyarrow reads it in many blocks on its threads:
+    # the chunks of every column, and the nulls across them, must come back in file order.
+    nl = "\r\n" if crlf else "\n"
+    n = 120_000
+    rows = [f"{i},{2.0 / (i + 1):.6g},{'' if i % 997 else 1.0 + i * 1e-6},"
+            f"{'nan' if i % 5003 == 0 else 1e-3},{'inf' if i == 77_777 else i * 0.25},"
+            f"{'None' if i % 3 else 0.5}" for i in range(n)]
+    p = write(tmp_path, "step,loss,val_loss,lr,grad_norm,sparse" + nl + nl.join(rows) + nl
+              + f"{n},0.")
+    assert p.stat().st_size > csvlog.ARROW_MIN_BYTES
+    taken: list[bool] = []
+    real = csv_arrow.read_body
+    monkeypatch.setattr(csv_arrow, "read_body",
+                        lambda *a, **k: taken.append(True) or real(*a, **k))
+    got = snapshot(read_csv(p))
+    with monkeypatch.context() as mp:
+        mp.setenv("TRAINMEDIC_CSV_NO_ARROW", "1")
+        ref = snapshot(read_csv(p))
+    assert taken == [True]
+    assert got == ref
+    assert len(got[0]["loss"][0]) == n
+    assert got[0]["val_loss"][0] == list(range(0, n, 997))
+    assert ("truncated_last_line", n + 2) in [(k, line) for k, line, _ in got[3]]

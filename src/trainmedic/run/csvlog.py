@@ -6,18 +6,19 @@ multi-threaded reader when pyarrow is installed (``csv_arrow``; the ``fast`` ext
 hands back any file it would read differently from the reader below.
 
 Speed matters here (a million-row log must import in a fraction of a second), so without
-pyarrow, or for a small log, the numeric body is parsed by numpy's C tokenizer (``np.loadtxt``) one block of bytes at a time, straight
-into preallocated per-column arrays: no Python object per cell. Empty cells (Lightning writes
-sparse rows: a validation row leaves the training columns empty) are rewritten to a sentinel
-number before parsing and turned into a "missing" mask after, which keeps a literal ``nan`` in
-the log (a fact about the run) apart from a cell that was never written. A block that the fast
-path cannot take (a word in a number column, a short row, quotes) is re-read line by line with
-Python's ``csv`` module, so one bad line costs one block's speed, never the file.
+pyarrow, or for a small log, the numeric body is parsed by numpy's C tokenizer
+(``np.loadtxt``) one block of bytes at a time, straight into preallocated per-column arrays:
+no Python object per cell. Empty cells (Lightning writes sparse rows: a validation row leaves
+the training columns empty) are rewritten to a sentinel number before parsing and turned into
+a "missing" mask after, which keeps a literal ``nan`` in the log (a fact about the run) apart
+from a cell that was never written. A block that the fast path cannot take (a word in a number
+column, a short row, quotes) is re-read line by line with Python's ``csv`` module, so one bad
+line costs one block's speed, never the file.
 
 numpy's parser holds the GIL, so on a machine with two or more cores a large body is split at a
 line boundary and a forked child parses the second half into shared memory while this process
-parses the first (only when this process runs no other thread; any failure of the child means
-this process reads that half itself).
+parses the first (only when this process runs no other thread, pyarrow's included; any failure
+of the child means this process reads that half itself).
 """
 
 from __future__ import annotations
