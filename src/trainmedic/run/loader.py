@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from trainmedic.errors import InputError, UnreadableInputError, UnrecognizedInputError
 from trainmedic.run import names as names_mod
 from trainmedic.run.mapping import table_to_run
-from trainmedic.run.series import ImportNote, Run, Series
+from trainmedic.run.merge import drop_superseded_hf_states, merge_into, repeats
+from trainmedic.run.series import ImportNote, Run
 from trainmedic.run.table import LogTable
 
 __all__ = ["load_paths", "detect_format", "rank_of", "table_to_run", "read_file",
@@ -360,114 +359,6 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
     return found
 
 
-def _same_data(a: Series, b: Series) -> bool:
-    """True when two series of one metric hold the same points (one run logged twice, e.g. by
-    the HF Trainer into trainer_state.json and into TensorBoard)."""
-    common, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
-    if len(common) < max(1, int(0.8 * min(len(a), len(b)))):
-        return False
-    va, vb = a.values[ia], b.values[ib]
-    both_nan = np.isnan(va) & np.isnan(vb)
-    close = np.isclose(va, vb, rtol=1e-4, atol=1e-7) | both_nan
-    return bool(close.mean() >= 0.95)
-
-
-def _repeats(total: Run, part: Run) -> bool:
-    """True when most metrics ``part`` shares with ``total`` hold the same points there."""
-    shared = [(k, s) for k, s in part.series.items() if k in total.series and len(s)]
-    if not shared:
-        return False
-    same = 0
-    for k, s in shared:
-        old = total.series[k]
-        if len(old) == len(s) and np.array_equal(old.steps, s.steps):
-            # in log order, duplicates and restarts included (appended runs)
-            ok = np.isclose(old.values, s.values, rtol=1e-4, atol=1e-7) | (
-                np.isnan(old.values) & np.isnan(s.values))
-            if ok.mean() >= 0.95:
-                same += 1
-                continue
-        common = np.isin(s.steps, old.steps)
-        if common.mean() >= 0.5 and _same_data(old, Series(s.steps[common], s.values[common])):
-            same += 1
-    return same >= max(1, len(shared) / 2)
-
-
-def _merge_into(total: Run, part: Run, part_path: str) -> None:
-    for (metric, rank), s in part.series.items():
-        old = total.series.get((metric, rank))
-        if old is not None and _same_data(old, s):
-            # One copy, plus whatever steps only the other copy has.
-            base, other = (s, old) if len(s) > len(old) else (old, s)
-            extra = ~np.isin(other.steps, base.steps)
-            total.series[(metric, rank)] = Series(
-                np.concatenate([base.steps, other.steps[extra]]),
-                np.concatenate([base.values, other.values[extra]]))
-            total.notes.append(ImportNote(
-                "duplicate_source", f"'{metric}' (rank {rank}) is logged in more than one file "
-                f"with the same values; read once", path=part_path))
-            continue
-        total.add(metric, s.steps, s.values, rank)
-    total.events.extend(part.events)
-    for k, v in part.meta.items():
-        if k == "sources":
-            total.meta.setdefault("sources", []).extend(v)
-        elif k == "aliases" and isinstance(v, dict):
-            al = total.meta.setdefault("aliases", {})
-            for c, src in v.items():
-                al.setdefault(c, src)
-        elif k == "mapping" and isinstance(v, list):
-            total.meta.setdefault("mapping", []).extend(v)
-        elif k == "derived" and isinstance(v, dict):
-            dv = total.meta.setdefault("derived", {})
-            for c, how in v.items():
-                dv.setdefault(c, how)
-        else:
-            total.meta.setdefault(k, v)
-    total.notes.extend(part.notes)
-
-
-def _drop_superseded_hf_states(tables: list[LogTable], notes: list[ImportNote]
-                               ) -> list[LogTable]:
-    """HF saves a trainer_state.json in every checkpoint, each holding the whole history so far.
-    A state whose every series is the start of another state's (same rank) is such a copy and
-    is dropped, or the same points would be read once per checkpoint."""
-    hf = [t for t in tables if t.format == "hf_trainer_state"]
-    if len(hf) < 2:
-        return tables
-    gone: set[int] = set()
-    for i, old in enumerate(hf):
-        for j, new in enumerate(hf):
-            if j == i or j in gone or new.rank != old.rank or not _is_prefix(old, new):
-                continue
-            # Two identical copies: keep the later one in path order.
-            if not _is_prefix(new, old) or j > i:
-                gone.add(i)
-                break
-    dropped = [hf[i] for i in sorted(gone)]
-    if dropped:
-        notes.append(ImportNote(
-            "superseded_state", f"{len(dropped)} trainer_state.json files are earlier copies "
-            "(checkpoints) of another one's history and were not read again: "
-            + ", ".join(t.path for t in dropped[:3]) + (" ..." if len(dropped) > 3 else ""),
-            path=dropped[0].path))
-    return [t for t in tables if all(t is not d for d in dropped)]
-
-
-def _is_prefix(old: LogTable, new: LogTable) -> bool:
-    """True when every series of ``old`` is the beginning of the same series in ``new``."""
-    if not old.columns:
-        return True
-    for name, s in old.columns.items():
-        n = new.columns.get(name)
-        if n is None or len(n) < len(s):
-            return False
-        if not (np.array_equal(n.steps[:len(s)], s.steps)
-                and np.array_equal(n.values[:len(s)], s.values, equal_nan=True)):
-            return False
-    return True
-
-
 def _check_mapping(mapping: dict[str, str], tables: list[LogTable], runs: list[Run]) -> None:
     """Every source named by the user must exist in at least one file of the run."""
     available: list[str] = []
@@ -558,7 +449,7 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
         first = notes[0].detail if notes else "nothing readable"
         raise UnrecognizedInputError(paths[0], f"holds no readable training log ({first}); "
                                      f"expected {WHAT_WE_READ}")
-    tables = _drop_superseded_hf_states(tables, notes)
+    tables = drop_superseded_hf_states(tables, notes)
     if mapping:
         _check_mapping(mapping, tables, runs)
 
@@ -567,13 +458,13 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
     # Console logs last: one beside the metrics file extracted from it is read once.
     for t in sorted(tables, key=lambda t: t.format == "text"):
         part = table_to_run(t, mapping)
-        if t.format == "text" and total.series and _repeats(total, part):
+        if t.format == "text" and total.series and repeats(total, part):
             notes.append(ImportNote(
                 "duplicate_source", "holds the metrics of another file of the run at the same "
                 "steps (a console log beside the metrics taken from it); not read again",
                 path=t.path))
             continue
-        _merge_into(total, part, t.path)
+        merge_into(total, part, t.path)
     for r in runs:
         if mapping:
             r = _remap_store_run(r, mapping)
@@ -582,7 +473,7 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
                 {"file": r.source, "column": m, "canonical": m if m in names_mod.CANONICAL
                  else None, "how": "canonical" if m in names_mod.CANONICAL else "kept as raw"}
                 for m in r.metrics()]
-        _merge_into(total, r, r.source)
+        merge_into(total, r, r.source)
     total.notes[:0] = notes
     if not total.series:
         raise UnrecognizedInputError(source, "was read but holds no numeric series; expected "
