@@ -311,3 +311,9 @@ def test_epoch_step_progress_lines(tmp_path):
                    for e in (1, 2) for s in (100, 200))
     run = load_run(str(write(tmp_path / "train.log", text)))
     assert list(run.get("loss").steps) == [100, 200, 300, 400]
+
+
+def test_wandb_runtime_is_a_clock(tmp_path):
+    p = write(tmp_path / "wandb.csv", "_step,_runtime,_timestamp,train/loss\n"
+              "0,10,1700000010,3\n10,30,1700000030,2\n20,50,1700000050,1\n")
+    assert load_run(str(p)).get("step_time_s").values.tolist() == pytest.approx([2.0, 2.0])

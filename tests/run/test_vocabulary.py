@@ -123,3 +123,9 @@ def test_two_models_side_by_side():
     res = resolve_names(["cls_loss", "cls_val_loss", "reg_loss", "reg_val_loss"])
     assert res.aliases["loss"] == "cls_loss" and res.aliases["val_loss"] == "cls_val_loss"
     assert res.aliases["val_loss/reg"] == "reg_val_loss"
+
+
+@pytest.mark.parametrize("raw,canonical", [("loss/total", "loss"), ("losses/train/total", "loss"),
+                                           ("losses/val/total", "val_loss")])
+def test_total_under_a_loss_namespace(raw, canonical):
+    assert resolve_names(["step", raw]).aliases.get(canonical) == raw

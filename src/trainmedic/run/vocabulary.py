@@ -157,6 +157,7 @@ _PAREN_UNIT = re.compile(r"^(.*?)[\s_]*[(\[]\s*([a-z%]+)\s*[)\]]$")
 _RATE = re.compile(r"^(?P<what>[a-z_]*?)_?(?:per_|/)(?P<per>s|sec|secs|second|seconds)$")
 _PER_X = re.compile(r"^(?P<unit>ms|s|sec|secs|seconds|us)_?(?:per|/)_?"
                     r"(?P<what>batch|step|iter|iteration|it|update|epoch)$")
+_TOTAL_WORDS = frozenset({"total", "main", "all", "sum", "overall", "objective"})
 _STEP_NOUNS = frozenset({"step", "iter", "iteration", "batch", "it", "update"})
 _SPLIT = re.compile(r"/|(?<=[a-z_])\.(?=[a-z_])")
 _AGG_SUFFIX = ("_step", "_epoch", "_mean", "_avg")
@@ -291,6 +292,10 @@ def read_name(raw: str) -> NameReading | None:
         parts = parts[:-2] + [parts[-2]]
     leaf = parts[-1]
     ns = parts[:-1]
+    # "loss/total", "losses/train/total": the total under a loss namespace is the loss
+    if ns and leaf in _TOTAL_WORDS and any(p in ("loss", "losses") for p in ns):
+        leaf = "loss"
+        ns = [p for p in ns if p not in ("loss", "losses")]
     # "val_loss/g1": a val-side word followed by an eval set's name.
     if ns and read_name(ns[-1]) is not None and _lookup(leaf)[0] is None and \
             _strip_side(leaf)[1] == "" and re.fullmatch(r"[a-z0-9_]+", leaf):
@@ -360,7 +365,7 @@ def time_unit_of(raw: str) -> tuple[str, float, str] | None:
     """``(word, factor to seconds, unit)`` for a name that is a word plus an optional time
     unit (``epoch_time_ms`` -> (``epoch_time``, 1e-3, ``ms``)); None when its unit is not a
     time."""
-    base, unit = _strip_unit(_norm(raw).split("/")[-1])
+    base, unit = _strip_unit(_norm(raw).split("/")[-1].lstrip("_"))  # W&B "_runtime"
     if not unit:
         return base, 1.0, ""
     f = _TIME_UNITS.get(unit)
