@@ -183,3 +183,12 @@ def test_a_large_log_read_in_many_blocks_matches_the_numpy_reader(tmp_path, monk
     assert len(got[0]["loss"][0]) == n
     assert got[0]["val_loss"][0] == list(range(0, n, 997))
     assert ("truncated_last_line", n + 2) in [(k, line) for k, line, _ in got[3]]
+
+
+def test_an_old_pyarrow_leaves_the_file_to_the_numpy_reader(tmp_path, monkeypatch):
+    p = write(tmp_path, "step,loss\n" + "".join(f"{i},{i * 0.5}\n" for i in range(100)))
+    monkeypatch.setattr(csv_arrow, "USABLE", False)
+    ref, got, taken = both(p, monkeypatch)
+    assert taken == [False] and got == ref
+    assert csv_arrow._version("9.0.0") < (14, 0) <= csv_arrow._version("14.0.2")
+    assert csv_arrow._version("26.0.1.dev3") == (26, 0)

@@ -42,6 +42,19 @@ _NULLS = sorted({v for t in MISSING_TOKENS for v in (t, t.upper(), t.title())} |
 listed here (``nOnE``) fails conversion, and the file goes to that reader."""
 
 
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for p in text.split(".")[:2]:
+        digits = "".join(c for c in p if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+USABLE = _version(pa.__version__) >= (14, 0)
+"""An older pyarrow (an ML environment may carry one) lacks some of what this reader uses
+(the invalid-row handler, ``Table.drop_columns``): the numpy reader reads instead."""
+
+
 class ArrowBody:
     """What pyarrow read: one float64 array per column (NaN where missing), the missing masks
     (None for a column with no missing cell), the row count, and what the caller notes."""
@@ -64,6 +77,10 @@ def read_body(path: Path, body_start: int, sample: bytes, delim: bytes, names: l
     """Read the data lines from byte ``body_start`` (just after the header's newline) to the
     end of ``path``; ``sample`` is the body's first bytes, already read. None when the numpy
     reader must read the file instead (see the module docstring)."""
+    if not USABLE:
+        log.debug("%s: pyarrow %s is older than 14: read by the numpy reader", path,
+                  pa.__version__)
+        return None
     try:
         return _read(path, body_start, sample, delim, names, keep)
     except _Fallback as why:
