@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -142,20 +143,40 @@ def _smooth(t: np.ndarray) -> tuple[np.ndarray, int]:
     return s, h
 
 
-def _diff_noise(t: np.ndarray, *, cautious: bool = True) -> float:
+#: The cautious noise estimate averages the lowest 80% of the absolute second differences.
+_TRIM = 0.8
+
+
+def _trimmed_abs_mean(q: float) -> float:
+    """E|Z| over the lowest share ``q`` of |Z| for a standard normal Z (0.5583 at q = 0.8,
+    sqrt(2/pi) at q = 1): turns a trimmed mean absolute value into a sigma."""
+    c = NormalDist().inv_cdf((1.0 + q) / 2.0) if q < 1.0 else math.inf
+    return math.sqrt(2.0 / math.pi) * (1.0 - math.exp(-0.5 * c * c)) / q
+
+
+def _diff_noise(t: np.ndarray, turn: int | None = None, *, cautious: bool = True) -> float:
     """Per-evaluation noise of a smooth curve, from the second differences of successive
     evaluations (a linear trend cancels; white noise of sigma s gives second differences of
-    sigma s*sqrt(6)): the larger of their robust sigma (MAD) and their mean absolute value
-    / sqrt(2/pi). The MAD of a handful of differences is often far too low (6 of them gave a
-    quarter of the true sigma); the mean absolute value is steadier, and larger when the
-    curve bends - which only makes the rule more cautious."""
+    sigma s*sqrt(6)), leaving out the (up to 3) differences that touch index ``turn``.
+
+    ``cautious``: the larger of their robust sigma (MAD) and their mean absolute value over the
+    lowest 80% (scaled to a sigma). The MAD of a handful of differences is often far too low
+    (6 of them gave a quarter of the true sigma); the trimmed mean is steadier, and only a
+    bending curve makes it larger - which only makes the rule more cautious."""
     if t.size < 4:
         return 0.0
     d = np.diff(t, n=2)
+    if turn is not None:
+        keep = np.ones(d.size, dtype=bool)
+        keep[max(0, turn - 2):turn + 1] = False
+        if int(keep.sum()) >= 3:
+            d = d[keep]
+    mad_sigma = robust_sigma(d)
     if not cautious:
-        return robust_sigma(d) / math.sqrt(6.0)
-    mean_abs = float(np.mean(np.abs(d))) / math.sqrt(2.0 / math.pi)
-    return max(robust_sigma(d), mean_abs) / math.sqrt(6.0)
+        return mad_sigma / math.sqrt(6.0)
+    kept = max(1, math.ceil(_TRIM * d.size))
+    a = np.sort(np.abs(d))[:kept]
+    return max(mad_sigma, float(np.mean(a)) / _trimmed_abs_mean(kept / d.size)) / math.sqrt(6.0)
 
 
 def _rel(d: float, base: float, is_log: bool) -> float:
@@ -232,7 +253,8 @@ def overfit_event(run: Run, vt: Trace) -> OverfitEvent | None:
     end_level = median(after[-k:])
     best_level = min(float(s[ms]), float(np.min(s[m:])))
     local = t[max(0, m - 3):]
-    sig = _diff_noise(local if local.size >= 8 else t)
+    src, turn = (local, m - max(0, m - 3)) if local.size >= 8 else (t, m)
+    sig = _diff_noise(src, turn)
     # Whether to report at all (info) uses the plain robust sigma; the warning the cautious one.
     sig_mad = _diff_noise(local if local.size >= 8 else t, cautious=False)
     rise_raw_d = end_level - float(t[m])
@@ -370,9 +392,9 @@ def _finding(events: list[OverfitEvent]) -> Finding:
                f"and its last {lead.n_late} evaluations sit {100 * lead.rise:.1f}% above "
                f"the best level, over {100 * lead.share_after:.0f}% of the run "
                f"({train_txt}){sets_txt}; best step {lead.best_step}")
-    if not lead.train_logged and lead.abrupt_jump >= ABRUPT_JUMP:
-        summary += (f"; it jumped {lead.abrupt_jump:.1f}x between two evaluations and "
-                    f"stayed, more like a divergence than overfitting")
+    if lead.abrupt_jump >= ABRUPT_JUMP:
+        summary += (f"; it jumped {fmt(lead.abrupt_jump)}x between two evaluations and "
+                    f"stayed, more like a divergence of the evaluation than memorization")
     conf = float(min(1.0, 0.45 + 0.05 * lead.n_after + min(0.3, lead.rise)))
     if lead.three_evals:
         conf = 0.6

@@ -157,6 +157,19 @@ def _series_phrase(e: NonfiniteSeries) -> str:
     return head + f") and was finite again from step {e.recovered_at}"
 
 
+def _train_side(run: Run, rank: int | None) -> str:
+    """What the training side says when only evaluation losses are non-finite: the NaN comes
+    from the evaluation when the logged loss and grad_norm stayed finite; nothing is claimed
+    when grad_norm went non-finite (a logger may have filtered the training NaNs)."""
+    g = Trace.of(run, "grad_norm", rank)
+    if g is None:
+        return ("; the logged training loss stayed finite (grad_norm not logged to confirm "
+                "that training did)")
+    if bool(np.isfinite(g.all_values).all()):
+        return "; the training loss and grad_norm stayed finite: the evaluation computes the NaN"
+    return ""
+
+
 def _nonfinite_finding(events: list[NonfiniteSeries], run: Run, rank: int | None) -> Finding:
     sev: Severity = max((e.severity for e in events), key=lambda s: SEVERITY_ORDER[s])
     # The training loss leads when it is affected; else the worst, earliest series.
@@ -182,8 +195,8 @@ def _nonfinite_finding(events: list[NonfiniteSeries], run: Run, rank: int | None
         summary = _series_phrase(primary)
         if others:
             summary += f" (also {', '.join(others[:5])}{' ...' if len(others) > 5 else ''})"
-    if all(e.is_eval for e in events) and any(m == "loss" for m in loss_like_metrics(run)):
-        summary += "; the training loss stayed finite: the evaluation computes the NaN"
+    if all(e.is_eval for e in events) and Trace.of(run, "loss", rank) is not None:
+        summary += _train_side(run, rank)
     # The live watcher's NaN guard replayed the step: name where it broke.
     event = nonfinite_event(run, rank, onset, None if persistent else end_step)
     if event is not None:
