@@ -317,3 +317,22 @@ def test_wandb_runtime_is_a_clock(tmp_path):
     p = write(tmp_path / "wandb.csv", "_step,_runtime,_timestamp,train/loss\n"
               "0,10,1700000010,3\n10,30,1700000030,2\n20,50,1700000050,1\n")
     assert load_run(str(p)).get("step_time_s").values.tolist() == pytest.approx([2.0, 2.0])
+
+
+def test_progress_timing_joins_the_next_summary_line(tmp_path):
+    text = "".join(f" [==== 136/136 ===>]  Tot: 1m13s | Step: {600 + e}ms\n"
+                   f"Training Epoch: {e} Average Loss: {3.0 - e / 10}\nSaving model..\n"
+                   for e in (1, 2, 3))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert list(run.get("loss").steps) == [1, 2, 3]
+    assert run.get("step_time_s").values.tolist() == pytest.approx([0.601, 0.602, 0.603])
+
+
+def test_a_training_line_without_its_step_is_not_given_the_last_one(tmp_path):
+    text = ("| epoch 012 | loss 4.1 | nll_loss 2.4 | num_updates 4399\n"
+            "| epoch 012 | valid on 'valid' subset | valid_loss 4.0 | valid_nll_loss 2.2\n"
+            "| epoch 013 | loss 4.0 | nll_loss 2.3 | num_updates 4766\n"
+            "| epoch 014 | loss 3.9 | nll_l")
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert list(run.get("loss").steps) == [4399, 4766]
+    assert list(run.get("val_loss").steps) == [4399]

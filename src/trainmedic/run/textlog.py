@@ -71,6 +71,8 @@ _STEP_KEYS = ("num_updates", "global_step", "step", "steps", "iteration", "iter"
               "training_iter", "train_iter", "update", "updates", "batch_idx")
 _EPOCH_KEYS = ("epoch", "training_epoch", "train_epoch", "ep")
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
+_VAL_PREFIXES = ("valid", "val_", "validation", "eval", "test")
+_TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
 _DROP_KEYS = frozenset({"eta", "remaining", "day", "days", "of", "at", "on", "in"})
 _SAMPLE_LINES = 400
 
@@ -152,6 +154,7 @@ class _Reader:
         self.epoch: int | None = None
         self.per_epoch: int | None = None
         self.rows: list[tuple[int, dict[str, Any]]] = []
+        self.pending: dict[str, float] = {}
         self.recognized = 0
         self.lines = 0
 
@@ -214,8 +217,17 @@ class _Reader:
                 row.pop(k)
         metrics = [k for k in row if k not in _EPOCH_KEYS + _STEP_KEYS and k != "_global"]
         if has_step and metrics:
+            for k, v in self.pending.items():
+                row.setdefault(k, v)
+            self.pending = {}
             self.rows.append((no, row))
             self.recognized += 1
+        elif not has_step:
+            # A progress bar's "Step: 646ms" before the epoch's summary line: its timings
+            # belong to the next row.
+            self.pending = {k: v for k, v in pairs.items() if k.endswith(_TIME_SUFFIXES)}
+            if self.pending:
+                self.recognized += 1
 
 
 def _choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:
@@ -311,7 +323,9 @@ def read_text_log(path: Path) -> LogTable:
             if v is None:
                 # A validation line after a training line often omits the step
                 # (fairseq's "valid on 'valid' subset"): it belongs to the last step.
-                if last_step is None:
+                # A training line without one (a cut last line) is left out.
+                if last_step is None or not all(
+                        k.startswith(_VAL_PREFIXES) for k in r if k not in _EPOCH_KEYS):
                     continue
                 v = last_step
                 carried += 1
