@@ -431,14 +431,16 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
         while k > 0 and high[k - 1]:
             k -= 1
         n_blocks = nb - k
-        # A suffix under 3x its best must last >= 10% of the blocks: on a short, noisy run the
-        # last few blocks of a converged loss can sit 1.5x above its luckiest block.
+        # A suffix under 3x its best, on fewer than 30 points, must last >= 10% of the blocks:
+        # on a short, noisy run the last few blocks of a converged loss can sit 1.5x above its
+        # luckiest block.
         big = k < nb and float(np.min(elev[k:])) >= (math.log(DIVERGE_ERROR_RATIO) if is_log
                                                    else (DIVERGE_ERROR_RATIO - 1.0) *
                                                    max(abs(float(cummin[-1])), 1e-12))
-        min_suffix = 0.05 if big else 0.10
+        suffix_points = int(len(tr) - bl.start[min(k, nb - 1)])
+        min_suffix = 0.05 if (big or suffix_points >= 30) else 0.10
         trend_branch = not (n_blocks >= max(2, math.ceil(min_suffix * nb))
-                            and int(len(tr) - bl.start[min(k, nb - 1)]) >= 3)
+                            and suffix_points >= 3)
         if trend_branch:
             # Trend branch: a slow, sustained rise from the last block within noise of the
             # running minimum (the change point) to the end.

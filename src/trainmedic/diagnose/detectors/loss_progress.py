@@ -11,6 +11,11 @@ import math
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.chance import (
+    ChanceEvent,
+    double_softmax_floor,
+    never_beats_chance,
+)
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -96,6 +101,8 @@ def _rel(a: float, b: float, is_log: bool) -> float:
 
 
 # --------------------------------------------------------------------------- flat_loss
+#: A peak lr under this cannot train (flat_loss waives its noise bound, as for lr = 0).
+LR_TINY = 1e-6
 #: A fall of the loss is "significant" at this many standard errors.
 FLAT_SIGNIFICANT_Z = 3.0
 
@@ -147,6 +154,11 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         falling = z_change <= -FLAT_SIGNIFICANT_Z
         lr = Trace.of(run, "lr", tr.rank) or Trace.of(run, "lr", None)
         lr_zero = lr is not None and len(lr) > 0 and bool(np.all(np.abs(lr.values) <= 1e-12))
+        # An lr whose peak is under 1e-6 (below any optimizer's useful range but preference
+        # tuning's 5e-7 with its own falling loss) cannot move the model either: without a
+        # significant fall the noise bound is waived, as for lr = 0.
+        lr_tiny = lr is not None and len(lr) > 0 and not lr_zero and \
+            float(np.max(np.abs(lr.values))) < LR_TINY
         first = median(lv[:head])
         last = median(lv[-head:])
         nwin = nb - head + 1
@@ -167,7 +179,7 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         is_pinned = pinned(tr.values)
         if is_pinned:
             fell, falling, precise = False, False, True
-        if lr_zero:
+        if lr_zero or lr_tiny:
             if falling or fell:
                 continue
         elif fell or not precise:
@@ -189,7 +201,7 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         if k is not None:
             falling = False  # the model predicts uniformly: whatever the train trend shows
         sev: Severity = "error" if (k is not None or lr_zero or is_pinned) else (
-            "info" if late_start or falling else "warning")
+            "warning" if lr_tiny else "info" if late_start or falling else "warning")
         ev = [Evidence("loss", int(tr.steps[0]), float(inv(first)), None,
                        note=f"median of the first {head} block(s) of the run"),
               Evidence("loss", int(tr.steps[-1]), lvl, float(inv(first)),
@@ -212,6 +224,9 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         if lr_zero:
             ev.append(Evidence("lr", int(lr.steps[0]) if lr else None, 0.0, None,
                                note="every logged lr is 0"))
+        if lr_tiny and lr is not None:
+            ev.append(Evidence("lr", int(lr.steps[0]), float(np.max(np.abs(lr.values))),
+                               LR_TINY, note="peak logged lr, far too low to train"))
         slow = "; it is falling slowly (significant trend)" if falling else ""
         if is_pinned:
             slow = "; every logged value is the same to 6 digits: the model is not updated"
@@ -229,7 +244,34 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
             evidence=tuple(ev)))
     if not trs:
         return NotRun("needs at least 8 finite loss points")
+    flagged = {f.rank for f in out}
+    for tr in trs:
+        if tr.rank in flagged:
+            continue
+        stuck = never_beats_chance(run, tr)
+        if stuck is not None:
+            out.append(_chance_finding(stuck, tr))
     return out
+
+
+def _chance_finding(ev: ChanceEvent, tr: Trace) -> Finding:
+    """A classifier that never beat chance: flat in what matters, whatever the curve did."""
+    where = "the validation loss" if ev.metric == "val_loss" else "the loss"
+    return Finding(
+        symptom="flat_loss", severity="error", confidence=0.8, onset_step=ev.onset_step,
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric=ev.metric,
+        summary=(f"{where} never got below chance level ln({ev.k}) = {ev.landmark:.4f} (lowest "
+                 f"block {fmt(ev.lowest)}, second half {fmt(ev.level)}): the model never "
+                 f"learned anything that generalizes (labels shuffled or detached from the "
+                 f"inputs, an lr that cannot train, or a broken loss)"),
+        evidence=(Evidence(ev.metric, ev.onset_step, ev.level, ev.landmark,
+                           note=f"median of the second half vs ln({ev.k}), the loss of "
+                                f"predicting uniformly over {ev.k} classes"),
+                  Evidence(ev.metric, None, ev.lowest, ev.landmark,
+                           note="lowest block median of the whole curve: never below chance"),
+                  Evidence("loss", int(tr.steps[0]), float(np.median(tr.values[:3])),
+                           ev.landmark, note="first training losses: a from-scratch "
+                                             "classifier starts at ln k")))
 
 
 # --------------------------------------------------------------------------- plateau
@@ -262,6 +304,13 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
                        note="first block median within noise of the best level; "
                             "reference = first block median")]
         sev, why = _plateau_cost(run, tr, onset, share)
+        floor = double_softmax_floor(tr, onset)
+        if floor is not None and sev == "info":
+            sev = "warning"
+            why = (f"; it sits at ln(1 + {floor.k - 1}/e) = {floor.landmark:.4f}, the lowest "
+                   f"loss a softmax applied twice can reach over {floor.k} classes, and never "
+                   f"went below it: a softmax in the head under a cross-entropy that applies "
+                   f"log-softmax again")
         frozen = _pinned_eval(run, tr.rank)
         if frozen is not None and frozen[0] >= onset - 0.1 * span:
             sev = "error" if share >= 0.5 else "warning"

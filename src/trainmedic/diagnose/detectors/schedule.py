@@ -191,9 +191,9 @@ def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
                     f"of the run" if harmless else
                     f"; over the last 40% of the run the loss changed by "
                     f"{-100 * ev.loss_gain_after:+.1f}%: the rising lr is costing progress")
-    sev: Severity = "info" if (partial or harmless) else "warning"
-    return Finding(symptom="lr_schedule_anomaly", severity=sev,
-                   confidence=0.4 if sev == "info" else 0.75,
+    rise_sev: Severity = "info" if (partial or harmless) else "warning"
+    return Finding(symptom="lr_schedule_anomaly", severity=rise_sev,
+                   confidence=0.4 if rise_sev == "info" else 0.75,
                    onset_step=ev.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank,
                    metric="lr", summary=summary,
                    evidence=(Evidence("lr", ev.onset_step, None, None,

@@ -208,6 +208,13 @@ OUTLIER_WARN_SHARE = 0.05
 OUTLIER_REPORT_SHARE = 0.02
 OUTLIER_BIG_RATIO = 10.0
 OUTLIER_BIG_SHARE = 0.01
+#: Periodic outliers that cost >= 5% are a warning without the 1 s floor when >= this many
+#: recur on the cadence (fewer can line up by chance among scattered jitter).
+OUTLIER_MIN_PERIODIC = 5
+#: ... and when the cadence is >= this many steps: below it, whole-step gaps within the 10%
+#: (+ half a step) tolerance cover a large part of the possible gaps, so regularity is weak
+#: evidence against random blips.
+OUTLIER_MIN_PERIOD = 10.0
 
 
 def outlier_thresholds(n: int) -> tuple[float, float]:
@@ -245,6 +252,10 @@ class OutlierEvent:
     worst_value: float
     period: float | None
     """Steps between outliers when they recur regularly (else None)."""
+    periodic_steps: tuple[int, ...] = ()
+    """The outliers that recur with ``period`` (all of them, or the largest ones when
+    scattered smaller ones, e.g. scheduling jitter, sit between them)."""
+    periodic_excess_s: float = 0.0
 
     @property
     def count(self) -> int:
@@ -265,10 +276,31 @@ class OutlierEvent:
             self.worst_ratio >= OUTLIER_BIG_RATIO and self.excess_s >= MIN_WARN_LOST_S)
 
     @property
+    def periodic_share(self) -> float:
+        """Share of the wall time lost to the periodic outliers alone."""
+        return self.periodic_excess_s / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def strictly_periodic(self) -> bool:
+        """A cadence strong enough to tell work in the loop from scattered jitter: >= 5
+        outliers on it, a period >= 10 steps, and >= 80% of their gaps within 10% of the
+        period itself (not only of a multiple)."""
+        if self.period is None or self.period < OUTLIER_MIN_PERIOD \
+                or len(self.periodic_steps) < OUTLIER_MIN_PERIODIC:
+            return False
+        gaps = np.diff(np.asarray(self.periodic_steps, dtype=np.float64))
+        return float(np.mean(np.abs(gaps - self.period) <= 0.1 * self.period + 0.5)) >= 0.8
+
+    @property
     def severity(self) -> Severity:
         if self.excess_s >= MIN_WARN_LOST_S and (
                 self.share >= OUTLIER_WARN_SHARE
                 or (self.worst_ratio >= OUTLIER_BIG_RATIO and self.share >= OUTLIER_BIG_SHARE)):
+            return "warning"
+        # Scheduling jitter is scattered, not periodic: stalls that recur on a cadence are
+        # work in the loop (checkpoint, eval, GC) whatever the run's length, so the 1 s floor
+        # does not apply to them.
+        if self.strictly_periodic and self.periodic_share >= OUTLIER_WARN_SHARE:
             return "warning"
         return "info"
 
@@ -289,6 +321,91 @@ def _period(osteps: np.ndarray) -> float | None:
     multiple = np.abs(gaps / m - g) <= tol
     single = np.abs(gaps - g) <= tol
     return g if float(np.mean(multiple)) >= 0.8 and float(np.mean(single)) >= 0.5 else None
+
+
+def _periodic(osteps: np.ndarray, ovals: np.ndarray,
+              span: float) -> tuple[float, np.ndarray] | None:
+    """The cadence of the outliers: ``(period, indices)`` of the largest set of the biggest
+    outliers that recur regularly (``_period``), or None. Periodic stalls are the same work
+    repeated, so they have about the same size and stand above scattered smaller outliers:
+    the sets tried are all of them and the top-k at each natural break in their sizes (the
+    k-th largest >= 1.5x the next), k >= 4; the set must also cover the run (>= 60% of the
+    span / period occurrences it would have)."""
+    if osteps.size < 3:
+        return None
+    order = np.argsort(-ovals, kind="stable")
+    vs = ovals[order]
+    ks = [int(osteps.size)] + [k for k in range(min(int(osteps.size) - 1, 400), 3, -1)
+                               if vs[k - 1] >= 1.5 * vs[k]]
+    for k in ks:
+        idx = np.sort(order[:k])
+        p = _period(osteps[idx])
+        if p is not None and k >= 0.6 * span / p:
+            return p, idx
+    return None
+
+
+FOLD_MAX_POINTS = 20_000
+FOLD_MAX_PERIODS = 1_000
+FOLD_MAX_CHANCE = 0.01
+
+
+def _binom_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed in log space (n may be in the thousands)."""
+    if k <= 0:
+        return 1.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    i = np.arange(k, n + 1, dtype=np.float64)
+    from math import lgamma
+
+    lc = np.array([lgamma(n + 1) - lgamma(x + 1) - lgamma(n - x + 1) for x in i])
+    return float(min(1.0, np.exp(lc + i * lp + (n - i) * lq).sum()))
+
+
+def _folded_period(steps: np.ndarray, mask: np.ndarray) -> tuple[float, np.ndarray] | None:
+    """A cadence hidden among scattered outliers of the same size (scheduling jitter on a
+    shared host): fold the judged steps at each candidate period P (>= 10 logged intervals,
+    <= a fifth of the span) and take the phase with the most outliers. It is a cadence when
+    that phase holds >= 5 outliers that are >= 80% of its points, and the chance of so many
+    at one phase, were outliers scattered at their overall rate (binomial tail), is <= 1%
+    after a Bonferroni correction over every (period, phase) tried. Returns
+    ``(period, indices into the outliers)`` or None. Series over 20,000 points are not
+    folded."""
+    n = int(steps.size)
+    k_all = int(np.count_nonzero(mask))
+    if n > FOLD_MAX_POINTS or k_all < 5 or n < 50:
+        return None
+    step0 = int(steps[0])
+    rel = (steps - step0).astype(np.int64)
+    gap = max(1, int(round(median(np.diff(rel).astype(np.float64)))))
+    periods = range(10 * gap, min(int(rel[-1]) // 5, 10 * gap + FOLD_MAX_PERIODS * gap) + 1,
+                    gap)
+    tests = sum(p // gap for p in periods)
+    if tests == 0:
+        return None
+    rate = k_all / n
+    orel = rel[mask]
+    best: tuple[float, int, int] | None = None
+    for per in periods:
+        c = np.bincount(orel % per, minlength=per)
+        ph = int(np.argmax(c))
+        hits = int(c[ph])
+        if hits < 5:
+            continue
+        npts = int(np.count_nonzero(rel % per == ph))
+        if hits < 0.8 * npts:
+            continue
+        pv = tests * _binom_tail(hits, npts, rate)
+        if pv <= FOLD_MAX_CHANCE and (best is None or pv < best[0]):
+            best = (pv, per, ph)
+    if best is None:
+        return None
+    _, per, ph = best
+    return float(per), np.flatnonzero(orel % per == ph)
 
 
 def _durations_in_log_order(run: Run, st: Trace) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -344,6 +461,7 @@ def outlier_events(run: Run) -> tuple[list[OutlierEvent], bool]:
             n_judged += int(v.size)
             total += float(np.sum(v))
             m = v >= thr
+            judged = (s, m)
             if bool(m.any()):
                 parts.append((v[m], s[m], med, sig, thr))
         if not parts:
@@ -353,10 +471,19 @@ def outlier_events(run: Run) -> tuple[list[OutlierEvent], bool]:
         # The level the worst outlier was judged against names the event's median.
         wp = max(parts, key=lambda p: float(np.max(p[0]) / p[2]))
         w = int(np.argmax(wp[0]))
+        per = None
+        if not log_order:
+            ovals = np.concatenate([p[0] for p in parts])
+            per = _periodic(osteps, ovals, float(sall[-1] - sall[skip0]) if sall.size else 0.0)
+            if per is None:
+                per = _folded_period(*judged)
+        pidx = per[1] if per is not None else np.empty(0, dtype=np.int64)
         out.append(OutlierEvent(
             st.rank, n_judged, skip0, wp[2], wp[3], wp[4], tuple(int(x) for x in osteps),
             excess, total, int(wp[1][w]), float(wp[0][w]),
-            None if log_order else _period(osteps)))
+            per[0] if per is not None else None,
+            tuple(int(x) for x in osteps[pidx]),
+            float(np.sum(ovals[pidx] - wp[2])) if per is not None else 0.0))
     return out, bool(trs)
 
 
@@ -387,8 +514,11 @@ def _outlier_finding(e: OutlierEvent) -> Finding:
                    note=f"share of wall time lost: sum of the {e.count} outliers' excess over "
                         f"the median ({fmt(e.excess_s)} s) / total time ({fmt(e.total_s)} s)")]
     if e.period is not None:
-        ev.append(Evidence("step_time_s", e.steps[0], e.period, None,
-                           note=f"outliers recur every ~{e.period:.0f} steps (gaps between "
+        which = ("outliers" if len(e.periodic_steps) == e.count else
+                 f"the {len(e.periodic_steps)} largest outliers (costing "
+                 f"{100 * e.periodic_share:.1f}% of the time)")
+        ev.append(Evidence("step_time_s", e.periodic_steps[0], e.period, None,
+                           note=f"{which} recur every ~{e.period:.0f} steps (gaps between "
                                 "them are whole multiples of this, within 10%)"))
     return Finding(
         symptom="step_time_outliers", severity=e.severity, confidence=0.8,

@@ -1,0 +1,142 @@
+"""Loss levels that say what a classifier is doing, whatever the curve's shape.
+
+Cross-entropy over k classes has landmarks fixed by arithmetic, not by the run:
+- ln k, the loss of predicting uniformly (an untrained or label-blind model);
+- ln(1 + (k - 1)/e), the lowest loss a model can reach when a softmax is applied twice (the
+  head ends in a softmax and ``F.cross_entropy``/``CrossEntropyLoss`` applies log-softmax on
+  top: the "logits" are probabilities in [0, 1], so the best the second softmax can give the
+  right class is e / (e + k - 1)).
+
+A level near a landmark is evidence only with a second, independent fact, because ln k is
+dense (ln 8 and ln 9 are 0.12 apart): the curve must also never cross the landmark (a floor
+cannot be crossed; a healthy model passes through ln k on its way down). Pure numbers in,
+small dataclasses out; the detectors in loss_progress.py turn them into findings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainmedic.diagnose.stats import blocks, diff_sigma, median
+from trainmedic.diagnose.trace import Trace
+from trainmedic.run.series import Run
+
+__all__ = ["ChanceEvent", "never_beats_chance", "double_softmax_floor", "start_classes",
+           "START_TOL", "FLOOR_TOL"]
+
+#: A from-scratch classifier's first loss is within this share of ln k (small random logits).
+START_TOL = 0.015
+#: ... and a model that never beats chance cannot get below ln k by more than this share ...
+BELOW_TOL = 0.01
+#: ... while its training loss fell by less than this share (it is not learning either).
+TRAIN_FALL_MAX = 0.10
+#: A plateau at a double-softmax floor is within this share of ln(1 + (k-1)/e).
+FLOOR_TOL = 0.004
+#: Largest class count considered.
+MAX_K = 1000
+
+
+@dataclass(frozen=True)
+class ChanceEvent:
+    """A curve that never got below a landmark: ``kind`` is ``chance`` or ``double_softmax``."""
+
+    kind: str
+    metric: str
+    k: int
+    landmark: float
+    level: float
+    """Median of the curve over its second half (or the plateau)."""
+    lowest: float
+    """Lowest block median of the whole curve."""
+    onset_step: int
+
+
+def start_classes(tr: Trace) -> int | None:
+    """k when the first loss (or the median of the first 3) is within 2% of ln k,
+    2 <= k <= 1000: a classifier trained from scratch starts at chance."""
+    if len(tr) < 3:
+        return None
+    # The first point alone (a per-epoch log's first row already averages a falling epoch)
+    # or the median of the first three (a noisy per-step log).
+    for first in (float(tr.values[0]), median(tr.values[:3])):
+        if not math.isfinite(first) or not math.log(2) * (1 - START_TOL) <= first < 7.0:
+            continue
+        k = max(2, round(math.exp(first)))
+        if k <= MAX_K and abs(first - math.log(k)) <= START_TOL * math.log(k):
+            return k
+    return None
+
+
+def _lowest(tr: Trace) -> tuple[float, float]:
+    """(lowest block median, block noise sigma) of a trace."""
+    bl = blocks(tr.steps, tr.values, max_blocks=min(50, max(3, len(tr) // 3)))
+    return float(bl.median.min()), diff_sigma(bl.median) if len(bl.median) > 2 else 0.0
+
+
+def never_beats_chance(run: Run, train: Trace) -> ChanceEvent | None:
+    """The run never beat chance: the training loss started within 1.5% of ln k (a
+    from-scratch classifier) and fell < 10% over the run, and the validation loss (>= 5
+    evaluations; else the training loss) never had a block median 1% below ln k. Or, from a
+    start above chance (a bad init), the training loss's second half sits within 0.3% of ln k
+    and never went 1% below it. A healthy classifier leaves ln k far behind in its first
+    epochs; a fine-tune that starts near some ln k by coincidence falls > 10% or goes below."""
+    k = start_classes(train)
+    q = max(2, len(train) // 10)
+    head, tail = median(train.values[:q]), median(train.values[-q:])
+    if not head > 0 or (head - tail) / head >= TRAIN_FALL_MAX:
+        return None
+    cands: list[Trace] = []
+    val = Trace.of(run, "val_loss", train.rank) or Trace.of(run, "val_loss", None)
+    if val is not None and len(val) >= 5:
+        cands.append(val)
+    else:
+        cands.append(train)
+    for tr in cands:
+        kk = k
+        level = median(tr.values[len(tr) // 2:])
+        if kk is None:
+            # A start above chance (a bad init) that fell to ln k and stayed there.
+            if tr is not train or len(tr) < 10:
+                continue
+            kk = max(2, round(math.exp(level))) if 0.6 < level < math.log(MAX_K) else None
+            if kk is None or abs(level - math.log(kk)) > 0.003 * math.log(kk):
+                continue
+        ln_k = math.log(kk)
+        lowest, sig = _lowest(tr)
+        if lowest < ln_k * (1 - BELOW_TOL) or abs(level - ln_k) > 0.03 * ln_k:
+            continue  # it beat chance, or it left ln k upwards (a divergence, not chance)
+        return ChanceEvent(kind="chance", metric=tr.metric, k=kk, landmark=ln_k, level=level,
+                           lowest=lowest, onset_step=int(train.steps[0]))
+    return None
+
+
+def double_softmax_floor(tr: Trace, onset: int) -> ChanceEvent | None:
+    """A plateau at ln(1 + (k-1)/e) (within 0.4%) that the loss never crossed (lowest block
+    median not below it by more than 3 block sigmas), in a run whose first losses sat at ln k
+    for the same k: the loss a softmax applied twice cannot get under."""
+    i = int(np.searchsorted(tr.steps, onset))
+    if len(tr) - i < 5:
+        return None
+    level = median(tr.values[i:])
+    if not math.isfinite(level) or not 0 < level < 7.0:
+        return None
+    # Invert ln(1 + (k-1)/e) = level for k, then check the nearest integer.
+    k = round(1 + math.e * (math.exp(level) - 1))
+    if not 2 <= k <= MAX_K:
+        return None
+    floor = math.log(1 + (k - 1) / math.e)
+    if abs(level - floor) > FLOOR_TOL * floor:
+        return None
+    lowest, sig = _lowest(tr)
+    if lowest < floor - max(3 * sig, FLOOR_TOL * floor):
+        return None
+    # The same model started at ln k (near-uniform probabilities through two softmaxes): the
+    # class count read from the start must be the floor's, or the match is a coincidence.
+    if start_classes(tr) != k:
+        return None
+    return ChanceEvent(kind="double_softmax", metric=tr.metric, k=k, landmark=floor,
+                       level=level, lowest=lowest, onset_step=onset)
+

@@ -1,0 +1,55 @@
+"""Landmark loss levels: never beating chance, and the double-softmax floor; healthy
+classifiers that pass through ln k are quiet."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trainmedic.diagnose import diagnose
+from trainmedic.run.series import Run
+
+K = 5
+
+
+def _run(loss: np.ndarray, val: np.ndarray | None = None, every: int = 25) -> Run:
+    run = Run(source="t")
+    s = np.arange(loss.shape[0])
+    run.add("loss", s, loss)
+    if val is not None:
+        run.add("val_loss", s[every - 1::every], val)
+    return run
+
+
+def _loud(run: Run) -> list[tuple[str, str]]:
+    return [(f.symptom, f.severity) for f in diagnose(run).findings if f.level >= 1]
+
+
+def test_shuffled_labels_never_beat_chance() -> None:
+    rng = np.random.default_rng(0)
+    n = 300
+    s = np.arange(n)
+    # Train memorizes a little (falls 4%), validation stays just above ln 5.
+    loss = math.log(K) * (1.01 - 0.04 * s / n) + rng.normal(0, 0.02, n)
+    val = math.log(K) * 1.02 + rng.normal(0, 0.005, n // 25)
+    assert ("flat_loss", "error") in _loud(_run(loss, val))
+
+
+def test_double_softmax_floor() -> None:
+    rng = np.random.default_rng(1)
+    s = np.arange(40)
+    floor = math.log(1 + (K - 1) / math.e)
+    loss = floor + (math.log(K) - floor) * np.exp(-s / 4) + np.abs(rng.normal(0, 0.0005, 40))
+    f = [f for f in diagnose(_run(loss)).findings if f.symptom == "plateau"]
+    assert f and f[0].severity == "warning" and "softmax applied twice" in f[0].summary
+
+
+def test_healthy_classifier_passing_through_chance_is_quiet() -> None:
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        n = 300
+        s = np.arange(n)
+        loss = (math.log(K) - 0.3) * np.exp(-s / 60) + 0.3 + rng.normal(0, 0.02, n)
+        val = (math.log(K) - 0.35) * np.exp(-s[24::25] / 60) + 0.35
+        assert _loud(_run(loss, val)) == []
