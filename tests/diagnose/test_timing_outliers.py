@@ -175,3 +175,49 @@ def test_appended_runs_with_restarting_steps_are_judged_in_log_order() -> None:
     evs, _ = outlier_events(run)
     (e,) = [e for e in evs if e.reported]
     assert e.steps == (6,) and e.severity == "warning" and e.period is None
+
+
+def cpu_jitter(n: int, seed: int) -> np.ndarray:
+    """Millisecond steps on a shared 2-core host: scattered 4-20 ms blips on ~10% of steps
+    (the OS schedules another process), at random places."""
+    rng = np.random.default_rng(seed)
+    v = 0.001 * jitter(n, 0.1, seed)
+    hit = rng.random(n) < 0.1
+    v[hit] = rng.uniform(0.004, 0.02, int(hit.sum()))
+    return v
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_periodic_stall_among_scheduling_jitter_on_a_tiny_run(seed: int) -> None:
+    """A 40 ms checkpoint every 50 steps of a 300-step, 1 ms/step run: it costs far more than
+    5% of the time though well under 1 s in total. Jitter blips sit between the stalls; the
+    cadence is read from the largest outliers."""
+    v = cpu_jitter(300, seed)
+    v[49::50] = 0.04 * jitter(6, 0.05, seed + 1)
+    (e,) = events(v)
+    assert e.period is not None and abs(e.period - 50) <= 1
+    assert set(range(50, 301, 50)) <= set(e.periodic_steps)
+    assert e.periodic_share >= 0.05 and e.excess_s < 1.0 and e.severity == "warning"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_scheduling_jitter_alone_has_no_cadence(seed: int) -> None:
+    """Scattered blips are never read as a cadence, so a tiny run (< 1 s lost) stays at
+    info; a longer one is judged by what the blips cost, as any outliers are."""
+    for n in (300, 2000):
+        evs, _ = outlier_events(run_of(cpu_jitter(n, 100 + seed)))
+        assert all(e.period is None for e in evs), (n, [(e.period, e.count) for e in evs])
+        if n == 300:
+            assert all(e.severity == "info" for e in evs)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_periodic_stall_the_size_of_the_jitter_is_found_by_folding(seed: int) -> None:
+    """Stalls every 50 steps no larger than the host's jitter blips: no size sets them
+    apart, only their phase. Folding the steps at period 50 puts all of them in one phase."""
+    rng = np.random.default_rng(seed)
+    v = cpu_jitter(300, 200 + seed)
+    v[49::50] = rng.uniform(0.015, 0.04, 6)
+    (e,) = events(v)
+    assert e.period == 50 and set(range(50, 301, 50)) <= set(e.periodic_steps)
+    assert e.severity == "warning"
