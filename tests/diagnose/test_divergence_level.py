@@ -61,3 +61,28 @@ def test_validation_only_log_is_judged_for_divergence() -> None:
     f = _loud(run, "divergence")
     assert len(f) == 1 and f[0].metric == "val_loss" and abs(f[0].onset_step - 2000) <= 200
     assert math.isfinite(f[0].confidence)
+
+
+def test_sawtooth_of_class_sorted_data_is_an_oscillation_not_a_divergence() -> None:
+    rng = np.random.default_rng(4)
+    s = np.arange(200)
+    # Each "epoch" of 40 steps walks the classes in order: the loss falls within a class
+    # block, then jumps when the next class starts.
+    base = 0.8 + 1.1 * (1 - (s % 40) / 40)
+    base[:20] = np.linspace(1.5, 0.8, 20)
+    run = Run(source="t")
+    run.add("loss", s, base * np.exp(rng.normal(0, 0.02, 200)))
+    loud = {f.symptom for f in diagnose(run).findings if f.level >= 1}
+    assert "oscillation" in loud and "divergence" not in loud
+
+
+def test_two_isolated_spikes_are_not_an_oscillation() -> None:
+    rng = np.random.default_rng(5)
+    s = np.arange(300)
+    loss = 1e-6 * np.exp(rng.normal(0, 0.1, 300))
+    loss[150:170] *= 1e5
+    loss[240:260] *= 1e5
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    loud = {f.symptom for f in diagnose(run).findings if f.level >= 1}
+    assert "oscillation" not in loud and "loss_spike" in loud

@@ -381,6 +381,16 @@ def _ce_above_uniform(run: Run, tr: Trace) -> Finding | None:
                                 f"reference = ln of the largest tokenizer vocabulary"),))
 
 
+def _swings_inside(lv: np.ndarray, amp: float) -> bool:
+    """Whether an elevated stretch of block medians itself swings up and down (>= 4 reversals
+    of at least ``amp``, half the elevation threshold): a loss that keeps falling back towards
+    its best and climbing again (class-sorted data, an lr at the edge of stability)
+    oscillates."""
+    from trainmedic.diagnose.detectors.loss_progress import _zigzag
+
+    return len(_zigzag(lv, amp)) - 2 >= 4
+
+
 def _cyclic(run: Run, rank: int | None) -> bool:
     from trainmedic.diagnose.detectors.loss_progress import _cyclic_lr
 
@@ -464,6 +474,8 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
                         out.append(f)
                 continue
             k = m + 1
+        elif _swings_inside(lv[max(0, k - 1):], 0.5 * theta):
+            continue  # up and down by as much as it rose: an oscillation, not a divergence
         # The lowest level before the rise, then the change point between it and the rise.
         kmin = int(np.argmin(lv[:k])) if k > 0 else 0
         j = _hinge_onset(lv, kmin, max(kmin, k - 1), is_log) if k - kmin >= 2 else k

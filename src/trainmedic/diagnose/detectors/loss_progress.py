@@ -418,6 +418,8 @@ def _zigzag(x: np.ndarray, amp: float) -> list[int]:
 
 #: Oscillation: the median swing must also span this share of the starting loss level.
 OSC_MIN_LINEAR_SHARE = 0.05
+#: Oscillation: swings of this ratio repeated >= 6 times are a warning too.
+OSC_REPEATED_RATIO = 1.5
 
 
 def _cyclic_lr(run: Run, rank: int | None) -> bool:
@@ -468,6 +470,12 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
         med_swing = median(swings)
         if not med_swing > 0:
             continue
+        # Isolated spikes also zig-zag (up, down, up, down) but spend little time high: an
+        # oscillation spends >= 20% of its swinging stretch in the upper half of its swings.
+        seg = lv[piv[0]: piv[-1] + 1]
+        mid = 0.5 * (median(lv[piv[1::2]]) + median(lv[piv[0::2]]))
+        if float(np.mean(seg > mid)) < 0.2 and float(np.mean(seg < mid)) > 0.8:
+            continue
         big = math.exp(med_swing) >= 2.0 if is_log else med_swing >= median(np.abs(lv))
         if big and is_log:
             # Cost in the loss's own units: swings of a loss that already fell to ~0 (a 7x
@@ -478,7 +486,11 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
             start = float(np.exp(median(lv[: max(1, len(lv) // 10)])))
             if swing_lin < OSC_MIN_LINEAR_SHARE * start:
                 big = False
-        sev: Severity = "warning" if big and reversals >= 4 else "info"
+        # Cost: swings of >= 2x four times, or of >= 1.5x six times or more (the model loses
+        # and relearns a third of its loss again and again), are a warning.
+        repeated = reversals >= 6 and (math.exp(med_swing) >= OSC_REPEATED_RATIO if is_log
+                                       else med_swing >= 0.5 * median(np.abs(lv)))
+        sev: Severity = "warning" if (big and reversals >= 4) or repeated else "info"
         if not big and reversals < 6:
             continue
         cyclic = _cyclic_lr(run, tr.rank)
