@@ -102,7 +102,21 @@ def _beyond_chance(k: int, n: int, ranks: int) -> bool:
     return ranks * _binomial_tail(k, n, 1.0 / ranks) <= STRAGGLER_MAX_CHANCE
 
 
+_TRACES: dict[tuple[int, str, tuple[int, ...]], dict[int, Trace]] | None = None
+"""Rank traces read once per ``straggler_events`` call (None outside one)."""
+
+
 def _rank_traces(run: Run, metric: str, ranks: list[int]) -> dict[int, Trace]:
+    key = (id(run), metric, tuple(ranks))
+    if _TRACES is not None and key in _TRACES:
+        return _TRACES[key]
+    per = _read_rank_traces(run, metric, ranks)
+    if _TRACES is not None:
+        _TRACES[key] = per
+    return per
+
+
+def _read_rank_traces(run: Run, metric: str, ranks: list[int]) -> dict[int, Trace]:
     per: dict[int, Trace] = {}
     for r in ranks:
         t = Trace.of(run, metric, r)
@@ -112,18 +126,29 @@ def _rank_traces(run: Run, metric: str, ranks: list[int]) -> dict[int, Trace]:
 
 
 def _median_after_warmup(metric: str, t: Trace) -> float:
-    return median(thin(_valid_durations(metric, t.values[_warmup_skip(len(t)):])))
+    return median(_valid_durations(metric, thin(t.values[_warmup_skip(len(t)):])))
+
+
+#: Per-rank series are strided to at most this many common steps for block medians: a
+#: block level needs no more, and it keeps 1M-step, many-rank runs fast.
+_MAX_COMMON = 20_000
 
 
 def _common(per: dict[int, Trace]) -> tuple[np.ndarray, np.ndarray]:
-    """The steps every rank logged (after warm-up) and the R x T matrix of values there."""
+    """The steps every rank logged (after warm-up; strided to <= 20,000) and the R x T matrix
+    of values there."""
     ts = list(per.values())
     common = ts[0].steps
-    if not all(t.steps.shape == common.shape and bool(np.array_equal(t.steps, common))
-               for t in ts[1:]):
+    same = all(t.steps.shape == common.shape and bool(np.array_equal(t.steps, common))
+               for t in ts[1:])
+    if not same:
         for t in ts[1:]:
             common = np.intersect1d(common, t.steps, assume_unique=True)
-    common = common[_warmup_skip(common.size):]
+    skip = _warmup_skip(common.size)
+    stride = max(1, math.ceil((common.size - skip) / _MAX_COMMON))
+    if same:
+        return common[skip::stride], np.vstack([t.values[skip::stride] for t in ts])
+    common = common[skip::stride]
     mat = np.vstack([t.values[np.searchsorted(t.steps, common)] for t in ts])
     return common, mat
 
@@ -191,9 +216,6 @@ def _onsets(run: Run, metric: str, ranks: list[int], step_ref: float | None,
     common, mat = _common(per)
     if common.size < 20:
         return []
-    # Block medians per rank (strided first on long runs: a level needs no more points).
-    stride = max(1, common.size // 20_000)
-    common, mat = common[::stride], mat[:, ::stride]
     nb = min(_ONSET_MAX_BLOCKS, max(5, common.size // 10))
     b = common.size // nb
     nb = common.size // b
@@ -280,9 +302,21 @@ class StragglerEvents:
 
 def straggler_events(run: Run) -> StragglerEvents | None:
     """The straggler events of a run with >= 2 ranks (None with fewer)."""
+    global _TRACES
     ranks = [r for r in run.ranks() if r is not None]
     if len(ranks) < 2:
         return None
+    outer = _TRACES is None
+    if outer:
+        _TRACES = {}
+    try:
+        return _straggler_events(run, ranks)
+    finally:
+        if outer:
+            _TRACES = None
+
+
+def _straggler_events(run: Run, ranks: list[int]) -> StragglerEvents:
     step_ref = _step_reference(run, ranks)
     data = _pick(run, "data_time_s", ranks, step_ref, STRAGGLER_MIN_EXCESS_S)
     comp = _pick(run, "compute_time_s", ranks, step_ref, STRAGGLER_MIN_EXCESS_S)
