@@ -336,3 +336,15 @@ def test_a_training_line_without_its_step_is_not_given_the_last_one(tmp_path):
     run = load_run(str(write(tmp_path / "train.log", text)))
     assert list(run.get("loss").steps) == [4399, 4766]
     assert list(run.get("val_loss").steps) == [4399]
+
+
+def test_loss_lines_without_a_counter_are_steps(tmp_path):
+    run = load_run(str(write(tmp_path / "out.txt", "start\nLoss: 2.3\nLoss: 2.1\nLoss: 1.9\n")))
+    assert run.get("loss").values.tolist() == [2.3, 2.1, 1.9]
+
+
+def test_a_config_dump_is_not_a_log(tmp_path):
+    p = write(tmp_path / "args.txt", "lr: 0.1\nbatch_size: 32\nepochs: 10\nloss: 0.0\n"
+              "warmup: 100\n")
+    with pytest.raises(UnrecognizedInputError):
+        load_run(str(p))

@@ -155,6 +155,7 @@ class _Reader:
         self.per_epoch: int | None = None
         self.rows: list[tuple[int, dict[str, Any]]] = []
         self.pending: dict[str, float] = {}
+        self.stepless: list[tuple[int, dict[str, Any]]] = []
         self.recognized = 0
         self.lines = 0
 
@@ -223,6 +224,8 @@ class _Reader:
             self.rows.append((no, row))
             self.recognized += 1
         elif not has_step:
+            if metrics:
+                self.stepless.append((no, dict(row)))
             # A progress bar's "Step: 646ms" before the epoch's summary line: its timings
             # belong to the next row.
             self.pending = {k: v for k, v in pairs.items() if k.endswith(_TIME_SUFFIXES)}
@@ -263,6 +266,20 @@ def _scan(text: str, limit: int | None = None) -> _Reader:
         if limit is not None and reader.lines >= limit:
             break
         reader.line(no, line)
+    if not reader.rows and len(reader.stepless) >= 3:
+        # "Loss: 2.30" printed once per step with no counter: the lines are the steps, when
+        # a loss key repeats on them (a config dump names its keys once).
+        from trainmedic.run.names import resolve_names
+
+        counts: dict[str, int] = {}
+        for _, r in reader.stepless:
+            for k in r:
+                counts[k] = counts.get(k, 0) + 1
+        res = resolve_names([k for k, c in counts.items() if c >= 3])
+        if "loss" in res.aliases or "val_loss" in res.aliases:
+            reader.rows = reader.stepless
+            reader.recognized += len(reader.stepless)
+            reader.stepless = []
     return reader
 
 
