@@ -86,3 +86,26 @@ def test_two_isolated_spikes_are_not_an_oscillation() -> None:
     run.add("loss", s, loss)
     loud = {f.symptom for f in diagnose(run).findings if f.level >= 1}
     assert "oscillation" not in loud and "loss_spike" in loud
+
+
+def test_early_spike_without_trailing_history_is_found() -> None:
+    # A per-epoch log: the 4th epoch jumps 4x above both what came before and after.
+    rng = np.random.default_rng(6)
+    s = np.arange(1, 101)
+    loss = (0.6 * np.exp(-s / 60) + 0.3) * np.exp(rng.normal(0, 0.01, 100))
+    loss[3] *= 4.0
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    f = [f for f in diagnose(run).findings if f.symptom == "loss_spike"]
+    assert f and f[0].onset_step == 4 and f[0].severity == "warning"
+
+
+def test_healthy_fast_start_has_no_early_spike() -> None:
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        s = np.arange(1, 101)
+        loss = (3.0 * np.exp(-s / 5) + 0.3) * np.exp(rng.normal(0, 0.03, 100))
+        run = Run(source="t")
+        run.add("loss", s, loss)
+        run.add("val_loss", s, loss * 1.1)
+        assert not [f for f in diagnose(run).findings if f.symptom == "loss_spike"]

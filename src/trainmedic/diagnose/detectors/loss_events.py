@@ -56,6 +56,12 @@ def _spike_candidates(t: np.ndarray, is_log: bool, window: int
     ref, sig = trailing_reference(t, window)
     floor = 0.02 if is_log else 0.0
     global_sig = diff_sigma(t)
+    # The first few points have no trailing history. A point there is a spike only when it
+    # stands above both sides: the median of everything before it and of the next 5 points
+    # (a healthy start falls, so its early points sit above what follows and never qualify).
+    early = np.flatnonzero(np.isnan(ref))
+    for i in early[(early >= 2) & (early + 3 < t.shape[0])]:
+        ref[i] = max(median(t[:i]), median(t[i + 1: i + 6]))
     scale = np.fmax(np.nan_to_num(sig, nan=0.0), max(floor, 0.8 * global_sig))
     if not is_log:
         scale = np.fmax(scale, 0.02 * np.abs(np.nan_to_num(ref)) + 1e-12)
@@ -78,7 +84,10 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
     folded into ``divergence`` by the engine when that fires too."""
     out: list[Finding] = []
     trs = traces(run, "loss", min_points=10)
-    for tr in trs:
+    # A validation loss spikes too (an eval on a broken checkpoint, a bad epoch); it is
+    # judged on its own series, and only a jump of >= 3x can be a warning there.
+    vals = traces(run, "val_loss", min_points=10)
+    for tr in trs + vals:
         t, is_log = log_if_positive(tr.values)
         window = min(SPIKE_WINDOW, max(5, len(tr) // 4))
         cand, ref, scale, jump = _spike_candidates(t, is_log, window)
@@ -128,6 +137,8 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
                 strong = False
             if rec is None and b_end >= len(t) and ratio < 10.0:
                 strong = False  # one point at the very end, recovery unseen: too little
+            if tr.metric != "loss" and ratio < SPIKE_WARN_RATIO:
+                strong = False  # an eval is noisier evidence: only a >= 3x jump warns
             sev: Severity = "warning" if strong else "info"
             conf = float(min(1.0, 0.5 + 0.1 * math.log2(max(ratio, 1.0)) + 0.01 * zpk))
             onset = int(tr.steps[a])
@@ -137,11 +148,11 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
                 why = (f"; it undid {100 * undone:.0f}% of the progress made"
                        if undone >= SPIKE_UNDONE_FRACTION and dur >= 2 else "")
                 why += f"; it lasted {dur} logged points" if dur >= SPIKE_LONG_POINTS else ""
-            ev = [Evidence("loss", int(tr.steps[peak]), float(tr.values[peak]), ref_val,
+            ev = [Evidence(tr.metric, int(tr.steps[peak]), float(tr.values[peak]), ref_val,
                            note=f"median of the previous {window} logged points "
                                 f"(robust z = {zpk:.0f}){why}")]
             if rec is not None:
-                ev.append(Evidence("loss", end, float(tr.values[rec]), ref_val,
+                ev.append(Evidence(tr.metric, end, float(tr.values[rec]), ref_val,
                                    note="first logged point back within noise of that median"))
             more = f"; {n_events} such spikes in the run" if n_events > 1 else ""
             if end is not None:
@@ -156,8 +167,8 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
                             f"before)")
             out.append(Finding(
                 symptom="loss_spike", severity=sev, confidence=conf, onset_step=onset,
-                end_step=end, rank=tr.rank, metric="loss",
-                summary=(f"loss jumped {ratio:.3g}x its running median at step {onset}"
+                end_step=end, rank=tr.rank, metric=tr.metric,
+                summary=(f"{tr.metric} jumped {ratio:.3g}x its running median at step {onset}"
                          f"{back_txt}{more}"),
                 evidence=tuple(ev)))
     if not trs:
