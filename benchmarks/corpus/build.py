@@ -32,6 +32,8 @@ sys.path.insert(0, str(HERE.parent))
 
 RUNS = HERE / "runs"
 LABELS = HERE / "labels.json"
+CACHE = HERE / ".cache"
+"""What each training measured (not committed): ``--relabel`` rewrites logs and labels from it."""
 
 RULE = ("a finding at warning or above hits a fault when the symptom is equal and, where the "
         "fault has an onset_step, its onset is within max(20 steps, 10% of the run) of "
@@ -42,7 +44,7 @@ RULE = ("a finding at warning or above hits a fault when the symptom is equal an
         "were derived from the numbers in the written file and checked run by run (notes).")
 
 
-def build_one(sp: dict) -> tuple[str, dict, str]:
+def build_one(sp: dict, relabel: bool = False) -> tuple[str, dict, str]:
     import torch
 
     torch.set_num_threads(1)
@@ -51,7 +53,11 @@ def build_one(sp: dict) -> tuple[str, dict, str]:
     from writers import WRITERS
 
     t0 = time.perf_counter()
-    if sp.get("appended"):
+    cache = CACHE / f"{sp['name']}.json"
+    if relabel and cache.exists():
+        res = json.loads(cache.read_text())
+        res["ranks"] = {int(k): v for k, v in res["ranks"].items()}
+    elif sp.get("appended"):
         parts = [train({**sp, **over}) for over in sp["appended"]]
         res = parts[0]
         res = {**res, "steps": [r for p in parts for r in p["steps"]],
@@ -67,6 +73,9 @@ def build_one(sp: dict) -> tuple[str, dict, str]:
             off = p["steps"][-1]["wall_s"]
     else:
         res = train(sp)
+    if not (relabel and cache.exists()):
+        CACHE.mkdir(exist_ok=True)
+        cache.write_text(json.dumps({k: v for k, v in res.items() if k != "parts"}))
     train_s = time.perf_counter() - t0
     d = RUNS / sp["name"]
     if d.exists():
@@ -86,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated run names (or name prefixes)")
     ap.add_argument("--jobs", type=int, default=1, help="training processes (at most 2 here)")
     ap.add_argument("--list", action="store_true", help="list the runs and exit")
+    ap.add_argument("--relabel", action="store_true",
+                    help="do not retrain: rewrite logs and labels from the measurements of the "
+                         "last build (.cache/), for runs that have them")
     args = ap.parse_args(argv)
     print(one_line(), flush=True)
     specs = SPECS
@@ -105,10 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     jobs = max(1, min(args.jobs, 2))
     n = len(specs)
     if jobs == 1:
-        results = (build_one(s) for s in specs)
+        results = (build_one(s, args.relabel) for s in specs)
     else:
         ex = ProcessPoolExecutor(jobs)
-        results = ex.map(build_one, specs, chunksize=1)
+        results = ex.map(build_one, specs, [args.relabel] * len(specs), chunksize=1)
     for i, (name, label, line) in enumerate(results, 1):
         labels[name] = label
         print(f"[{i:3d}/{n}] {line}", flush=True)

@@ -47,6 +47,12 @@ def add(family: str, fault: str, fmt: str, seed: int = 0, tag: str = "", **kw) -
     if fmt in EPOCH_FORMATS and family == "chartf":
         sp.setdefault("steps_per_epoch", 8)
         sp.setdefault("eval_every", 8)
+    if fault == "none" and not sp.get("story"):
+        sp["story"] = (f"healthy: {sp['opt']} lr={sp['lr']:g}, {sp.get('sched', 'const')} "
+                       f"schedule, {sp['steps']} steps, batch {sp['batch']}"
+                       + (f", clipped at {sp['clip']:g}" if sp.get("clip") else "")
+                       + (f", noisy eval on {sp['n_eval']} samples" if sp.get("n_eval") else "")
+                       + (", 2 ranks" if sp.get("ranks") == 2 else "") + ".")
     name = f"{family}-{fault if fault != 'none' else 'ok'}-{tag + '-' if tag else ''}" \
            f"{SHORT[fmt]}-s{seed}"
     assert all(s["name"] != name for s in SPECS), name
@@ -83,20 +89,27 @@ H = [
     ("vit", "units_csv", 2, "const", dict(log_rss=True)),
     ("vit", "keras_json", 3, "rms", dict(opt="rmsprop", lr=5e-4)),
     ("vit", "mlflow", 4, "adamwlin", dict(sched="linear")),
-    ("chartf", "fairseq", 0, "cos", dict(sched="cosine")),
+    # fairseq epochs are long next to the log interval: 37 updates an epoch, a line every 10
+    ("chartf", "fairseq", 0, "cos", dict(sched="cosine", steps_per_epoch=37, eval_every=37)),
+    # ... but an epoch of exactly N log intervals puts the epoch summary on the same
+    # num_updates as the last train_inner line (a legitimate duplicate step, not a resume)
+    ("chartf", "fairseq", 6, "epochsum", dict(sched="cosine", steps_per_epoch=20,
+                                              eval_every=20)),
     ("chartf", "hf", 1, "lin", dict(sched="linear")),
     ("chartf", "wandb_csv", 2, "adam", dict(opt="adam", lr=2e-3, log_rss=True)),
     ("chartf", "tm_jsonl", 3, "noisy", dict(n_eval=8)),
-    ("chartf", "fairseq", 4, "short", dict(steps=80, eval_every=20, sched="cosine")),
+    ("chartf", "fairseq", 4, "short", dict(steps=80, eval_every=37, sched="cosine",
+                                           steps_per_epoch=37, fairseq_style="old")),
     ("chartf", "tensorboard", 5, "step", dict(sched="step")),
-    ("gru", "tm_csv", 0, "adam", dict()),
-    ("gru", "lightning", 1, "rms", dict(opt="rmsprop", lr=3e-3)),
-    ("gru", "keras_csv", 2, "cos", dict(sched="cosine")),
+    # recurrent nets: clipped at 1.0 as practitioners do (grad_norm is logged before the clip)
+    ("gru", "tm_csv", 0, "adam", dict(clip=1.0)),
+    ("gru", "lightning", 1, "rms", dict(opt="rmsprop", lr=3e-3, clip=1.0)),
+    ("gru", "keras_csv", 2, "cos", dict(sched="cosine", clip=1.0)),
     ("gru", "print_log", 3, "clip", dict(clip=1.0)),
-    ("lstm", "wandb_jsonl", 0, "adam", dict()),
+    ("lstm", "wandb_jsonl", 0, "adam", dict(clip=1.0)),
     ("lstm", "ns_jsonl", 1, "cos", dict(sched="cosine", clip=1.0)),
-    ("lstm", "hf", 2, "adamw", dict(opt="adamw", sched="linear")),
-    ("lstm", "mlflow", 3, "short", dict(steps=100)),
+    ("lstm", "hf", 2, "adamw", dict(opt="adamw", sched="linear", clip=1.0)),
+    ("lstm", "mlflow", 3, "short", dict(steps=100, clip=1.0)),
     ("ae", "tm_csv", 0, "adam", dict()),
     ("ae", "wandb_csv", 1, "sgd", dict(opt="sgd", lr=0.1, sched="cosine")),
     ("ae", "keras_json", 2, "adamw", dict(opt="adamw")),
@@ -104,13 +117,16 @@ H = [
     ("ae", "print_log", 4, "step", dict(sched="step")),
     ("reg", "tm_csv", 0, "sgd", dict()),
     ("reg", "units_csv", 1, "sgdstep", dict(sched="step")),
-    ("reg", "hf", 2, "adam", dict(opt="adam", lr=1e-3, nan_filter=True)),
+    ("reg", "hf", 2, "adam", dict(opt="adam", lr=1e-3, tolerate=["flat_loss"], story=(
+        "healthy, but the HF Trainer rounds the logged loss to 4 decimals: a loss of ~1e-6 "
+        "is logged as 0.0 at every step, a flat line (tolerated)"))),
 ]
 for fam, fmt, seed, tag, kw in H:
     add(fam, "none", fmt, seed, tag, **kw)
 
 # ============================================================================ fault runs
-NF_TOL = ["divergence", "exploding_gradients", "loss_spike", "nonfinite_grad", "oscillation"]
+NF_TOL = ["divergence", "exploding_gradients", "loss_spike", "nonfinite_grad", "oscillation",
+          "flat_loss", "plateau"]
 DIV_TOL = ["exploding_gradients", "loss_spike", "oscillation", "nonfinite_loss", "plateau",
            "flat_loss"]
 FLAT_TOL = ["plateau", "vanishing_gradients", "overfitting"]
@@ -157,7 +173,8 @@ fault("resnet", "bn_eval", "wandb_csv", 1, ["nonfinite_loss|divergence"], DIV_TO
       ["flat_loss"], S + " (SGD lr=0.05, which trains the same model in train mode)",
       opt="sgd", lr=0.05)
 S = "data sorted by class and never shuffled: each epoch walks the classes in order"
-fault("mlp", "class_sorted", "tm_csv", 0, ["oscillation"], ["loss_spike", "plateau"], S,
+fault("mlp", "class_sorted", "tm_csv", 0, ["oscillation"], ["loss_spike", "plateau",
+      "vanishing_gradients"], S + " (the grad norm falls to ~0 inside each one-class block)",
       opt="sgd", lr=0.05)
 fault("cnn", "class_sorted", "units_csv", 1, ["oscillation"], ["loss_spike", "plateau"], S)
 S = ("fp16 without a GradScaler: the gradients reaching each layer pass through fp16 in "
@@ -180,7 +197,8 @@ fault("mlp", "summed_loss", "tensorboard", 0, ["nonfinite_loss|divergence"], NF_
 fault("gru", "summed_loss", "tm_jsonl", 1, ["nonfinite_loss|divergence"], DIV_TOL, S, opt="sgd", lr=0.05)
 S = "a loop meant to freeze the embedding froze every layer but the head"
 fault("resnet", "frozen", "lightning", 0, ["plateau"], ["flat_loss"], S)
-fault("chartf", "frozen", "fairseq", 1, ["plateau"], ["flat_loss"], S)
+fault("chartf", "frozen", "fairseq", 1, ["plateau"], ["flat_loss"], S, steps_per_epoch=37,
+      eval_every=37, fairseq_style="old")
 S = ("validation rows drawn from the training set (leakage): val loss simply tracks train "
      "loss, which a log cannot tell from a healthy run")
 fault("mlp", "leakage", "keras_json", 0, [], [], S, n_train=256, steps=240, hidden=256)
@@ -217,11 +235,12 @@ fault("chartf", "warmup_diverge", "tm_csv", 0, ["divergence|nonfinite_loss"], DI
 fault("vit", "warmup_diverge", "tensorboard", 1, ["divergence|nonfinite_loss"], DIV_TOL + ["nonfinite_loss",
       "lr_schedule_anomaly"], S, sched="warmup_const", warmup=140, lr=0.3, tb_style="B")
 S = "poisoned batches (corrupt inputs / labels) at a few steps: loss spikes and recovers"
-fault("mlp", "poisoned_batches", "tm_csv", 0, ["loss_spike"], ["exploding_gradients"], S,
+SPIKE_TOL = ["exploding_gradients", "divergence"]   # a poisoned step can leave the loss higher
+fault("mlp", "poisoned_batches", "tm_csv", 0, ["loss_spike"], SPIKE_TOL, S,
       spike_steps=[120, 190, 260])
-fault("ae", "poisoned_batches", "wandb_csv", 1, ["loss_spike"], ["exploding_gradients"], S,
+fault("ae", "poisoned_batches", "wandb_csv", 1, ["loss_spike"], SPIKE_TOL, S,
       spike_steps=[100, 220])
-fault("chartf", "poisoned_batches", "tm_jsonl", 2, ["loss_spike"], ["exploding_gradients"], S,
+fault("chartf", "poisoned_batches", "tm_jsonl", 2, ["loss_spike"], SPIKE_TOL, S,
       spike_steps=[90, 150])
 S = "data decoded on the main thread (a sleep in the loader): steps wait for data"
 fault("cnn", "slow_loader", "tm_csv", 0, ["input_bound"], [], S, load_sleep=0.012)
@@ -244,9 +263,10 @@ fault("cnn", "throughput_regression", "tm_csv", 0, ["throughput_regression"],
 fault("chartf", "throughput_regression", "wandb_jsonl", 1, ["throughput_regression"],
       ["step_time_outliers"], S, straggle_at=100)
 S = "every step's output (and its graph) appended to a list: memory grows"
-fault("mlp", "memory_growth", "tm_csv", 0, ["memory_growth"], [], S, hidden=256, batch=128)
-fault("gru", "memory_growth", "units_csv", 1, ["memory_growth"], [], S, batch=128)
-fault("ae", "memory_growth", "wandb_csv", 2, ["memory_growth"], [], S, batch=256)
+fault("mlp", "memory_growth", "tm_csv", 0, ["memory_growth"], ["throughput_regression"], S, hidden=256, batch=128)
+fault("gru", "memory_growth", "units_csv", 1, ["memory_growth"], ["throughput_regression"],
+      S + "; the retained graphs also slow the steps down", batch=128, clip=1.0)
+fault("ae", "memory_growth", "wandb_csv", 2, ["memory_growth"], ["throughput_regression"], S, batch=256)
 S = "tiny training set trained long: val loss turns up while train loss keeps falling"
 fault("mlp", "overfitting", "keras_csv", 0, ["overfitting"], ["plateau"], S, n_train=64,
       batch=16, steps=320, eval_every=4, hidden=256, spread=0.5, lr=3e-3)
@@ -259,9 +279,9 @@ S = ("a corrupt record in the val shard served for three evaluations (val loss N
 fault("cnn", "eval_nan", "keras_json", 0, ["nonfinite_loss"], [], S, nan_evals=[10, 11, 12])
 fault("mlp", "eval_nan", "tm_csv", 1, ["nonfinite_loss"], [], S, nan_evals=[4, 5, 6])
 S = "regression in metres (loss ~1e-6); one batch arrives in millimetres: loss jumps ~1e5x"
-fault("reg", "tiny_loss_jump", "tm_csv", 0, ["loss_spike"], ["exploding_gradients"], S,
+fault("reg", "tiny_loss_jump", "tm_csv", 0, ["loss_spike"], SPIKE_TOL, S,
       spike_steps=[200])
-fault("reg", "tiny_loss_jump", "tm_jsonl", 1, ["loss_spike"], ["exploding_gradients"], S,
+fault("reg", "tiny_loss_jump", "tm_jsonl", 1, ["loss_spike"], SPIKE_TOL, S,
       spike_steps=[150, 240])
 S = "three runs (lr sweep) appended into one file: the step restarts at 0 twice"
 fault("mlp", "appended_runs", "tm_csv", 0, ["resume_discontinuity"], [], S, steps=120,
@@ -273,7 +293,7 @@ S = ("the job died at step 200 and resumed from the checkpoint of step 150: step
 fault("cnn", "resume_repeat", "tm_jsonl", 0, ["resume_discontinuity"], [], S,
       ckpt_at=150, crash_at=200, steps=240)
 fault("chartf", "resume_repeat", "fairseq", 1, ["resume_discontinuity"], [], S,
-      ckpt_at=100, crash_at=140)
+      ckpt_at=100, crash_at=140, steps_per_epoch=37, eval_every=37)
 S = "first layer's bias initialised at -100: every ReLU is dead, only the head bias learns"
 fault("mlp", "dead_relu", "tm_csv", 0, ["flat_loss"], ["dead_units", "vanishing_gradients",
       "plateau"], S)
@@ -288,7 +308,8 @@ fault("ae", "optimizer_copy", "hf", 1, ["flat_loss"], ["plateau", "vanishing_gra
 S = ("lr far too high in an HF Trainer run: the loss turns NaN but logging_nan_inf_filter "
      "keeps it out of the logged loss; grad_norm shows NaN")
 fault("mlp", "nan_filtered", "hf", 0, ["nan_masked_in_logs"], ["nonfinite_grad",
-      "exploding_gradients", "divergence", "nonfinite_loss", "loss_spike"], S, opt="sgd",
+      "exploding_gradients", "divergence", "nonfinite_loss", "loss_spike", "flat_loss"],
+      S + "; from then on the logged loss is 0.0", opt="sgd",
       lr=30.0)
 
 

@@ -414,9 +414,12 @@ def fairseq(res, d: Path, sp) -> dict:
     n_ep = math.ceil(len(res["steps"]) / spe)
     ev = _evals_by_step(res)
     ln2 = math.log(2)
-    lines = [f"2025-12-01 12:00:00 | INFO | fairseq_cli.train | task: LanguageModelingTask",
-             f"2025-12-01 12:00:00 | INFO | fairseq_cli.train | num. shared model params: "
-             f"41,889 (num. trained: 41,889)"]
+    lines = (["| [en] dictionary: 64 types", "| model transformer_lm, criterion CrossEntropyCriterion",
+              "| num. model params: 41889 (num. trained: 41889)"]
+             if sp.get("fairseq_style") == "old" else
+             ["2025-12-01 12:00:00 | INFO | fairseq_cli.train | task: LanguageModelingTask",
+              "2025-12-01 12:00:00 | INFO | fairseq_cli.train | num. shared model params: "
+              "41,889 (num. trained: 41,889)"])
     view = {"loss": [], "val_loss": [], "lr": [], "grad_norm": []}
     acc, ep_acc = [], []
 
@@ -426,6 +429,11 @@ def fairseq(res, d: Path, sp) -> dict:
 
     def f(v, nd=3):
         return "nan" if not math.isfinite(v) else f"{v:.{nd}f}"
+
+    old = sp.get("fairseq_style") == "old"   # fairseq <= 0.9: no timestamps, "| " prefixes
+
+    def pre(r, kind):
+        return "|" if old else f"{ts(r)} | INFO | {kind} |"
 
     for r in res["steps"]:
         u = r["step"] + 1
@@ -437,7 +445,7 @@ def fairseq(res, d: Path, sp) -> dict:
             t = sum(x["step_time_s"] for x in acc)
             wps = 512 * len(acc) / t
             lines.append(
-                f"{ts(r)} | INFO | train_inner | epoch {ep:03d}:{(u - 1) % spe + 1:>7d} / {spe}"
+                f"{pre(r, 'train_inner')} epoch {ep:03d}:{(u - 1) % spe + 1:>7d} / {spe}"
                 f" loss={f(loss)}, nll_loss={f(loss)}, ppl={f(2 ** min(loss, 1000), 2)}, "
                 f"wps={wps:.1f}, ups={len(acc) / t:.2f}, wpb=512, bsz=16, num_updates={u}, "
                 f"lr={r['lr']:.6g}, gnorm={f(r['grad_norm'])}, train_wall={t:.0f}, gb_free=0, "
@@ -449,21 +457,23 @@ def fairseq(res, d: Path, sp) -> dict:
         if _k(r) in ev:
             vl = ev[_k(r)]["val_loss"] / ln2
             lines.append(
-                f"{ts(r)} | INFO | valid | epoch {ep:03d} | valid on 'valid' subset | loss "
+                f"{pre(r, 'valid')} epoch {ep:03d} | valid on 'valid' subset | loss "
                 f"{f(vl)} | nll_loss {f(vl)} | ppl {f(2 ** min(vl, 1000), 2)} | wps 31250.4 | "
                 f"wpb 512 | bsz 16 | num_updates {u}")
             view["val_loss"].append((u, vl))
         if u % spe == 0 or r is res["steps"][-1]:
             loss = sum(x["loss"] for x in ep_acc) / len(ep_acc) / ln2
             lines.append(
-                f"{ts(r)} | INFO | train | epoch {ep:03d} | loss {f(loss)} | nll_loss {f(loss)} |"
+                f"{pre(r, 'train')} epoch {ep:03d} | loss {f(loss)} | nll_loss {f(loss)} |"
                 f" ppl {f(2 ** min(loss, 1000), 2)} | wps 25000.1 | ups 48.83 | wpb 512 | bsz 16 |"
                 f" num_updates {u} | lr {r['lr']:.6g} | gnorm {f(r['grad_norm'])} | train_wall "
                 f"{sum(x['step_time_s'] for x in ep_acc):.0f} | gb_free 0 | wall {r['wall_s']:.0f}")
-            lines.append(f"{ts(r)} | INFO | fairseq_cli.train | end of epoch {ep} "
-                         f"(average epoch stats below)")
+            if not old:
+                lines.append(f"{ts(r)} | INFO | fairseq_cli.train | end of epoch {ep} "
+                             f"(average epoch stats below)")
             ep_acc = []
-    lines.append(f"2025-12-01 12:05:00 | INFO | fairseq_cli.train | done training in "
+    lines.append(f"| done training in {res['steps'][-1]['wall_s']:.1f} seconds" if old else
+                 f"2025-12-01 12:05:00 | INFO | fairseq_cli.train | done training in "
                  f"{res['steps'][-1]['wall_s']:.1f} seconds")
     del n_ep
     (d / "train.log").write_text("\n".join(lines) + "\n")
