@@ -348,3 +348,11 @@ def test_a_config_dump_is_not_a_log(tmp_path):
               "warmup: 100\n")
     with pytest.raises(UnrecognizedInputError):
         load_run(str(p))
+
+
+def test_pretty_printed_json_is_not_a_console_log(tmp_path):
+    doc = {"log_history": [{"step": i, "loss": 2.0 - i / 10, "epoch": i / 10}
+                           for i in range(1, 6)], "max_steps": 5, "global_step": 5}
+    p = write(tmp_path / "state.dat", json.dumps(doc, indent=2))
+    assert detect_format(p) == "json"
+    assert load_run(str(p)).meta["sources"][0]["format"] == "hf_trainer_state"

@@ -127,8 +127,11 @@ def detect_format(path: Path) -> str | None:
         try:
             obj = json.loads(first)
         except ValueError:
-            # "[rank0]:[titan] ..." or printed dicts "{'loss': 0.5}" are console logs
-            return "text" if _is_text_log(text) else "json"
+            # "[rank0]:[titan] ..." or printed dicts "{'loss': 0.5}" are console logs; a
+            # pretty-printed JSON document ("{", '{"a": ...', "[{") is JSON
+            jsonish = first in ("{", "[") or first[:2] in ('{"', '["', "[{", "[[") or \
+                bool(re.match(r"\[\s*[-\d]", first))
+            return "text" if not jsonish and _is_text_log(text) else "json"
         if isinstance(obj, dict) and "log_history" not in obj and not any(
                 isinstance(v, list) and len(v) > 1 for v in obj.values()):
             return "jsonl"

@@ -224,7 +224,7 @@ class _Reader:
             self.rows.append((no, row))
             self.recognized += 1
         elif not has_step:
-            if metrics:
+            if metrics and not raw.lstrip().startswith(('"', "'")):  # not JSON members
                 self.stepless.append((no, dict(row)))
             # A progress bar's "Step: 646ms" before the epoch's summary line: its timings
             # belong to the next row.
