@@ -129,3 +129,9 @@ def test_two_models_side_by_side():
                                            ("losses/val/total", "val_loss")])
 def test_total_under_a_loss_namespace(raw, canonical):
     assert resolve_names(["step", raw]).aliases.get(canonical) == raw
+
+
+@pytest.mark.parametrize("raw", ["layer/encoder.0/grad_norm", "gradients/fc1/grad_norm",
+                                 "layers/3/update_ratio", "model.layers.0.mlp/param_norm"])
+def test_per_module_metrics_are_not_the_runs(raw):
+    assert read_name(raw) is None

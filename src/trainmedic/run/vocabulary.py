@@ -157,6 +157,9 @@ _PAREN_UNIT = re.compile(r"^(.*?)[\s_]*[(\[]\s*([a-z%]+)\s*[)\]]$")
 _RATE = re.compile(r"^(?P<what>[a-z_]*?)_?(?:per_|/)(?P<per>s|sec|secs|second|seconds)$")
 _PER_X = re.compile(r"^(?P<unit>ms|s|sec|secs|seconds|us)_?(?:per|/)_?"
                     r"(?P<what>batch|step|iter|iteration|it|update|epoch)$")
+_PER_MODULE_NS = frozenset({"layer", "layers", "module", "modules", "params", "parameters",
+                            "param", "weights", "gradients", "grads", "grad", "activations",
+                            "act", "acts", "per_layer", "blocks", "block", "heads", "head"})
 _TOTAL_WORDS = frozenset({"total", "main", "all", "sum", "overall", "objective"})
 _STEP_NOUNS = frozenset({"step", "iter", "iteration", "batch", "it", "update"})
 _SPLIT = re.compile(r"/|(?<=[a-z_])\.(?=[a-z_])")
@@ -292,6 +295,8 @@ def read_name(raw: str) -> NameReading | None:
         parts = parts[:-2] + [parts[-2]]
     leaf = parts[-1]
     ns = parts[:-1]
+    if any(p in _PER_MODULE_NS for p in ns) or any(re.search(r"\.\d", p) for p in ns):
+        return None  # "layer/encoder.0/grad_norm": one module's, not the run's
     # "loss/total", "losses/train/total": the total under a loss namespace is the loss
     if ns and leaf in _TOTAL_WORDS and any(p in ("loss", "losses") for p in ns):
         leaf = "loss"
