@@ -249,6 +249,17 @@ def onset_for(sym: str, sp, res, view) -> dict:
     return {"symptom": sym, "onset_step": None}
 
 
+def _train_still_falls(view) -> bool:
+    """The training loss at the end is below where it was at the best validation point."""
+    x_best, _ = onset_overfit(view)
+    pts = [(x, v) for x, v in view["loss"] if math.isfinite(v)]
+    if x_best is None or not pts:
+        return False
+    near = [v for x, v in pts if x <= x_best][-5:] or [pts[0][1]]
+    tail = [v for _, v in pts[-max(1, len(pts) // 10):]]
+    return st.mean(tail) < st.mean(near)
+
+
 def label_run(sp: dict, res: dict, view: dict) -> dict:
     faults, notes = [], [sp.get("story", "")]
     if res["kind"] == "ce":
@@ -275,9 +286,11 @@ def label_run(sp: dict, res: dict, view: dict) -> dict:
     # a validation loss that turns up while the training loss falls is overfitting, even where
     # no fault was injected (a healthy run trained past its best): tolerated where it is seen
     vals = _fin(_vs(view, "val_loss"))
-    if len(vals) >= 4 and not any(f["symptom"] == "overfitting" for f in faults) and \
+    blown = any(f["symptom"] in ("divergence", "nonfinite_loss") for f in faults)
+    if len(vals) >= 4 and not blown and \
+            not any(f["symptom"] == "overfitting" for f in faults) and \
             vals[-1] > 1.2 * min(vals) and vals.index(min(vals)) < len(vals) - 1 and \
-            "overfitting" not in sp.get("tolerate", []):
+            "overfitting" not in sp.get("tolerate", []) and _train_still_falls(view):
         x, rng = onset_overfit(view)
         tolerated.append({"symptom": "overfitting", "onset_step": x, "onset_range": list(rng)})
         notes.append(f"val loss {min(vals):.4g} at its best, {vals[-1]:.4g} at the end while "
@@ -286,11 +299,14 @@ def label_run(sp: dict, res: dict, view: dict) -> dict:
     # inject is real data but not the fault; it is tolerated where it happened
     if sp["format"] in STEP_TIMED:
         t = [r["step_time_s"] for r in res["steps"]]
-        med = st.median(t)
         xm = xmap(sp, res)
         injected = set(sp.get("stall_steps", []))
-        slow = [xm(i) for i, v in enumerate(t) if v > 5 * med and i not in injected]
-        if slow and not any(f["symptom"] == "step_time_outliers" for f in faults):
+        # a run slowed down on purpose halfway is judged against each half's own median
+        cut = sp.get("straggle_at", len(t) // 2) \
+            if sp["fault"] in ("straggler", "throughput_regression") else len(t)
+        meds = [st.median(t[:cut])] * cut + [st.median(t[cut:]) if t[cut:] else 0] * (len(t) - cut)
+        slow = [xm(i) for i, v in enumerate(t) if v > 5 * meds[i] and i not in injected]
+        if slow and not any(f["symptom"] == "step_time_outliers" for f in faults + tolerated):
             tolerated.append({"symptom": "step_time_outliers", "onset_step": None})
         elif slow:
             tolerated.append({"symptom": "step_time_outliers", "onset_step": slow[0],

@@ -536,7 +536,7 @@ def train(sp: dict) -> dict:
         if fault == "periodic_stall" and step > 0 and step % stall_every == 0:
             # a synchronous checkpoint every N steps: ~20x the recent median step
             recent = sorted(r["step_time_s"] for r in rows[-20:])
-            time.sleep(sp.get("stall_x", 20) * recent[len(recent) // 2])
+            time.sleep(sp.get("stall_s") or sp.get("stall_x", 20) * recent[len(recent) // 2])
         if fault == "throughput_regression" and step >= sp.get("straggle_at", steps // 2):
             # a neighbour process takes the core: each step now also waits ~1.5x the median
             # step of the first half
@@ -563,11 +563,10 @@ def train(sp: dict) -> dict:
             t3 = time.perf_counter()
             with torch.no_grad():
                 model(micro[0][0])
-            extra = 0.0
+            t4 = time.perf_counter()
             if fault == "straggler" and step >= sp.get("straggle_at", steps // 2):
-                extra = sp.get("straggle_s", 0.01)
-                time.sleep(extra)
-            r1c = 3 * (time.perf_counter() - t3 - extra) + extra   # fwd+bwd ~ 3x a forward
+                time.sleep(sp.get("straggle_s", 0.01))
+            r1c = 3 * (t4 - t3) + (time.perf_counter() - t4)   # fwd+bwd ~ 3x a forward
             slow = max(r0c, r1c)
             row["compute_time_s"] = r0c
             row["comm_time_s"] = slow - r0c + 0.0004
