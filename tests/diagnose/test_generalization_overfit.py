@@ -12,9 +12,11 @@ import pytest
 
 from trainmedic.diagnose.detectors.generalization import (
     OverfitEvent,
+    appended_segments,
     detect_overfitting,
     overfit_event,
     overfit_events,
+    rank_events,
 )
 from trainmedic.diagnose.finding import Finding
 from trainmedic.diagnose.trace import Trace
@@ -163,3 +165,33 @@ def test_tiny_and_large_scales_give_the_same_numbers(scale: float) -> None:
     assert ev.severity == ref.severity == "warning" and ev.best_step == ref.best_step
     assert ev.rise == pytest.approx(ref.rise, rel=1e-9)
     assert ev.sigmas == pytest.approx(ref.sigmas, rel=1e-6)
+
+
+def _appended(kinds: list[str], *, fresh: bool = True) -> Run:
+    """Trainings appended into one log, 15 epochs each (step = epoch, restarting at 1)."""
+    run = Run("appended")
+    r = np.random.default_rng(3)
+    e = np.arange(1, 16)
+    x = e / 15
+    for j, kind in enumerate(kinds):
+        start = 2.6 if fresh or j == 0 else 0.3
+        run.add("loss", e, start * np.exp(-2.5 * x) * np.exp(r.normal(0, 0.02, 15)))
+        turn, rise = (0.3, 0.4) if kind == "overfit" else (1.0, 0.0)
+        run.add("val_loss", e, 3 * _val_curve(x, turn, rise) * np.exp(r.normal(0, 0.01, 15)))
+    return run
+
+
+def test_appended_runs_are_judged_one_by_one() -> None:
+    run = _appended(["ok", "overfit", "ok", "overfit"])
+    evs = overfit_events(run, None)  # the clean series mixes the runs: last value wins
+    (f,) = _findings(run)
+    assert f.severity == "warning" and f.onset_step is not None
+    assert abs(f.onset_step - 0.3 * 15) <= 2
+    segs = {e.segment for e in rank_events(run, None) if e.severity == "warning"}
+    assert segs == {2, 4} and all(e.n_segments == 4 for e in rank_events(run, None))
+    assert evs == [] or all(e.segment is None for e in evs)
+
+
+def test_a_restarting_counter_with_the_loss_carrying_on_is_not_split() -> None:
+    assert appended_segments(_appended(["ok", "ok"], fresh=False), None) is None
+    assert appended_segments(_appended(["ok", "ok"]), None) is not None

@@ -27,6 +27,8 @@ __all__ = [
     "OverfitEvent",
     "overfit_event",
     "overfit_events",
+    "rank_events",
+    "appended_segments",
     "val_loss_metrics",
 ]
 
@@ -120,6 +122,10 @@ class OverfitEvent:
     severity: Severity
     at_first_eval: bool = False
     """The best is the first evaluation: the validation loss rose from the start."""
+    segment: int | None = None
+    """In a log of several runs appended one after another (the step restarts): which run,
+    from 1 (None for an ordinary log)."""
+    n_segments: int = 1
 
     @property
     def train_logged(self) -> bool:
@@ -353,6 +359,74 @@ def overfit_events(run: Run, rank: int | None) -> list[OverfitEvent]:
     return out
 
 
+#: Appended runs: at a step restart the training loss must come back to at least this many
+#: times its value just before, and nearer (in log space) to the log's first value.
+FRESH_START_RATIO = 1.3
+
+
+def _restarts(steps: np.ndarray) -> np.ndarray:
+    """Indices (log order) where the step goes back."""
+    return np.flatnonzero(np.diff(steps) < 0) + 1
+
+
+def appended_segments(run: Run, rank: int | None) -> list[Run] | None:
+    """The runs of a log into which several trainings were appended (the step column restarts
+    and at every restart the training loss starts again: >= 1.3x its value before, nearer to
+    the log's first value), one ``Run`` each with ``loss`` and the evaluation sets that restart
+    at the same points in log order; None for an ordinary log. Each training is judged on its
+    own: the clean series of such a log (last value wins per step) mixes them."""
+    tr = run.get("loss", rank)
+    if tr is None or len(tr) < 4:
+        return None
+    cuts = _restarts(tr.steps)
+    if cuts.size == 0:
+        return None
+    v = tr.values
+    if not bool(np.all(np.isfinite(v))) or not bool(np.all(v > 0)):
+        return None
+    lv = np.log(v)
+    first = float(lv[0])
+    for i in cuts.tolist():
+        before, after = float(lv[i - 1]), float(lv[i])
+        if not (after - before >= math.log(FRESH_START_RATIO)
+                and abs(after - first) < abs(after - before)):
+            return None
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {
+        "loss": [(a, b) for a, b in zip(np.split(tr.steps, cuts), np.split(v, cuts),
+                                        strict=True)]}
+    for name in val_loss_metrics(run):
+        vs = run.get(name, rank)
+        if vs is None:
+            continue
+        vc = _restarts(vs.steps)
+        if vc.size != cuts.size:
+            continue
+        parts[name] = list(zip(np.split(vs.steps, vc), np.split(vs.values, vc), strict=True))
+    if "val_loss" not in parts:
+        return None
+    out = []
+    for j in range(cuts.size + 1):
+        sub = Run(f"{run.source}#{j + 1}")
+        for name, segs in parts.items():
+            sub.add(name, segs[j][0], segs[j][1], rank)
+        out.append(sub)
+    return out
+
+
+def rank_events(run: Run, rank: int | None) -> list[OverfitEvent]:
+    """The events of every evaluation set on ``rank``; for appended runs, of every run in
+    the log, each marked with its ``segment``."""
+    segs = appended_segments(run, rank)
+    if segs is None:
+        return overfit_events(run, rank)
+    out = []
+    for j, sub in enumerate(segs):
+        for e in overfit_events(sub, rank):
+            out.append(OverfitEvent(**{**e.__dict__, "segment": j + 1,
+                                       "n_segments": len(segs)}))
+    return out
+
+
 # --------------------------------------------------------------------------- words
 def _set_name(metric: str) -> str:
     return "validation" if metric == "val_loss" else f"eval set {metric.split('/', 1)[1]}"
@@ -362,14 +436,17 @@ def _finding(events: list[OverfitEvent]) -> Finding:
     """One finding for all evaluation sets on a rank: the worst severity; the onset is the
     earliest best step among the sets at that severity; every set that shows it is evidence."""
     sev: Severity = max((e.severity for e in events), key=lambda s: SEVERITY_ORDER[s])
-    top = sorted((e for e in events if e.severity == sev), key=lambda e: e.best_step)
+    top = sorted((e for e in events if e.severity == sev),
+                 key=lambda e: (e.segment or 0, e.best_step))
     lead = top[0]
     others = [e for e in events if e is not lead]
     ev: list[Evidence] = []
-    for e in [lead, *others]:
+    shown = [lead, *others][:8]
+    for e in shown:
+        seg = f" (run {e.segment} of {e.n_segments})" if e.segment is not None else ""
         ev.append(Evidence(e.metric, e.best_step, e.best_value, None,
-                           note=f"lowest {e.metric} of {e.n_evals} evaluations (best step); "
-                                f"smoothed level there {fmt(e.best_level)}"))
+                           note=f"lowest {e.metric} of {e.n_evals} evaluations (best step)"
+                                f"{seg}; smoothed level there {fmt(e.best_level)}"))
         ev.append(Evidence(e.metric, e.end_step, e.end_level, e.best_level,
                            note=f"median of the last {e.n_late} of {e.n_after} evaluations "
                                 f"after the best vs the smoothed best level: "
@@ -384,14 +461,22 @@ def _finding(events: list[OverfitEvent]) -> Finding:
         train_txt = f"training loss {fmt(lead.train_at_best)} -> {fmt(lead.train_at_end)}"
     else:
         train_txt = "the training loss was not logged, so memorization is not checked"
-    sets = [e.metric for e in [lead, *others]]
+    sets = list(dict.fromkeys(e.metric for e in [lead, *others]))
     sets_txt = "" if sets == ["val_loss"] else f" (sets: {', '.join(sets)})"
     where = (f"at the first evaluation, step {lead.best_step}" if lead.at_first_eval
              else f"at step {lead.best_step}")
+    seg_txt = ""
+    if lead.segment is not None:
+        where += f" of run {lead.segment}"
+        hit = {e.segment for e in events}
+        loud = {e.segment for e in events if e.severity == sev}
+        seg_txt = (f"; this log holds {lead.n_segments} runs appended one after another "
+                   f"(the step restarts), each judged on its own: {len(loud)} show it at "
+                   f"{sev}, {len(hit)} in all")
     summary = (f"{_set_name(lead.metric)} loss was lowest {where} ({fmt(lead.best_value)}) "
                f"and its last {lead.n_late} evaluations sit {100 * lead.rise:.1f}% above "
                f"the best level, over {100 * lead.share_after:.0f}% of the run "
-               f"({train_txt}){sets_txt}; best step {lead.best_step}")
+               f"({train_txt}){sets_txt}; best step {lead.best_step}{seg_txt}")
     if lead.abrupt_jump >= ABRUPT_JUMP:
         summary += (f"; it jumped {fmt(lead.abrupt_jump)}x between two evaluations and "
                     f"stayed, more like a divergence of the evaluation than memorization")
@@ -417,7 +502,7 @@ def detect_overfitting(run: Run) -> list[Finding] | NotRun:
         for name in val_loss_metrics(run):
             vt = Trace.of(run, name, rank)
             seen = seen or (vt is not None and len(vt) >= 3)
-        events = overfit_events(run, rank)
+        events = rank_events(run, rank)
         if events:
             out.append(_finding(events))
     if not seen:
