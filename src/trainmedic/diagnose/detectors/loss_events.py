@@ -485,8 +485,13 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
                         out.append(f)
                 continue
             k = m + 1
-        elif _swings_inside(lv[max(0, k - 1):], 0.5 * theta):
-            continue  # up and down by as much as it rose: an oscillation, not a divergence
+        elif _swings_inside(lv[max(0, k - 1):], 0.5 * theta) and \
+                median(elev[k:]) < (math.log(2.0) if is_log else
+                                    float(np.abs(cummin[-1]))) and \
+                theil_sen_z(lv[k:])[1] < 2.0:
+            # Up and down by as much as it rose, typically under 2x its best, with no upward
+            # trend: an oscillation (class-sorted data), not a divergence.
+            continue
         # The lowest level before the rise, then the change point between it and the rise.
         kmin = int(np.argmin(lv[:k])) if k > 0 else 0
         j = _hinge_onset(lv, kmin, max(kmin, k - 1), is_log) if k - kmin >= 2 else k

@@ -418,8 +418,11 @@ def _zigzag(x: np.ndarray, amp: float) -> list[int]:
 
 #: Oscillation: the median swing must also span this share of the starting loss level.
 OSC_MIN_LINEAR_SHARE = 0.05
-#: Oscillation: swings of this ratio repeated >= 6 times are a warning too.
+#: Oscillation: swings of this ratio repeated >= 6 times are a warning too, when the swinging
+#: stretch has no trend (|robust slope| < 3 standard errors): a noisy loss still falling
+#: fast also zig-zags, a model that forgets and relearns goes nowhere.
 OSC_REPEATED_RATIO = 1.5
+OSC_STATIONARY_Z = 3.0
 
 
 def _cyclic_lr(run: Run, rank: int | None) -> bool:
@@ -489,7 +492,8 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
         # Cost: swings of >= 2x four times, or of >= 1.5x six times or more (the model loses
         # and relearns a third of its loss again and again), are a warning.
         repeated = reversals >= 6 and (math.exp(med_swing) >= OSC_REPEATED_RATIO if is_log
-                                       else med_swing >= 0.5 * median(np.abs(lv)))
+                                       else med_swing >= 0.5 * median(np.abs(lv))) \
+            and abs(theil_sen_z(lv[piv[0]: piv[-1] + 1])[1]) < OSC_STATIONARY_Z
         sev: Severity = "warning" if (big and reversals >= 4) or repeated else "info"
         if not big and reversals < 6:
             continue
