@@ -27,6 +27,7 @@ from trainmedic.report.wording import (
     evidence_line,
     fmt_span,
     intervention_lines,
+    mapping_lines,
     note_lines,
     sorted_findings,
     summarize_run,
@@ -327,7 +328,8 @@ class _Page:
         facts = [("source", e(info.source)), ("steps", e(steps)), ("metrics", metrics),
                  ("ranks", e(info.ranks_text()))]
         worst = d.worst()
-        vcls = "v-error" if worst >= 2 else "v-warning" if worst == 1 else "v-ok"
+        vcls = "v-error" if worst >= 2 or not d.loss_found else (
+            "v-warning" if worst == 1 else "v-ok")
         parts = [
             "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
             '<meta name="viewport" content="width=device-width,initial-scale=1">',
@@ -352,6 +354,10 @@ class _Page:
         if checks:
             parts.append(f"<h2>Checks not run ({len(d.checks_not_run)})</h2><ul class=\"plain\">"
                          + "".join(f"<li>{e(c)}</li>" for c in checks) + "</ul>")
+        how = mapping_lines(d)
+        if how:
+            parts.append("<h2>How the columns were read</h2><ul class=\"plain\">"
+                         + "".join(f"<li>{e(c)}</li>" for c in how) + "</ul>")
         notes = note_lines(d, self.run)
         if notes:
             parts.append("<h2>Import notes</h2><ul class=\"plain\">"
