@@ -14,7 +14,6 @@ import statistics as st
 
 import numpy as np
 
-
 STEP_TIMED = {"tm_csv", "tm_jsonl", "units_csv", "ns_jsonl", "rank_csv", "wandb_csv",
               "wandb_jsonl", "tensorboard"}
 """Formats whose files hold every step's time."""
@@ -213,7 +212,7 @@ def check(sym: str, sp, res, view) -> tuple[bool, str]:
         return rss[-1] - rss[0] > 50, f"rss {rss[0]:.0f} -> {rss[-1]:.0f} MB"
     if sym == "resume_discontinuity":
         xs = _xs(view, "loss")
-        back = sum(1 for a, b in zip(xs, xs[1:]) if b <= a)
+        back = sum(1 for a, b in zip(xs, xs[1:], strict=False) if b <= a)
         return back > 0, f"step goes back {back} time(s)"
     raise ValueError(sym)
 

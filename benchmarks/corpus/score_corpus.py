@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         every += scores
         results[sp] = total(scores)
     for sp in splits:
-        print(format_totals(results[sp], f"corpus {sp} ({sum(1 for v in labels.values() if v.get('split') == sp)} runs)"))
+        n = sum(1 for v in labels.values() if v.get("split") == sp)
+        print(format_totals(results[sp], f"corpus {sp} ({n} runs)"))
     if len(splits) > 1:
         print(format_totals(total(every), f"corpus all ({len(every)} runs)"))
     print(f"scored in {time.perf_counter() - t0:.1f} s")

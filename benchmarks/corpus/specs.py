@@ -139,13 +139,16 @@ def fault(family, kind, fmt, seed=0, expect=(), tolerate=(), story="", **kw):
 
 
 S = "lr far too high"
-fault("mlp", "lr_high", "tm_csv", 0, ["nonfinite_loss|divergence"], NF_TOL, S + " (SGD lr=30)", opt="sgd",
+fault("mlp", "lr_high", "tm_csv", 0, ["nonfinite_loss|divergence"],
+      NF_TOL, S + " (SGD lr=30)", opt="sgd",
       lr=30.0)
-fault("chartf", "lr_high", "wandb_csv", 1, ["nonfinite_loss|divergence"], NF_TOL, S + " (AdamW lr=1)",
+fault("chartf", "lr_high", "wandb_csv", 1, ["nonfinite_loss|divergence"],
+      NF_TOL, S + " (AdamW lr=1)",
       lr=1.0)
 fault("cnn", "lr_high", "lightning", 2, ["nonfinite_loss|divergence"], DIV_TOL, S +
       " (SGD lr=50)", opt="sgd", lr=50.0)
-fault("gru", "lr_high", "tensorboard", 3, ["divergence|flat_loss|oscillation"], DIV_TOL, S + " (Adam lr=0.3)",
+fault("gru", "lr_high", "tensorboard", 3, ["divergence|flat_loss|oscillation"],
+      DIV_TOL, S + " (Adam lr=0.3)",
       lr=0.3)
 S = "lr far too low (1e-7): the model does not move"
 fault("mlp", "lr_low", "tensorboard", 0, ["flat_loss"], FLAT_TOL, S, lr=1e-7)
@@ -187,7 +190,8 @@ fault("ae", "fp16_no_scaler", "tm_csv", 0, [], ["plateau", "flat_loss",
       "run, so it is labelled faults: [] (a fault the logs cannot show)", batch=256, accum=8,
       steps=100)
 S = "gradient accumulation over 8 micro-batches without dividing the loss by 8 (SGD)"
-fault("mlp", "accum_not_divided", "lightning", 0, ["nonfinite_loss|divergence|flat_loss"], DIV_TOL, S, opt="sgd",
+fault("mlp", "accum_not_divided", "lightning", 0, ["nonfinite_loss|divergence|flat_loss"],
+      DIV_TOL, S, opt="sgd",
       lr=0.3, accum=8)
 fault("gru", "accum_not_divided", "hf", 1, ["nonfinite_loss|divergence"], DIV_TOL, S +
       " (lr=0.5, which trains the same model with the loss divided)", opt="sgd", lr=0.5,
@@ -195,7 +199,8 @@ fault("gru", "accum_not_divided", "hf", 1, ["nonfinite_loss|divergence"], DIV_TO
 S = "reduction='sum' with an lr tuned for the mean (SGD)"
 fault("mlp", "summed_loss", "tensorboard", 0, ["nonfinite_loss|divergence"], NF_TOL, S, opt="sgd",
       lr=0.05)
-fault("gru", "summed_loss", "tm_jsonl", 1, ["nonfinite_loss|divergence"], DIV_TOL, S, opt="sgd", lr=0.05)
+fault("gru", "summed_loss", "tm_jsonl", 1, ["nonfinite_loss|divergence"],
+      DIV_TOL, S, opt="sgd", lr=0.05)
 S = "a loop meant to freeze the embedding froze every layer but the head"
 fault("resnet", "frozen", "lightning", 0, ["plateau"], ["flat_loss"], S)
 fault("chartf", "frozen", "fairseq", 1, ["plateau"], ["flat_loss"], S, steps_per_epoch=37,
@@ -231,9 +236,11 @@ fault("gru", "lr_rising", "tm_csv", 1, ["lr_schedule_anomaly"], ["plateau", "osc
       lr=1e-4)
 S = ("warm-up to a peak lr far too high: loss improves, creeps up as the lr ramps, "
      "then blows up")
-fault("chartf", "warmup_diverge", "tm_csv", 0, ["divergence|nonfinite_loss"], DIV_TOL + ["nonfinite_loss",
+fault("chartf", "warmup_diverge", "tm_csv", 0, ["divergence|nonfinite_loss"],
+      DIV_TOL + ["nonfinite_loss",
       "lr_schedule_anomaly"], S, sched="warmup_const", warmup=150, lr=0.3)
-fault("vit", "warmup_diverge", "tensorboard", 1, ["divergence|nonfinite_loss"], DIV_TOL + ["nonfinite_loss",
+fault("vit", "warmup_diverge", "tensorboard", 1, ["divergence|nonfinite_loss"],
+      DIV_TOL + ["nonfinite_loss",
       "lr_schedule_anomaly"], S, sched="warmup_const", warmup=140, lr=0.3, tb_style="B")
 S = "poisoned batches (corrupt inputs / labels) at a few steps: loss spikes and recovers"
 SPIKE_TOL = ["exploding_gradients", "divergence"]   # a poisoned step can leave the loss higher
@@ -264,10 +271,12 @@ fault("cnn", "throughput_regression", "tm_csv", 0, ["throughput_regression"],
 fault("chartf", "throughput_regression", "wandb_jsonl", 1, ["throughput_regression"],
       ["step_time_outliers"], S, straggle_at=100)
 S = "every step's output (and its graph) appended to a list: memory grows"
-fault("mlp", "memory_growth", "tm_csv", 0, ["memory_growth"], ["throughput_regression"], S, hidden=256, batch=128)
+fault("mlp", "memory_growth", "tm_csv", 0, ["memory_growth"],
+      ["throughput_regression"], S, hidden=256, batch=128)
 fault("gru", "memory_growth", "units_csv", 1, ["memory_growth"], ["throughput_regression"],
       S + "; the retained graphs also slow the steps down", batch=128, clip=1.0)
-fault("ae", "memory_growth", "wandb_csv", 2, ["memory_growth"], ["throughput_regression"], S, batch=256)
+fault("ae", "memory_growth", "wandb_csv", 2, ["memory_growth"],
+      ["throughput_regression"], S, batch=256)
 S = "tiny training set trained long: val loss turns up while train loss keeps falling"
 fault("mlp", "overfitting", "keras_csv", 0, ["overfitting"], ["plateau"], S, n_train=64,
       batch=16, steps=320, eval_every=4, hidden=256, spread=0.5, lr=3e-3)

@@ -15,11 +15,10 @@ it measured step by step; nothing here writes files or decides labels.
 from __future__ import annotations
 
 import copy
-import warnings
 import math
 import os
-import resource  # noqa: F401  (kept for platforms without /proc)
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -105,11 +104,9 @@ class Data:
         self.kind = "ce"
         self.text = False
         n_tr = sp.get("n_train", 3000)
-        if family in ("mlp", "mlp_deep"):
-            self.xtr, self.ytr = blobs(seed, n_tr, spread=sp.get("spread", 1.0))
-            self.xva, self.yva = blobs(seed + 500, 800, spread=sp.get("spread", 1.0))
-            # same centres for val: regenerate from the same generator state
-            self.xva, self.yva = self._same_dist_val(seed, n_tr, sp)
+        if family in ("mlp", "mlp_deep"):   # train and val drawn around the same centres
+            x, y = blobs(seed, n_tr + 800, spread=sp.get("spread", 1.0))
+            self.xtr, self.ytr, self.xva, self.yva = x[:n_tr], y[:n_tr], x[n_tr:], y[n_tr:]
             self.C = 5
         elif family in ("cnn", "resnet", "vit"):
             self.xtr, self.ytr = images(seed, n_tr)
@@ -129,7 +126,8 @@ class Data:
             w = g.normal(0, 1, 16)
             x = g.normal(0, 1, (n_tr + 600, 16))
             y = (x @ w + g.normal(0, 1, len(x))) * 1e-3   # targets in metres, noise 1 mm
-            x, y = torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32)[:, None]
+            x = torch.tensor(x, dtype=torch.float32)
+            y = torch.tensor(y, dtype=torch.float32)[:, None]
             self.xtr, self.ytr, self.xva, self.yva = x[:n_tr], y[:n_tr], x[n_tr:], y[n_tr:]
             self.kind, self.C = "mse", 0
         elif family in ("gru", "lstm", "rnn"):
@@ -144,11 +142,6 @@ class Data:
                 self.tr = self.tr[: sp["text_chars"]]
         else:
             raise ValueError(family)
-
-    def _same_dist_val(self, seed, n_tr, sp):
-        x, y = blobs(seed, n_tr + 800, spread=sp.get("spread", 1.0))
-        self.xtr, self.ytr = x[:n_tr], y[:n_tr]
-        return x[n_tr:], y[n_tr:]
 
     def n(self) -> int:
         return len(self.tr) if self.text else len(self.xtr)
@@ -391,7 +384,7 @@ def train(sp: dict) -> dict:
         data.ytr = data.ytr[torch.randperm(len(data.ytr))]
     if fault == "leakage":       # the val split was drawn from the training rows
         data.xva, data.yva = data.xtr[:600], data.ytr[:600]
-    if fault in ("bad_init", "rnn_exploding"):  # init scaled x100 (e.g. a custom init that forgot 1/sqrt(fan_in))
+    if fault == "bad_init":     # init scaled x100 (a custom init that forgot 1/sqrt(fan_in))
         with torch.no_grad():
             for p in model.parameters():
                 if p.dim() > 1:
@@ -515,9 +508,8 @@ def train(sp: dict) -> dict:
             if kind == "ce" and not data.text:
                 correct += (out.argmax(-1) == y).float().mean().item()
         lv = loss_sum / accum
-        if opt_model is not model:             # gradients land on the live model; the copy
-            for p_live, p_copy in zip(model.parameters(), opt_model.parameters(), strict=True):
-                p_copy.grad = None             # has none, so step() moves nothing
+        # (optimizer_copy: the gradients land on the live model; the copy the optimizer holds
+        # has none, so step() moves nothing)
         layer_gn = {}
         if sp.get("layer_stats"):
             for lname, mod in (("body.0", model.body[0]), ("head", model.head)):

@@ -414,7 +414,8 @@ def fairseq(res, d: Path, sp) -> dict:
     n_ep = math.ceil(len(res["steps"]) / spe)
     ev = _evals_by_step(res)
     ln2 = math.log(2)
-    lines = (["| [en] dictionary: 64 types", "| model transformer_lm, criterion CrossEntropyCriterion",
+    lines = (["| [en] dictionary: 64 types",
+              "| model transformer_lm, criterion CrossEntropyCriterion",
               "| num. model params: 41889 (num. trained: 41889)"]
              if sp.get("fairseq_style") == "old" else
              ["2025-12-01 12:00:00 | INFO | fairseq_cli.train | task: LanguageModelingTask",
