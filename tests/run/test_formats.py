@@ -356,3 +356,11 @@ def test_pretty_printed_json_is_not_a_console_log(tmp_path):
     p = write(tmp_path / "state.dat", json.dumps(doc, indent=2))
     assert detect_format(p) == "json"
     assert load_run(str(p)).meta["sources"][0]["format"] == "hf_trainer_state"
+
+
+def test_fairseq_json_log_format(tmp_path):
+    run = load_run(str(DATA / "fairseq_json.log"))
+    assert list(run.get("loss").steps) == [100, 200, 300]
+    assert list(run.get("val_loss").steps) == [200]
+    assert run.get("train_loss").values.tolist() == [8.8]
+    assert run.has("grad_norm") and run.has("step_time_s")

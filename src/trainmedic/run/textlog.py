@@ -334,6 +334,9 @@ def read_text_log(path: Path) -> LogTable:
         if step is not None:
             v = r.pop(step, None)
             r.pop("_global", None)
+            if v is None:
+                # fairseq's "train_num_updates" / "valid_num_updates" on summary lines
+                v = next((r.pop(k) for k in list(r) if k.endswith("_" + step)), None)
             if v is None and step in _STEP_KEYS:
                 # "step 20: train loss ..." among "iter 20: loss ..." lines: one counter
                 v = next((r.pop(k) for k in _STEP_KEYS if k in r), None)
