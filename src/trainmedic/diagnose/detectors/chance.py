@@ -37,6 +37,8 @@ TRAIN_FALL_MAX = 0.10
 FLOOR_TOL = 0.004
 #: Largest class count considered.
 MAX_K = 1000
+#: Largest class count read from a run's first loss (the first losses are noisy).
+MAX_START_K = 30
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,12 @@ def start_classes(tr: Trace) -> int | None:
         if not math.isfinite(first) or not math.log(2) * (1 - START_TOL) <= first < 7.0:
             continue
         k = max(2, round(math.exp(first)))
-        if k <= MAX_K and abs(first - math.log(k)) <= START_TOL * math.log(k):
+        if k > MAX_START_K:
+            continue
+        # The tolerance is capped at a quarter of the gap to the next ln k: past ~10 classes
+        # 1.5% of ln k spans several k, and any start would "match" one.
+        gap = min(math.log(k + 1) - math.log(k), math.log(k) - math.log(max(1, k - 1)))
+        if abs(first - math.log(k)) <= min(START_TOL * math.log(k), 0.25 * gap):
             return k
     return None
 
@@ -84,33 +91,38 @@ def never_beats_chance(run: Run, train: Trace) -> ChanceEvent | None:
     and never went 1% below it. A healthy classifier leaves ln k far behind in its first
     epochs; a fine-tune that starts near some ln k by coincidence falls > 10% or goes below."""
     k = start_classes(train)
-    q = max(2, len(train) // 10)
-    head, tail = median(train.values[:q]), median(train.values[-q:])
-    if not head > 0 or (head - tail) / head >= TRAIN_FALL_MAX:
-        return None
-    cands: list[Trace] = []
     val = Trace.of(run, "val_loss", train.rank) or Trace.of(run, "val_loss", None)
-    if val is not None and len(val) >= 5:
-        cands.append(val)
-    else:
-        cands.append(train)
-    for tr in cands:
-        kk = k
-        level = median(tr.values[len(tr) // 2:])
-        if kk is None:
-            # A start above chance (a bad init) that fell to ln k and stayed there.
-            if tr is not train or len(tr) < 10:
-                continue
-            kk = max(2, round(math.exp(level))) if 0.6 < level < math.log(MAX_K) else None
-            if kk is None or abs(level - math.log(kk)) > 0.003 * math.log(kk):
-                continue
-        ln_k = math.log(kk)
-        lowest, sig = _lowest(tr)
+    if val is not None and len(val) < 5:
+        val = None
+    if k is not None:
+        q = max(2, len(train) // 10)
+        head, tail = median(train.values[:q]), median(train.values[-q:])
+        if not head > 0 or (head - tail) / head >= TRAIN_FALL_MAX:
+            return None
+        judged = val if val is not None else train
+        ln_k = math.log(k)
+        level = median(judged.values[len(judged) // 2:])
+        lowest, _ = _lowest(judged)
         if lowest < ln_k * (1 - BELOW_TOL) or abs(level - ln_k) > 0.03 * ln_k:
-            continue  # it beat chance, or it left ln k upwards (a divergence, not chance)
-        return ChanceEvent(kind="chance", metric=tr.metric, k=kk, landmark=ln_k, level=level,
+            return None  # it beat chance, or it left ln k upwards (a divergence, not chance)
+        return ChanceEvent(kind="chance", metric=judged.metric, k=k, landmark=ln_k, level=level,
                            lowest=lowest, onset_step=int(train.steps[0]))
-    return None
+    # A start above chance (a bad init, an overflow) that fell to ln k and stayed there: the
+    # second half within 0.3% of ln k, and neither curve ever 1% below it.
+    if len(train) < 10:
+        return None
+    level = median(train.values[len(train) // 2:])
+    if not 0.6 < level < math.log(MAX_K):
+        return None
+    kk = max(2, round(math.exp(level)))
+    ln_k = math.log(kk)
+    if abs(level - ln_k) > 0.003 * ln_k:
+        return None
+    for tr in (train, val):
+        if tr is not None and _lowest(tr)[0] < ln_k * (1 - BELOW_TOL):
+            return None
+    return ChanceEvent(kind="chance", metric="loss", k=kk, landmark=ln_k, level=level,
+                       lowest=_lowest(train)[0], onset_step=int(train.steps[0]))
 
 
 def double_softmax_floor(tr: Trace, onset: int) -> ChanceEvent | None:
