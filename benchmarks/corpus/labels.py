@@ -210,6 +210,14 @@ def check(sym: str, sp, res, view) -> tuple[bool, str]:
     if sym == "memory_growth":
         rss = [r["rss_mb"] for r in res["steps"]]
         return rss[-1] - rss[0] > 50, f"rss {rss[0]:.0f} -> {rss[-1]:.0f} MB"
+    if sym == "loss_scale_collapse":
+        sc = [r["loss_scale"] for r in res["steps"] if "loss_scale" in r]
+        return bool(sc) and sc[-1] < 1e-3 * max(sc), \
+            f"loss scale {max(sc):.3g} at most, {sc[-1]:.3g} at the end"
+    if sym == "dead_units":
+        d = [r["layer/body.1/dead_frac"] for r in res["steps"] if "layer/body.1/dead_frac" in r]
+        return bool(d) and st.median(d) > 0.5, \
+            f"median dead_frac of layer body.1 {st.median(d) if d else float('nan'):.2f}"
     if sym == "resume_discontinuity":
         xs = _xs(view, "loss")
         back = sum(1 for a, b in zip(xs, xs[1:], strict=False) if b <= a)
@@ -241,6 +249,10 @@ def onset_for(sym: str, sp, res, view) -> dict:
         return {"symptom": sym, "onset_step": ev[0], "event_steps": ev}
     if sym in ("straggler", "throughput_regression"):
         return {"symptom": sym, "onset_step": xm(sp.get("straggle_at", len(res["steps"]) // 2))}
+    if sym == "loss_scale_collapse":
+        sc = [r.get("loss_scale") for r in res["steps"]]
+        i = next(i for i in range(1, len(sc)) if sc[i] is not None and sc[i] < sc[i - 1])
+        return {"symptom": sym, "onset_step": xm(i)}
     if sym == "lr_schedule_anomaly" and sp["fault"] == "sched_per_batch":
         x, rng = onset_lr_collapse(view)
         return {"symptom": sym, "onset_step": x, "onset_range": list(rng)}

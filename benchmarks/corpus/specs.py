@@ -305,8 +305,8 @@ fault("cnn", "resume_repeat", "tm_jsonl", 0, ["resume_discontinuity"], [], S,
 fault("chartf", "resume_repeat", "fairseq", 1, ["resume_discontinuity"], [], S,
       ckpt_at=100, crash_at=140, steps_per_epoch=37, eval_every=37)
 S = "first layer's bias initialised at -100: every ReLU is dead, only the head bias learns"
-fault("mlp", "dead_relu", "tm_csv", 0, ["flat_loss"], ["dead_units", "vanishing_gradients",
-      "plateau"], S)
+fault("mlp", "dead_relu", "tm_csv", 0, ["flat_loss", "dead_units"], ["vanishing_gradients",
+      "plateau"], S + "; the log has the watcher's layer/body.1/dead_frac", layer_stats=True)
 fault("mlp", "dead_relu", "lightning", 1, ["flat_loss"], ["dead_units", "vanishing_gradients",
       "plateau"], S, opt="sgd", lr=0.05)
 S = ("the optimizer was built on a deepcopy of the model: it steps the copy, the trained "
@@ -321,6 +321,21 @@ fault("mlp", "nan_filtered", "hf", 0, ["nan_masked_in_logs"], ["nonfinite_grad",
       "exploding_gradients", "divergence", "nonfinite_loss", "loss_spike", "flat_loss"],
       S + "; from then on the logged loss is 0.0", opt="sgd",
       lr=30.0)
+
+
+S = ("fp16 autocast with a GradScaler; from step 60 an L2-to-anchor regulariser "
+     "sqrt(sum((w - w_anchor)^2)) is NaN in backward while w == w_anchor: every step is skipped, "
+     "the weights never leave the anchor, the scale halves every step")
+fault("mlp", "loss_scale_collapse", "tm_csv", 0, ["loss_scale_collapse"],
+      ["flat_loss", "plateau", "nonfinite_grad"], S, anchor_at=60)
+fault("ae", "loss_scale_collapse", "wandb_csv", 1, ["loss_scale_collapse"],
+      ["flat_loss", "plateau", "nonfinite_grad"], S.replace("step 60", "step 100"),
+      anchor_at=100)
+S = ("lr far too high in an HF Trainer run (SGD lr=300): NaN losses are left out of the logged "
+     "loss (logging_nan_inf_filter), grad_norm shows NaN")
+fault("ae", "nan_filtered", "hf", 1, ["nan_masked_in_logs"], ["nonfinite_grad",
+      "exploding_gradients", "divergence", "nonfinite_loss", "loss_spike", "flat_loss"], S,
+      opt="sgd", lr=300.0)
 
 
 def assign_splits(specs: list[dict], share: float = 0.4) -> dict[str, str]:

@@ -427,6 +427,18 @@ def train(sp: dict) -> dict:
         for m in model.modules():
             if isinstance(m, (nn.Linear, nn.Conv2d)):
                 hooks.append(m.register_full_backward_pre_hook(to_half))
+    scaler = None
+    anchor = None
+    if fault == "loss_scale_collapse":
+        # fp16 autocast with a GradScaler, and from `anchor_at` an L2-to-anchor regulariser
+        # sqrt(sum((w - w_anchor)^2)) whose gradient is NaN while w == w_anchor: every step is
+        # skipped, so w never moves off the anchor, and the scaler halves the scale each step
+        scaler = torch.amp.GradScaler("cpu")
+    dead = {}
+    if sp.get("layer_stats") and isinstance(getattr(model, "body", [None])[1], nn.ReLU):
+        def dead_hook(mod, inp, out):
+            dead["v"] = (out.detach().amax(0) <= 0).float().mean().item()
+        hooks.append(model.body[1].register_forward_hook(dead_hook))
     stall_every = sp.get("stall_every", 50)
     rows, evals, rank1 = [], [], []
     spike_steps = set(sp.get("spike_steps", []))
@@ -494,15 +506,23 @@ def train(sp: dict) -> dict:
         loss_sum = 0.0
         correct = 0.0
         for x, y in micro:
-            out = model(x)
+            with torch.autocast("cpu", dtype=torch.float16, enabled=scaler is not None):
+                out = model(x)
             red = "sum" if fault == "summed_loss" else "mean"
-            loss = _loss(out, y, kind, fault, red)
+            loss = _loss(out.float(), y, kind, fault, red)
+            if scaler is not None and step >= sp.get("anchor_at", steps // 3):
+                if anchor is None:
+                    anchor = [p.detach().clone() for p in model.parameters()]
+                loss = loss + 0.01 * torch.sqrt(sum(((p - a) ** 2).sum() for p, a in
+                                                    zip(model.parameters(), anchor, strict=True)))
             if fault == "memory_growth":
                 # backward(retain_graph=True) (added to silence an error) and the loss kept in
                 # a history list: every step's graph and its saved activations stay alive
                 kept.append(loss)
-            (loss / (accum if fault != "accum_not_divided" else 1)).backward(
-                retain_graph=fault == "memory_growth")
+            scaled = loss / (accum if fault != "accum_not_divided" else 1)
+            if scaler is not None:
+                scaled = scaler.scale(scaled)
+            scaled.backward(retain_graph=fault == "memory_growth")
             lv = loss.item()
             loss_sum += lv
             if kind == "ce" and not data.text:
@@ -515,12 +535,20 @@ def train(sp: dict) -> dict:
             for lname, mod in (("body.0", model.body[0]), ("head", model.head)):
                 g = mod.weight.grad
                 layer_gn[f"layer/{lname}/grad_norm"] = g.norm().item() if g is not None else 0.0
+        if scaler is not None:
+            scaler.unscale_(opt)
         gparams = [p for p in model.parameters() if p.grad is not None]
         if gparams:
             gn = torch.nn.utils.clip_grad_norm_(gparams, clip if clip else float("inf")).item()
         else:
             gn = 0.0
-        opt.step()
+        scale_used = None
+        if scaler is not None:
+            scale_used = scaler.get_scale()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         if per_batch_decay is not None:
             per_batch_decay.step()
         else:
@@ -542,6 +570,10 @@ def train(sp: dict) -> dict:
                "step_time_s": t2 - t0, "data_time_s": t1 - t0, "compute_time_s": t2 - t1,
                "wall_s": t2 - t_start}
         row.update(layer_gn)
+        if "v" in dead:
+            row["layer/body.1/dead_frac"] = dead["v"]
+        if scale_used is not None:
+            row["loss_scale"] = scale_used
         if kind == "ce" and not data.text:
             row["acc"] = correct / accum
         if fault == "memory_growth" or sp.get("log_rss"):

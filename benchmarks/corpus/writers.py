@@ -95,9 +95,13 @@ def tm_csv(res, d: Path, sp) -> dict:
     cols = ["step", "loss", "grad_norm", "lr", "step_time_s", "data_time_s"]
     if any("rss_mb" in r for r in res["steps"]):
         cols.append("rss_mb")
+    if any("loss_scale" in r for r in res["steps"]):
+        cols.append("loss_scale")
     layer = _layer_keys(res)
     for row, r in zip(rows, res["steps"], strict=True):
         row.update({k: r[k] for k in layer})
+        if "loss_scale" in r:
+            row["loss_scale"] = r["loss_scale"]
     _csv(d / "metrics.csv", cols + layer + ["val_loss"], rows)
     return _view(res)
 
@@ -227,6 +231,8 @@ def _wandb_rows(res, sp):
                "perf/data_time_ms": r["data_time_s"] * 1e3, "epoch": r["epoch"]}
         if "rss_mb" in r:
             row["sys/rss_mb"] = r["rss_mb"]
+        if "loss_scale" in r:
+            row["train/loss_scale"] = r["loss_scale"]
         if _k(r) in ev:
             row["val/loss"] = ev[_k(r)]["val_loss"]
             if ev[_k(r)]["val_acc"] is not None:
