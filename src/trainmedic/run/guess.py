@@ -11,7 +11,12 @@ discriminator pair is read as a GAN's objective.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainmedic.run.vocabulary import DISC_LOSS, GEN_LOSS, NameReading, read_name, unit_label
+
+if TYPE_CHECKING:
+    from trainmedic.run.names import NameResolution
 
 __all__ = ["guess_names"]
 
@@ -20,12 +25,9 @@ def _leaf(key: str) -> str:
     return key.replace(".", "/").split("/")[-1].replace(" ", "_").replace("-", "_")
 
 
-def guess_names(res: object, present: dict[str, str]) -> None:
+def guess_names(res: NameResolution, present: dict[str, str]) -> None:
     """Fill ``res`` (a ``names.NameResolution``) from ``present`` (``{lower key: raw}``,
     the names no earlier rule took)."""
-    from trainmedic.run.names import NameResolution
-
-    assert isinstance(res, NameResolution)
     taken = set(res.aliases.values())
     for parts in res.derived.values():
         taken.update(parts)
@@ -57,10 +59,7 @@ def guess_names(res: object, present: dict[str, str]) -> None:
             res.inverted[canonical] = min(inv, key=lambda c: (len(c[0]), c[0]))[1]
 
 
-def _take(res: object, canonical: str, raw: str, r: NameReading) -> None:
-    from trainmedic.run.names import NameResolution
-
-    assert isinstance(res, NameResolution)
+def _take(res: NameResolution, canonical: str, raw: str, r: NameReading) -> None:
     res.aliases[canonical] = raw
     res.families[canonical] = "vocabulary"
     unit = unit_label(r)
@@ -72,10 +71,7 @@ def _take(res: object, canonical: str, raw: str, r: NameReading) -> None:
         res.how[canonical] = "namespace" if r.namespaced else "alias"
 
 
-def _gan_pair(res: object, free: dict[str, str]) -> None:
-    from trainmedic.run.names import NameResolution
-
-    assert isinstance(res, NameResolution)
+def _gan_pair(res: NameResolution, free: dict[str, str]) -> None:
     if "loss" in res.aliases or "loss" in res.derived:
         return
     gens = sorted((k, raw) for k, raw in free.items() if _leaf(k) in GEN_LOSS)
@@ -92,10 +88,7 @@ def _gan_pair(res: object, free: dict[str, str]) -> None:
     res.meta["objective"] = "adversarial"
 
 
-def _val_losses(res: object, readings: list[tuple[str, str, NameReading]]) -> None:
-    from trainmedic.run.names import NameResolution
-
-    assert isinstance(res, NameResolution)
+def _val_losses(res: NameResolution, readings: list[tuple[str, str, NameReading]]) -> None:
     cands = [c for c in readings if c[2].canonical == "val_loss"]
     if not cands:
         return
@@ -131,11 +124,8 @@ def _val_losses(res: object, readings: list[tuple[str, str, NameReading]]) -> No
         res.how[name] = f"namespace (eval set {g})"
 
 
-def _train_loss(res: object, readings: list[tuple[str, str, NameReading]],
+def _train_loss(res: NameResolution, readings: list[tuple[str, str, NameReading]],
                 free: dict[str, str]) -> None:
-    from trainmedic.run.names import NameResolution
-
-    assert isinstance(res, NameResolution)
     if "loss" in res.aliases or "loss" in res.derived:
         return
     cands = [c for c in readings if c[2].canonical == "loss"]
