@@ -53,3 +53,20 @@ def test_healthy_classifier_passing_through_chance_is_quiet() -> None:
         loss = (math.log(K) - 0.3) * np.exp(-s / 60) + 0.3 + rng.normal(0, 0.02, n)
         val = (math.log(K) - 0.35) * np.exp(-s[24::25] / 60) + 0.35
         assert _loud(_run(loss, val)) == []
+
+
+def test_a_plateau_at_some_ln_k_from_a_normal_start_is_not_chance() -> None:
+    # A language model whose loss levels off at 3.178 ~ ln 24 by coincidence (its
+    # vocabulary is 64): the start was not far above chance, so it is not judged at chance.
+    rng = np.random.default_rng(7)
+    s = np.arange(80)
+    loss = 1.9 * np.exp(-s / 8) + math.log(24) + rng.normal(0, 0.01, 80)
+    assert ("flat_loss", "error") not in _loud(_run(loss))
+
+
+def test_a_start_far_above_chance_that_falls_to_ln_k_and_stays() -> None:
+    rng = np.random.default_rng(8)
+    loss = math.log(K) + 0.002 * np.abs(rng.normal(0, 1, 300))
+    loss[0] = 6e9  # the first, un-normalized accumulation overflowed the scale
+    loss[1:5] = [40.0, 9.0, 3.9, 2.6]
+    assert ("flat_loss", "error") in _loud(_run(loss))

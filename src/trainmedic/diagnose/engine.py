@@ -95,14 +95,31 @@ CONSEQUENCES: dict[str, frozenset[str]] = {
     "nonfinite_loss": frozenset({"plateau", "oscillation", "flat_loss"}),
     "input_bound": frozenset({"throughput_regression", "step_time_outliers"}),
     "straggler": frozenset({"throughput_regression"}),
+    # A collapsed fp16 loss scale skips every update: the gradients the scaler found
+    # non-finite, a logger that averaged only finite losses, and the frozen weights' plateau
+    # are how the collapse shows.
+    "loss_scale_collapse": frozenset({"nonfinite_grad", "nan_masked_in_logs", "plateau",
+                                      "flat_loss"}),
 }
+
+
+def _loud_from(f: Finding) -> int | None:
+    """The step from which a finding is what it is: its onset, except for a plateau made loud
+    by frozen evaluations, which is loud from the first identical evaluation (the loss may
+    have levelled off earlier by converging)."""
+    if f.symptom == "plateau" and f.level >= SEVERITY_ORDER["warning"]:
+        frozen = [e.step for e in f.evidence if e.metric == "val_loss" and e.step is not None]
+        if frozen and f.onset_step is not None:
+            return max(f.onset_step, min(frozen))
+    return f.onset_step
 
 
 def _fold_consequences(findings: list[Finding], run: Run) -> list[Finding]:
     """Fold each consequence into its root (one incident, one finding). The root must be a
     warning or worse; a consequence is folded when it is not worse than the root and starts
-    no earlier than one incident window before it (or has no onset)."""
-    w = _window(run)
+    no earlier than max(one incident window, 5% of the run) before it (or has no onset): a
+    consequence seen on evaluations is only as precise as their interval."""
+    w = max(_window(run), int(0.05 * (run.last_step() or 0)))
     out = list(findings)
     for root_sym, kinds in CONSEQUENCES.items():
         for ri, root in enumerate(out):
@@ -110,8 +127,8 @@ def _fold_consequences(findings: list[Finding], run: Run) -> list[Finding]:
                 continue
             folded = [f for f in out if f.symptom in kinds and _same_rank(root, f)
                       and f.level <= root.level
-                      and (f.onset_step is None or root.onset_step is None
-                           or f.onset_step >= root.onset_step - w)]
+                      and (_loud_from(f) is None or root.onset_step is None
+                           or _loud_from(f) >= root.onset_step - w)]
             if not folded:
                 continue
             related = [*root.related, *(

@@ -39,6 +39,8 @@ FLOOR_TOL = 0.004
 MAX_K = 1000
 #: Largest class count read from a run's first loss (the first losses are noisy).
 MAX_START_K = 30
+#: Largest class count matched from a level alone (a run that fell to ln k from far above).
+MAX_FLOOR_K = 10
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,10 @@ def never_beats_chance(run: Run, train: Trace) -> ChanceEvent | None:
         return None
     kk = max(2, round(math.exp(level)))
     ln_k = math.log(kk)
-    if abs(level - ln_k) > 0.003 * ln_k:
+    # Only few classes (ln k sparse enough that a 0.3% match is not a coincidence), and only
+    # from a start far above chance (an overflow, a bad init), which is what this path is for.
+    if kk > MAX_FLOOR_K or abs(level - ln_k) > 0.003 * ln_k or \
+            not float(train.values[0]) >= 2.0 * ln_k:
         return None
     for tr in (train, val):
         if tr is not None and _lowest(tr)[0] < ln_k * (1 - BELOW_TOL):

@@ -16,7 +16,7 @@ import numpy as np
 
 from trainmedic.diagnose.finding import SEVERITY_ORDER, Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
-from trainmedic.diagnose.stats import log_if_positive, median, robust_sigma
+from trainmedic.diagnose.stats import blocks, log_if_positive, median, robust_sigma
 from trainmedic.diagnose.trace import Trace, fmt
 from trainmedic.run.series import Run
 
@@ -122,6 +122,8 @@ class OverfitEvent:
     severity: Severity
     at_first_eval: bool = False
     """The best is the first evaluation: the validation loss rose from the start."""
+    block: int = 1
+    """Evaluations per point: a series longer than MAX_EVALS is read as block medians."""
     segment: int | None = None
     """In a log of several runs appended one after another (the step restarts): which run,
     from 1 (None for an ordinary log)."""
@@ -238,8 +240,24 @@ def _run_span(run: Run, vt: Trace) -> tuple[int, int]:
     return first, int(vt.steps[-1])
 
 
+#: A validation series longer than this is read as this many block medians (an evaluation
+#: every step or so): the smoothing, noise and onset then work at a 0.5% resolution of the run.
+MAX_EVALS = 200
+
+
+def _reduced(vt: Trace) -> tuple[Trace, int]:
+    """``vt`` as at most MAX_EVALS block medians (each at its block's middle step)."""
+    if len(vt) <= MAX_EVALS:
+        return vt, 1
+    b = blocks(vt.steps, vt.values, max_blocks=MAX_EVALS)
+    st = (b.first_step + b.last_step) // 2
+    return Trace(vt.metric, vt.rank, st, b.median, st, b.median), b.size
+
+
 def overfit_event(run: Run, vt: Trace) -> OverfitEvent | None:
     """Measure one validation series; None when it shows no overfitting at all."""
+    n_raw = len(vt)
+    vt, block = _reduced(vt)
     n = len(vt)
     if n < 3:
         return None
@@ -287,8 +305,8 @@ def overfit_event(run: Run, vt: Trace) -> OverfitEvent | None:
     given_back = rise_d / progress if progress >= OVERFIT_WARN_SIGMAS * sig and progress > 0 \
         else 0.0
     ev = OverfitEvent(
-        metric=vt.metric, rank=vt.rank, n_evals=n, best_step=best_step,
-        best_value=float(vt.values[m]),
+        metric=vt.metric, rank=vt.rank, n_evals=n_raw, best_step=best_step,
+        best_value=float(vt.values[m]), block=block,
         best_level=math.exp(best_level) if is_log else best_level,
         end_step=int(vt.steps[-1]), end_level=math.exp(end_level) if is_log else end_level,
         n_late=k, n_after=int(after.size), rise=rise, rise_raw=rise_raw, noise=sig,
@@ -446,7 +464,9 @@ def _finding(events: list[OverfitEvent]) -> Finding:
         seg = f" (run {e.segment} of {e.n_segments})" if e.segment is not None else ""
         ev.append(Evidence(e.metric, e.best_step, e.best_value, None,
                            note=f"lowest {e.metric} of {e.n_evals} evaluations (best step)"
-                                f"{seg}; smoothed level there {fmt(e.best_level)}"))
+                                + (f", as medians of blocks of {e.block}" if e.block > 1
+                                   else "")
+                                + f"{seg}; smoothed level there {fmt(e.best_level)}"))
         ev.append(Evidence(e.metric, e.end_step, e.end_level, e.best_level,
                            note=f"median of the last {e.n_late} of {e.n_after} evaluations "
                                 f"after the best vs the smoothed best level: "
