@@ -125,10 +125,13 @@ def _fold_consequences(findings: list[Finding], run: Run) -> list[Finding]:
         for ri, root in enumerate(out):
             if root.symptom != root_sym or root.level < SEVERITY_ORDER["warning"]:
                 continue
+            def near(f: Finding, root: Finding = root) -> bool:
+                loud = _loud_from(f)
+                return loud is None or root.onset_step is None or \
+                    loud >= root.onset_step - w
+
             folded = [f for f in out if f.symptom in kinds and _same_rank(root, f)
-                      and f.level <= root.level
-                      and (_loud_from(f) is None or root.onset_step is None
-                           or _loud_from(f) >= root.onset_step - w)]
+                      and f.level <= root.level and near(f)]
             if not folded:
                 continue
             related = [*root.related, *(
