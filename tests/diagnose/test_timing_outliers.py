@@ -221,3 +221,29 @@ def test_periodic_stall_the_size_of_the_jitter_is_found_by_folding(seed: int) ->
     (e,) = events(v)
     assert e.period == 50 and set(range(50, 301, 50)) <= set(e.periodic_steps)
     assert e.severity == "warning"
+
+
+def test_a_contended_host_is_bimodal_not_stalls() -> None:
+    """A quarter of the steps 5-13x slower (a shared host), a few seconds lost in all: info,
+    while three rare 40x stalls in the same small run warn."""
+    import numpy as np
+
+    from trainmedic.diagnose import diagnose
+    from trainmedic.run.series import Run
+
+    rng = np.random.default_rng(11)
+    n = 300
+    t = 0.0015 * np.exp(rng.normal(0, 0.1, n))
+    slow = rng.random(n) < 0.25
+    t[slow] *= rng.uniform(5, 13, int(slow.sum()))
+    run = Run(source="t")
+    run.add("step_time_s", np.arange(n), t)
+    f = [f for f in diagnose(run).findings if f.symptom == "step_time_outliers"]
+    assert all(x.severity == "info" for x in f)
+
+    t2 = 0.008 * np.exp(rng.normal(0, 0.1, 200))
+    t2[[50, 100, 150]] = 0.32
+    run2 = Run(source="t")
+    run2.add("step_time_s", np.arange(200), t2)
+    f2 = [f for f in diagnose(run2).findings if f.symptom == "step_time_outliers"]
+    assert [x.severity for x in f2] == ["warning"]

@@ -211,6 +211,13 @@ OUTLIER_BIG_SHARE = 0.01
 #: Periodic outliers that cost >= 5% are a warning without the 1 s floor when >= this many
 #: recur on the cadence (fewer can line up by chance among scattered jitter).
 OUTLIER_MIN_PERIODIC = 5
+#: Outliers are rare events: at most this share of the judged steps (else a bimodal step).
+OUTLIER_MAX_SHARE_OF_STEPS = 0.15
+#: A stall this many times the median step warns without the 1 s floor (when rare).
+OUTLIER_STALL_RATIO = 20.0
+#: Frequent slow steps still count as stalls when they cost at least this much wall time (a
+#: contended host costs a small run seconds; stalls of 36-100 s among 6 s steps cost minutes).
+OUTLIER_FREQUENT_LOST_S = 60.0
 #: ... and when the cadence is >= this many steps: below it, whole-step gaps within the 10%
 #: (+ half a step) tolerance cover a large part of the possible gaps, so regularity is weak
 #: evidence against random blips.
@@ -292,10 +299,25 @@ class OutlierEvent:
         return float(np.mean(np.abs(gaps - self.period) <= 0.1 * self.period + 0.5)) >= 0.8
 
     @property
+    def rare(self) -> bool:
+        """Outliers are events: at most 15% of the judged steps. When a quarter of the steps
+        are 5-13x slower, the step time is bimodal (a contended host, a second code path), a
+        throughput matter, not stalls; stalls of >= 20x, or costing >= 60 s, count however
+        many there are."""
+        return self.count <= OUTLIER_MAX_SHARE_OF_STEPS * self.n
+
+    @property
     def severity(self) -> Severity:
-        if self.excess_s >= MIN_WARN_LOST_S and (
+        stalls = self.rare or self.worst_ratio >= OUTLIER_STALL_RATIO or \
+            self.excess_s >= OUTLIER_FREQUENT_LOST_S
+        if stalls and self.excess_s >= MIN_WARN_LOST_S and (
                 self.share >= OUTLIER_WARN_SHARE
                 or (self.worst_ratio >= OUTLIER_BIG_RATIO and self.share >= OUTLIER_BIG_SHARE)):
+            return "warning"
+        # A few stalls of >= 20x the median step are no scheduling jitter (a contended host
+        # slows steps 2-13x), whatever the run's length: the 1 s floor does not apply.
+        if self.rare and self.worst_ratio >= OUTLIER_STALL_RATIO and \
+                self.share >= OUTLIER_WARN_SHARE:
             return "warning"
         # Scheduling jitter is scattered, not periodic: stalls that recur on a cadence are
         # work in the loop (checkpoint, eval, GC) whatever the run's length, so the 1 s floor
