@@ -150,3 +150,20 @@ def test_input_bound_lists_dataloader_knobs() -> None:
     text = " ".join(i.action for i in f.interventions)
     for knob in ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers"):
         assert knob in text
+
+
+def test_eval_nan_from_the_first_eval_gets_no_training_causes_nor_an_earlier_checkpoint() -> None:
+    import numpy as np
+
+    from trainmedic.diagnose import diagnose
+    from trainmedic.run.series import Run
+
+    run = Run(source="t")
+    s = np.arange(1, 101)
+    run.add("loss", s, 2.0 * np.exp(-s / 30) + 0.5)
+    run.add("lr", s, np.full(100, 0.01))
+    run.add("val_loss", s, np.full(100, np.nan))
+    f = next(f for f in diagnose(run).findings if f.symptom == "nonfinite_loss")
+    assert f.metric == "val_loss" and f.onset_step == 1
+    assert not any("lr" in c.metrics or "learning rate" in c.cause for c in f.causes)
+    assert not any("before step 1" in i.action for i in f.interventions)

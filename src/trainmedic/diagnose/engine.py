@@ -193,9 +193,18 @@ def _drop_shapes_of_masked_losses(findings: list[Finding]) -> list[Finding]:
             gone[f.rank] = min(f.onset_step, gone.get(f.rank, f.onset_step))
     if not gone:
         return findings
-    return [f for f in findings
-            if not (f.symptom in _CURVE_SHAPES and f.rank in gone and f.onset_step is not None
-                    and f.onset_step >= gone[f.rank])]
+    def masked(f: Finding) -> bool:
+        if f.symptom not in _CURVE_SHAPES or f.rank not in gone or f.onset_step is None:
+            return False
+        if f.onset_step >= gone[f.rank]:
+            return True
+        # A shape that began before the mask but lies mostly over it (a "flat" loss made of
+        # the logger's stand-ins) describes the stand-ins too.
+        end = f.end_step
+        return end is not None and end > f.onset_step and \
+            (end - gone[f.rank]) >= 0.5 * (end - f.onset_step)
+
+    return [f for f in findings if not masked(f)]
 
 
 def _run_one(det: Detector, run: Run) -> list[Finding] | CheckNotRun:
@@ -257,6 +266,10 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
         if f.symptom == "divergence" and first is not None and not (
                 f.level >= SEVERITY_ORDER["warning"] and (f.onset_step or 0) < first):
             return prio["nonfinite_grad"] + 0.5
+        if f.symptom == "nonfinite_loss" and f.metric not in ("", "loss"):
+            # A NaN evaluation is how an incident on the training side shows in the evals,
+            # not its root, when a training-side finding overlaps it.
+            return prio["loss_spike"] + 0.5
         return prio[f.symptom]
 
     chain = sorted((f for f in findings if f.symptom in prio),

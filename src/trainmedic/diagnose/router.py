@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from trainmedic.diagnose.detectors.loss_nonfinite import HF_FRAMEWORKS
+from trainmedic.diagnose.detectors.loss_nonfinite import HF_FRAMEWORKS, is_eval_metric
 from trainmedic.diagnose.finding import Cause, Finding, Intervention, Likelihood
 from trainmedic.diagnose.localization import finding_event, localized_kind, module_label
 from trainmedic.diagnose.rules import (
@@ -453,7 +453,20 @@ def _rules(finding: Finding, run: Run) -> tuple[CauseRule, ...]:
         kind = localized_kind(ev.data) if ev is not None else None
         if kind is not None:
             return LOCALIZED_CAUSES[kind]
-    return CAUSES.get(finding.symptom, ())
+    rules = CAUSES.get(finding.symptom, ())
+    if finding.symptom == "nonfinite_loss" and is_eval_metric(finding.metric or "loss"):
+        # A non-finite evaluation is computed by the eval: the training-side causes (an lr
+        # too high, a training loss that rose into the NaN) do not apply to it.
+        rules = tuple(r for r in rules if r.metric not in ("lr", "loss"))
+    return rules
+
+
+def _at_first_step(f: Finding, run: Run) -> bool:
+    """Whether the finding starts at the first logged step of its series: there is no
+    checkpoint "before" it to resume from."""
+    t = _trace(run, f.metric or "loss", f.rank)
+    return f.onset_step is not None and t is not None and len(t.all_steps) > 0 and \
+        f.onset_step <= int(t.all_steps[0])
 
 
 def route(finding: Finding, run: Run) -> Finding:
@@ -478,11 +491,14 @@ def route(finding: Finding, run: Run) -> Finding:
         keys += INFO_INTERVENTIONS.get(finding.symptom, ())
     for _, rule, _ in kept:
         keys += rule.interventions
+    first = _at_first_step(finding, run)
     for key in keys:
         if key in seen or len(inter) >= _MAX_INTERVENTIONS:
             continue
         seen.add(key)
         ir = INTERVENTIONS[key]
+        if first and "before step {onset}" in ir.action:
+            continue  # broken from the first logged step: nothing earlier to resume from
         inter.append(Intervention(
             action=ir.action.format(**ctx), displaced_cost=ir.displaced_cost.format(**ctx),
             verify=ir.verify.format(**ctx), changes_semantics=ir.changes_semantics))
