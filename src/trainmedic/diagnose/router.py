@@ -464,9 +464,9 @@ def _rules(finding: Finding, run: Run) -> tuple[CauseRule, ...]:
 def _at_first_step(f: Finding, run: Run) -> bool:
     """Whether the finding starts at the first logged step of its series: there is no
     checkpoint "before" it to resume from."""
-    t = _trace(run, f.metric or "loss", f.rank)
-    return f.onset_step is not None and t is not None and len(t.all_steps) > 0 and \
-        f.onset_step <= int(t.all_steps[0])
+    s = run.clean(f.metric or "loss", f.rank) or run.clean(f.metric or "loss", None)
+    return f.onset_step is not None and s is not None and len(s) > 0 and \
+        f.onset_step <= int(s.steps[0])
 
 
 def route(finding: Finding, run: Run) -> Finding:
@@ -497,9 +497,14 @@ def route(finding: Finding, run: Run) -> Finding:
             continue
         seen.add(key)
         ir = INTERVENTIONS[key]
-        if first and "before step {onset}" in ir.action:
-            continue  # broken from the first logged step: nothing earlier to resume from
+        action = ir.action
+        if first and "before step {onset}" in action:
+            # Broken from the first logged step: there is no checkpoint before it.
+            if not action.startswith("find the first module"):
+                continue
+            action = action.replace("resume from a checkpoint before step {onset} and run "
+                                    "those steps", "re-run the first steps from the start")
         inter.append(Intervention(
-            action=ir.action.format(**ctx), displaced_cost=ir.displaced_cost.format(**ctx),
+            action=action.format(**ctx), displaced_cost=ir.displaced_cost.format(**ctx),
             verify=ir.verify.format(**ctx), changes_semantics=ir.changes_semantics))
     return finding.with_routing(tuple(c for c, _, _ in kept), tuple(inter))
