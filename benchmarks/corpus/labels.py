@@ -149,15 +149,21 @@ def check(sym: str, sp, res, view) -> tuple[bool, str]:
     if sym == "flat_loss":
         head = st.mean(fl[: max(1, n // 20)])
         tail = st.mean(fl[-max(1, n // 5):])
-        chance = math.log(res["n_classes"]) if res["kind"] == "ce" else None
+        chance = view.get("_chance")
         at_chance = chance is not None and tail >= 0.9 * chance
         return tail > 0.85 * head or at_chance, \
             f"first {head:.4g}, last-fifth mean {tail:.4g}" + \
             (f", ln(C) = {chance:.4g}" if chance else "")
     if sym == "plateau":
-        half = fl[n // 2:]
-        return (max(half) - min(half)) < 0.1 * st.mean(half) or True, \
-            f"second half {min(half):.4g}..{max(half):.4g}"
+        # the loss came down, then stopped: the second half's fitted change is < 5% of its
+        # level (a still-falling loss is not a plateau)
+        half = np.asarray(fl[n // 2:], float)
+        slope = np.polyfit(np.arange(len(half)), half, 1)[0] if len(half) > 2 else 0.0
+        change = abs(slope) * len(half) / max(1e-12, float(np.mean(half)))
+        dropped = np.mean(fl[: max(1, n // 20)]) > 1.15 * np.mean(half)
+        return bool(change < 0.05 and dropped), \
+            f"second half {half.min():.4g}..{half.max():.4g}, fitted change {change:.1%} " \
+            f"of its level"
     if sym == "oscillation":
         half = np.asarray(fl[n // 2:])
         p10, p50, p90 = np.percentile(half, [10, 50, 90])
@@ -273,8 +279,9 @@ def _train_still_falls(view) -> bool:
 
 def label_run(sp: dict, res: dict, view: dict) -> dict:
     faults, notes = [], [sp.get("story", "")]
-    if res["kind"] == "ce":
-        view["_chance"] = math.log(res["n_classes"])
+    if res["kind"] == "ce":   # ln C, in bits where the log reports base-2 losses (fairseq)
+        view["_chance"] = math.log(res["n_classes"]) / (math.log(2) if sp["format"] == "fairseq"
+                                                         else 1.0)
     extra_tol = []
     for entry in sp.get("expect", []):
         # "a|b": the first alternative the data shows is the label, the others are tolerated
