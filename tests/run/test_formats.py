@@ -364,3 +364,11 @@ def test_fairseq_json_log_format(tmp_path):
     assert list(run.get("val_loss").steps) == [200]
     assert run.get("train_loss").values.tolist() == [8.8]
     assert run.has("grad_norm") and run.has("step_time_s")
+
+
+def test_console_log_sampling_a_metric_differently_is_not_interleaved(tmp_path):
+    write(tmp_path / "raw_log.txt", NANOGPT)
+    write(tmp_path / "epochs.csv", "step,loss\n15,9.5\n35,8.5\n")
+    run = load_run(str(tmp_path))
+    assert list(run.get("loss").steps) == [15, 35]
+    assert any(n.kind == "duplicate_source" for n in run.notes)

@@ -467,6 +467,17 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
                 "steps (a console log beside the metrics taken from it); not read again",
                 path=t.path))
             continue
+        if t.format == "text" and total.series:
+            shared = sorted({m for (m, rk) in part.series if (m, rk) in total.series
+                             and m in names_mod.CANONICAL})
+            if shared:
+                # Another sampling of the same metrics (a console log printing every 100 steps
+                # beside a per-epoch CSV) would interleave two series into one.
+                notes.append(ImportNote(
+                    "duplicate_source", f"logs {', '.join(shared[:4])} that another file of "
+                    "the run also holds, at other steps; that file's series are used",
+                    path=t.path))
+                continue
         merge_into(total, part, t.path)
     for r in runs:
         if mapping:
