@@ -135,3 +135,11 @@ def test_total_under_a_loss_namespace(raw, canonical):
                                  "layers/3/update_ratio", "model.layers.0.mlp/param_norm"])
 def test_per_module_metrics_are_not_the_runs(raw):
     assert read_name(raw) is None
+
+
+@pytest.mark.parametrize("raw,canonical", [("Loss (train)", "loss"), ("Loss (val)", "val_loss"),
+                                           ("Train Loss", "loss"), ("Validation Loss", "val_loss"),
+                                           ("step time [ms]", "step_time_s")])
+def test_spelled_out_names(raw, canonical):
+    r = read_name(raw)
+    assert r is not None and r.canonical == canonical

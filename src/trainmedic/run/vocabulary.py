@@ -190,6 +190,8 @@ class NameReading:
 
 def _norm(name: str) -> str:
     n = name.strip().lower()
+    # "Loss (train)", "loss[val]": a side in brackets is a side
+    n = re.sub(r"\s*[(\[](train|training|val|valid|validation|eval|test)[)\]]", r"_\1", n)
     n = re.sub(r"[\s\-]+", "_", n)
     return n
 
