@@ -372,3 +372,11 @@ def test_console_log_sampling_a_metric_differently_is_not_interleaved(tmp_path):
     run = load_run(str(tmp_path))
     assert list(run.get("loss").steps) == [15, 35]
     assert any(n.kind == "duplicate_source" for n in run.notes)
+
+
+def test_json_lists_of_rows_per_split(tmp_path):
+    doc = {"train": [{"epoch": e, "loss": 3 - e / 2} for e in (1, 2, 3)],
+           "val": [{"epoch": e, "loss": 3.1 - e / 3} for e in (1, 2, 3)]}
+    run = load_run(str(write(tmp_path / "log.json", json.dumps(doc, indent=1))))
+    assert run.get("loss").values.tolist() == [2.5, 2.0, 1.5]
+    assert list(run.get("val_loss").steps) == [1, 2, 3]

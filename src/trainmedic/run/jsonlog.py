@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
-from trainmedic.run.names import FALLBACK_STEP_COLUMNS, find_step_column
+from trainmedic.run.names import FALLBACK_STEP_COLUMNS, STEP_COLUMNS, find_step_column
 from trainmedic.run.series import Series
 from trainmedic.run.table import (
     MAX_STEP,
@@ -245,6 +245,14 @@ def read_json_rows(path: Path, doc: Any) -> LogTable:
     table = LogTable(path=str(path), format="json_rows")
     if isinstance(doc, list) and doc and all(isinstance(r, dict) for r in doc):
         rows_to_table(table, ((None, flatten(r)) for r in doc))
+    elif isinstance(doc, dict) and doc and all(
+            isinstance(v, list) and v and all(isinstance(r, dict) for r in v)
+            for v in doc.values()):
+        # {"train": [{"epoch": 1, "loss": ..}], "val": [...]}: one list of rows per split
+        steps = {c.lower() for c in STEP_COLUMNS + FALLBACK_STEP_COLUMNS}
+        rows_to_table(table, ((None, {(kk if kk.lower() in steps else f"{k}/{kk}"): vv
+                                      for kk, vv in flatten(r).items()})
+                              for k, v in doc.items() for r in v))
     elif isinstance(doc, dict) and doc and any(_numeric_list(v) for v in doc.values()):
         from trainmedic.run.history import read_history
 
