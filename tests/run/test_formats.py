@@ -380,3 +380,11 @@ def test_json_lists_of_rows_per_split(tmp_path):
     run = load_run(str(write(tmp_path / "log.json", json.dumps(doc, indent=1))))
     assert run.get("loss").values.tolist() == [2.5, 2.0, 1.5]
     assert list(run.get("val_loss").steps) == [1, 2, 3]
+
+
+def test_per_epoch_console_lines_with_a_time(tmp_path):
+    text = "".join(f"Epoch: {e} | Train Loss: {2 - e / 10} | Val Loss: {2.1 - e / 20} | "
+                   f"Time: {30 + e % 2}.5s\n" for e in range(1, 6))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert list(run.get("loss").steps) == [1, 2, 3, 4, 5] and run.has("val_loss")
+    assert run.get("step_time_s").values.tolist() == [31.5, 30.5, 31.5, 30.5, 31.5]

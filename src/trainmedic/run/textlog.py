@@ -350,7 +350,10 @@ def read_text_log(path: Path) -> LogTable:
                 v = last_step
                 carried += 1
             last_step = v
-            r["step"] = int(v) if isinstance(v, (int, float)) and math.isfinite(v) else v
+            # An epoch counter stays "epoch": the step is then the epoch (per-epoch times)
+            name = "epoch" if step in _EPOCH_KEYS else "step"
+            r.pop(name, None)
+            r[name] = int(v) if isinstance(v, (int, float)) and math.isfinite(v) else v
         else:
             r.pop("_global", None)
         rows.append((no, r))
@@ -364,7 +367,6 @@ def read_text_log(path: Path) -> LogTable:
                    "(messages, warnings, progress bars) and were not read")
     if step is not None and step not in ("step", "_global"):
         table.meta["text_step_key"] = step
-    table.step_column = "step" if step is not None else None
     if not table.columns:
         raise UnrecognizedInputError(str(path), "is text with step lines but no numeric "
                                      "metrics; expected lines such as 'step 100: loss 2.31'")
