@@ -35,3 +35,19 @@ def test_per_epoch_counter_is_info() -> None:
     run.add("loss", g % 100, loss)
     f = _resume(run)
     assert len(f) == 1 and f[0].severity == "info"
+
+
+def test_epoch_summary_lines_at_the_last_step_are_duplicates_not_a_resume() -> None:
+    # fairseq writes its 'end of epoch' line at the num_updates of the epoch's last progress
+    # line: the same step twice per epoch, never going back.
+    steps, loss = [], []
+    for epoch in range(3):
+        for u in range(10, 101, 10):
+            steps.append(epoch * 100 + u)
+            loss.append(3.0 - 0.002 * (epoch * 100 + u))
+        steps.append(epoch * 100 + 100)
+        loss.append(loss[-1] + 0.05)  # the epoch average
+    run = Run(source="t")
+    run.add("loss", np.array(steps), np.array(loss))
+    f = _resume(run)
+    assert len(f) == 1 and f[0].severity == "info"

@@ -95,7 +95,12 @@ def detect_resume(run: Run) -> list[Finding] | NotRun:
         worst = int(np.argmax(replays))
         early = i0 <= 2
         single = max(replays) <= 1
-        sev: Severity = "info" if single and (early or len(regs) == 1) else "warning"
+        # The same step written twice, each time only once (a logger's epoch-summary line at
+        # the step of the last progress line, fairseq's 'end of epoch'), is a duplicated
+        # record, not a resume: nothing went back.
+        repeats_only = single and all(to == frm for _, frm, to in regs)
+        sev: Severity = "info" if single and (early or len(regs) == 1 or repeats_only) \
+            else "warning"
         # A counter that restarts at its first value again and again (>= 3 times) is a
         # per-epoch step column, not a resume: say so, at info.
         first = int(s.steps[0])
