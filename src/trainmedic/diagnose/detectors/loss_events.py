@@ -137,8 +137,9 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
                 strong = False
             if rec is None and b_end >= len(t) and ratio < 10.0:
                 strong = False  # one point at the very end, recovery unseen: too little
-            if tr.metric != "loss" and ratio < SPIKE_WARN_RATIO:
-                strong = False  # an eval is noisier evidence: only a >= 3x jump warns
+            if tr.metric != "loss" and ratio < SPIKE_WARN_RATIO and dur < SPIKE_LONG_POINTS:
+                # An eval is noisier evidence: under 3x, only a jump that lasts warns.
+                strong = False
             sev: Severity = "warning" if strong else "info"
             conf = float(min(1.0, 0.5 + 0.1 * math.log2(max(ratio, 1.0)) + 0.01 * zpk))
             onset = int(tr.steps[a])
