@@ -1,9 +1,9 @@
 """The trained corpus (benchmarks/corpus): its labels are well formed and complete, and
 diagnosing a fixed sample of its tune split neither crashes nor flags a healthy run.
 
-Recall is not asserted yet: the detectors are being reworked. ``MIN_RECALL`` is the bar; the
-detector engineer raises it as the detectors land (the holdout split is never asserted on,
-only reported by ``benchmarks/corpus/score_corpus.py``).
+``MIN_RECALL`` is a regression bar on the tune sample, set below what the detectors reach
+there (0.93 when it was set); the holdout split is never asserted on, only reported by
+``benchmarks/corpus/score_corpus.py``, so nothing is tuned to it.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "benchmarks" / "corpus"
 LABELS = CORPUS / "labels.json"
 
-MIN_RECALL = 0.0
-"""Recall bar on the tune sample below. 0.0 while the detectors are reworked: the detector
-engineer raises it (the issue's goal is 0.95 on the never-tuned split)."""
+MIN_RECALL = 0.85
+"""Recall bar on the tune sample below: a regression guard under the 0.93 measured when it was
+set (the issue's goal, 0.95, is for the never-tuned split, reported by score_corpus.py)."""
 
 SAMPLE_SIZE = 25
 SYMPTOMS = {
