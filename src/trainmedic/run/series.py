@@ -30,6 +30,8 @@ class Series:
 
     steps: np.ndarray
     values: np.ndarray
+    _monotonic: bool | None = field(default=None, init=False, repr=False, compare=False)
+    """Cached ``is_monotonic`` (the arrays are not modified after construction)."""
 
     def __post_init__(self) -> None:
         steps = np.asarray(self.steps, dtype=np.int64)
@@ -48,7 +50,11 @@ class Series:
     @property
     def is_monotonic(self) -> bool:
         """True when steps strictly increase in log order (no repeats, no going back)."""
-        return bool(len(self) < 2 or np.all(np.diff(self.steps) > 0))
+        if self._monotonic is None:
+            # Every detector asks (through clean()); computed once per series.
+            object.__setattr__(self, "_monotonic",
+                               bool(len(self) < 2 or np.all(np.diff(self.steps) > 0)))
+        return bool(self._monotonic)
 
     def clean(self) -> Series:
         """Steps strictly increasing; for a step logged more than once the last value wins."""
