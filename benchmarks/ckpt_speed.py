@@ -324,7 +324,8 @@ def _print(r: dict[str, Any]) -> None:
         for name, s in rows.items():
             print(_row(name, s, rows["torch.load"]))
     v = r["verify"]
-    print(f"\nverify: CRC-32 hashing {v['hash']['gb_per_s']:.2f} GB/s, hashed on one thread while another reads (best "
+    print(f"\nverify: CRC-32 hashing {v['hash']['gb_per_s']:.2f} GB/s, hashed on one thread "
+          f"while another reads (best "
           f"{v['hash']['gb_per_s_best']:.2f}; page cache); full verify (hash + weights_only "
           f"load + finiteness) {v['full_verify']['median_s']:.2f} s = "
           f"{v['full_verify']['gb_per_s']:.2f} GB/s")

@@ -107,7 +107,8 @@ class Totals:
     false_pos: int = 0
     healthy: int = 0
     healthy_flagged: int = 0
-    per_symptom: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0]))
+    per_symptom: dict[str, list[int]] = field(
+        default_factory=lambda: defaultdict(lambda: [0, 0, 0]))
     """symptom -> [faults, hits, false positives]"""
 
     @property
