@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainmedic.diagnose.detectors.timing import (
+from trainmedic.diagnose.detectors.outliers import (
     OutlierEvent,
     outlier_events,
     outlier_thresholds,
