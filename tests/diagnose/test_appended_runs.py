@@ -51,3 +51,17 @@ def test_epoch_summary_lines_at_the_last_step_are_duplicates_not_a_resume() -> N
     run.add("loss", np.array(steps), np.array(loss))
     f = _resume(run)
     assert len(f) == 1 and f[0].severity == "info"
+
+
+def test_appended_runs_are_routed_to_splitting_the_log() -> None:
+    rng = np.random.default_rng(2)
+    s = np.tile(np.arange(1, 16), 3)
+    loss = np.concatenate([2.5 * np.exp(-np.arange(1, 16) / 5) + 0.2
+                           + rng.normal(0, 0.01, 15) for _ in range(3)])
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    f = _resume(run)[0]
+    assert "appended" in f.causes[0].cause or "one log" in f.causes[0].cause
+    assert f.causes[0].checked_against_data
+    assert all("resumed" not in c.cause for c in f.causes)
+    assert "split" in f.interventions[0].action

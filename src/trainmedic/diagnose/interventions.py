@@ -251,6 +251,12 @@ INTERVENTIONS: dict[str, InterventionRule] = {
                "compare the losses with an uninterrupted run",
         displaced_cost="checkpoint I/O time",
         verify="resumed steps reproduce the original losses"),
+    "split_log": InterventionRule(
+        action="give each run its own log file or folder (a run id or timestamp in the path; "
+               "open the logger in write mode), and split this log where the step restarts "
+               "to diagnose each run on its own",
+        displaced_cost="none; the runs' own results are unchanged",
+        verify="each file's step column increases from its first line to its last"),
     "dedupe_log": InterventionRule(
         action="nothing to fix in training; trainmedic keeps the last value logged for a step",
         displaced_cost="none",

@@ -335,15 +335,40 @@ def _data_time_rose(f: Finding, run: Run) -> tuple[Verdict, str]:
     return "contradicts", f"data_time_s did not rise ({fmt(a)} -> {fmt(b)} s)"
 
 
+def _appended_runs(f: Finding, run: Run) -> tuple[Verdict, str]:
+    from trainmedic.diagnose.detectors.continuity import fresh_starts, step_regressions
+
+    s = run.get("loss", f.rank) or run.get("loss", None)
+    regs = step_regressions(s) if s is not None else []
+    if not regs:
+        raise _NoData()
+    fresh = fresh_starts(s, regs) if s is not None else 0
+    if fresh >= max(1, (len(regs) + 1) // 2):
+        return "supports", (f"{fresh} of {len(regs)} step restarts begin with the loss back near "
+                            f"its first value")
+    return "contradicts", "the loss carries on across the step restarts"
+
+
 def _replayed_many(f: Finding, run: Run) -> tuple[Verdict, str]:
+    try:
+        if _appended_runs(f, run)[0] == "supports":
+            return "contradicts", "the restarts begin new trainings, not a resume"
+    except _NoData:
+        pass
     if f.severity != "info":
         return "supports", "several logged steps were replayed"
     return "contradicts", "only one record was repeated"
 
 
 def _replayed_one(f: Finding, run: Run) -> tuple[Verdict, str]:
-    v, why = _replayed_many(f, run)
-    return ("contradicts", why) if v == "supports" else ("supports", why)
+    try:
+        if _appended_runs(f, run)[0] == "supports":
+            return "contradicts", "the restarts begin new trainings"
+    except _NoData:
+        pass
+    if f.severity != "info":
+        return "contradicts", "several logged steps were replayed"
+    return "supports", "only one record was repeated"
 
 
 CHECKS: dict[str, CheckFn] = {
@@ -374,6 +399,7 @@ CHECKS: dict[str, CheckFn] = {
     "data_time_high_at_outliers": _data_time_high_at_outliers,
     "data_time_rose": _data_time_rose,
     "replayed_many": _replayed_many,
+    "appended_runs": _appended_runs,
     "replayed_one": _replayed_one,
     "nan_guard_localized": _nan_guard_localized,
 }

@@ -294,6 +294,9 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                   likelihood="medium", interventions=("balance_batches",)),
     ),
     "resume_discontinuity": (
+        CauseRule(cause="several trainings were written into one log (a sweep or a re-run "
+                        "appending to the same file)", likelihood="high", metric="loss",
+                  check="appended_runs", interventions=("split_log",)),
         CauseRule(cause="the run resumed from an earlier checkpoint and replayed the steps "
                         "since it", likelihood="high", metric="loss", check="replayed_many",
                   interventions=("verify_resume",)),
