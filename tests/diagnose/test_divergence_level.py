@@ -109,3 +109,11 @@ def test_healthy_fast_start_has_no_early_spike() -> None:
         run.add("loss", s, loss)
         run.add("val_loss", s, loss * 1.1)
         assert not [f for f in diagnose(run).findings if f.symptom == "loss_spike"]
+
+
+def test_validation_only_slow_rise_is_left_to_overfitting() -> None:
+    s = np.arange(1, 61) * 100
+    val = np.where(s < 2000, 3.0 - 0.0005 * s, 2.0 + 0.0002 * (s - 2000))
+    run = Run(source="t")
+    run.add("val_loss", s, val)
+    assert not _loud(run, "divergence")

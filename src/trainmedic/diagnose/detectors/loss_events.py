@@ -463,6 +463,10 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
         min_suffix = 0.05 if (big or suffix_points >= 30) else 0.10
         trend_branch = not (n_blocks >= max(2, math.ceil(min_suffix * nb))
                             and suffix_points >= 3)
+        if trend_branch and tr.metric != "loss":
+            # A validation loss that rises slowly is overfitting's to judge (it says the
+            # training side was not logged); only a jump that stays up is a divergence here.
+            continue
         if trend_branch:
             # Trend branch: a slow, sustained rise from the last block within noise of the
             # running minimum (the change point) to the end.
