@@ -269,3 +269,30 @@ def test_spikes_do_not_chain_an_incident_along() -> None:
     kept = sorted((g.symptom, g.onset_step) for g in out)
     assert ("loss_spike", 1150) not in kept and ("nonfinite_grad", 1000) in kept
     assert ("loss_spike", 1340 + 190) in kept, kept
+
+
+def test_localization_and_related_are_data_in_the_findings_json() -> None:
+    """The NaN guard's module and phase are a `localization` object, and symptoms folded into
+    the incident are `related` entries with their own onset and evidence (DESIGN.md)."""
+    from trainmedic.report import to_json
+    from trainmedic.report.findings_json import validate_findings_json
+
+    run = with_event(nan_run(), 120, FORWARD)
+    steps = np.arange(200)
+    gn = np.where(steps < 110, 1.0, 1e3)
+    gn[120:] = np.nan
+    run.add("grad_norm", steps, gn)
+    d = diagnose(run)
+    f = next(f for f in d.findings if f.symptom == "nonfinite_loss")
+    assert f.localization is not None
+    assert f.localization["module"] == "blocks.1.attn" and f.localization["phase"] == "forward"
+    assert f.localization["input_absmax"] == 7.5
+    obj = d.to_dict()
+    validate_findings_json(obj)
+    validate_findings_json(to_json(d))
+    fj = next(x for x in obj["findings"] if x["symptom"] == "nonfinite_loss")
+    assert fj["localization"]["module"] == "blocks.1.attn"
+    folded = {r["symptom"] for r in fj.get("related", [])}
+    assert folded, "the NaN grad / grad growth of the same incident should be related entries"
+    for r in fj["related"]:
+        assert r["onset_step"] is not None and isinstance(r["evidence"], list)
