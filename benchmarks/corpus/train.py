@@ -125,7 +125,8 @@ class Data:
             g = np.random.default_rng(4000 + seed)
             w = g.normal(0, 1, 16)
             x = g.normal(0, 1, (n_tr + 600, 16))
-            y = (x @ w + g.normal(0, 1, len(x))) * 1e-3   # targets in metres, noise 1 mm
+            # targets in metres, noise 1 mm (``target_scale``: other units, other scales)
+            y = (x @ w + g.normal(0, 1, len(x))) * sp.get("target_scale", 1e-3)
             x = torch.tensor(x, dtype=torch.float32)
             y = torch.tensor(y, dtype=torch.float32)[:, None]
             self.xtr, self.ytr, self.xva, self.yva = x[:n_tr], y[:n_tr], x[n_tr:], y[n_tr:]
@@ -163,13 +164,13 @@ class MLP(nn.Module):
 
 
 class CNN(nn.Module):
-    def __init__(self, C=4):
+    def __init__(self, C=4, w=8):
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(1, w, 3, padding=1), nn.BatchNorm2d(w), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(w, 2 * w, 3, padding=1), nn.BatchNorm2d(2 * w), nn.ReLU(),
             nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.head = nn.Linear(16, C)
+        self.head = nn.Linear(2 * w, C)
 
     def forward(self, x):
         return self.head(self.body(x))
@@ -263,7 +264,7 @@ def make_model(family: str, sp: dict, data: Data) -> nn.Module:
     if family == "mlp_deep":
         return MLP(h=32, dout=data.C, depth=sp.get("depth", 16), act=nn.Sigmoid)
     if family == "cnn":
-        return CNN(data.C)
+        return CNN(data.C, sp.get("width", 8))
     if family == "resnet":
         return ResNet(data.C)
     if family == "vit":
@@ -271,7 +272,7 @@ def make_model(family: str, sp: dict, data: Data) -> nn.Module:
     if family == "chartf":
         return CharTF(data.C)
     if family in ("gru", "lstm", "rnn"):
-        return RNNClf(family, C=data.C)
+        return RNNClf(family, h=sp.get("rnn_hidden", 32), C=data.C)
     if family == "ae":
         return AE()
     if family == "reg":     # linear regression from zero
@@ -367,6 +368,21 @@ def evaluate(model, data: Data, kind, fault, rng, n_eval: int | None, poison=Fal
     return loss, acc
 
 
+def _pretrain(model, data: Data, sp: dict, n: int) -> None:
+    """``n`` unlogged Adam steps (lr 2e-3) on the training data: a "pretrained" start."""
+    prng = np.random.default_rng(sp["seed"] + 991)
+    popt = torch.optim.Adam(model.parameters(), lr=sp.get("pretrain_lr", 2e-3))
+    bs = sp.get("batch", 64)
+    nn_ = data.n()
+    for i in range(n):
+        order = prng.permutation(nn_) if not data.text else None
+        x, y = _batch(data, prng, bs, order, 0)
+        popt.zero_grad(set_to_none=True)
+        _loss(model(x), y, data.kind, "none").backward()
+        popt.step()
+        del i
+
+
 def train(sp: dict) -> dict:
     """Train one spec; the fault named in ``sp['fault']`` is injected into this loop."""
     torch.set_num_threads(1)
@@ -396,6 +412,9 @@ def train(sp: dict) -> dict:
         for name, p in model.named_parameters():
             if not name.startswith("head"):
                 p.requires_grad_(False)
+    if sp.get("pretrain_steps"):
+        # a fine-tune: the model starts from a checkpoint trained (unlogged) on the same task
+        _pretrain(model, data, sp, sp["pretrain_steps"])
     params = [p for p in model.parameters() if p.requires_grad]
     opt_model = model
     if fault == "optimizer_copy":   # optimizer built on a deepcopy: the trained model never moves
@@ -407,8 +426,15 @@ def train(sp: dict) -> dict:
     warm = sp.get("warmup", max(1, steps // 10))
     per_batch_decay = None
     if fault == "sched_per_batch":  # StepLR(step_size=epochs) stepped every batch
-        per_batch_decay = torch.optim.lr_scheduler.StepLR(opt, step_size=sp.get("sched_every", 8),
-                                                          gamma=sp.get("gamma", 0.5))
+        if sp.get("per_batch_kind") == "cosine":   # CosineAnnealingLR(T_max=epochs)
+            per_batch_decay = torch.optim.lr_scheduler.CosineAnnealingLR(
+                opt, T_max=sp.get("sched_every", 8))
+        elif sp.get("per_batch_kind") == "exp":    # ExponentialLR(gamma) meant per epoch
+            per_batch_decay = torch.optim.lr_scheduler.ExponentialLR(
+                opt, gamma=sp.get("gamma", 0.9))
+        else:
+            per_batch_decay = torch.optim.lr_scheduler.StepLR(
+                opt, step_size=sp.get("sched_every", 8), gamma=sp.get("gamma", 0.5))
     else:
         sch = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: lr_factor(sched, s, steps, warm))

@@ -36,6 +36,15 @@ FAMILY_GROUP = {"mlp": "mlp", "mlp_deep": "mlp", "cnn": "cnn_bn", "resnet": "res
                 "rnn": "rnn", "ae": "mse", "reg": "mse"}
 
 
+def _added() -> set[str]:
+    """The second batch of runs (``specs.ADDED``): tune-only by declaration, outside the
+    stratified hash draw and outside the fixed regression sample below."""
+    sys.path.insert(0, str(CORPUS))
+    from specs import ADDED
+
+    return set(ADDED)
+
+
 @pytest.fixture(scope="module")
 def labels() -> dict:
     data = json.loads(LABELS.read_text())
@@ -79,24 +88,35 @@ def test_counts_meet_the_bars(labels):
 def test_splits_are_stratified(labels):
     splits = Counter(v["split"] for v in labels.values())
     assert splits["tune"] and splits["holdout"]
-    assert 0.3 <= splits["holdout"] / len(labels) <= 0.5, splits
+    # 0.25, not 0.3: the second batch of runs (specs.ADDED, ~80) is tune-only by design, so
+    # that the detector engineer has more data to develop on while the holdout split (53 runs,
+    # ~40% of the first 121) stays exactly as it was; that brings its share to ~0.26
+    assert 0.25 <= splits["holdout"] / len(labels) <= 0.5, splits
+    added = _added()
+    assert all(labels[k]["split"] == "tune" for k in added)
+    # stratification is a property of the hash draw: the declared tune-only runs cannot put a
+    # kind (or family) into holdout, so they are left out of the per-kind check
+    drawn = {k: v for k, v in labels.items() if k not in added}
     by_kind: dict[str, set] = {}
-    for v in labels.values():
+    for v in drawn.values():
         by_kind.setdefault(v["fault"], set()).add(v["split"])
-    counts = Counter(v["fault"] for v in labels.values())
+    counts = Counter(v["fault"] for v in drawn.values())
     for kind, sp in by_kind.items():
         if counts[kind] >= 2:
             assert sp == {"tune", "holdout"}, kind
-    for fam in {v["family"] for v in labels.values()}:
-        runs = [v for v in labels.values() if v["family"] == fam]
+    for fam in {v["family"] for v in drawn.values()}:
+        runs = [v for v in drawn.values() if v["family"] == fam]
         if len(runs) >= 2:
             assert {v["split"] for v in runs} == {"tune", "holdout"}, fam
 
 
 def _sample(labels: dict) -> list[str]:
     """A fixed sample of the tune split: every healthy run of one seed set plus fault runs,
-    chosen by name order so the test is the same on every machine."""
-    tune = sorted(k for k, v in labels.items() if v["split"] == "tune")
+    chosen by name order so the test is the same on every machine. Drawn from the first 121
+    runs only (the added tune-only runs are scored by score_corpus.py), so that adding runs
+    does not move this regression guard."""
+    added = _added()
+    tune = sorted(k for k, v in labels.items() if v["split"] == "tune" and k not in added)
     healthy = [k for k in tune if not labels[k]["faults"]]
     faulty = [k for k in tune if labels[k]["faults"]]
     pick = healthy[::max(1, len(healthy) // 12)][:12]
