@@ -88,15 +88,29 @@ def test_collapse_at_the_end_is_a_schedule_ending() -> None:
     assert _events(_run(lr)) == []
 
 
-def test_endless_warmup_severity_follows_the_loss() -> None:
+def test_endless_warmup_is_a_warning_unless_the_log_stops_early() -> None:
     s = np.arange(N, dtype=float)
     lr = 1e-2 * (s + 1) / N
     rng = np.random.default_rng(3)
-    falling = _loss(rng, lr)
-    # The loss stops improving and rises over the second half as the lr keeps growing.
-    hurt = np.where(s < 500, 2.0 - s / 500, 1.0 + (s - 500) / 1000) + rng.normal(0, 0.01, N)
-    f_ok = [f for f in diagnose(_run(lr, falling)).findings
-            if f.symptom == "lr_schedule_anomaly"]
-    f_bad = [f for f in diagnose(_run(lr, hurt)).findings if f.symptom == "lr_schedule_anomaly"]
-    assert [f.severity for f in f_ok] == ["info"]
-    assert [f.severity for f in f_bad] == ["warning"]
+    run = _run(lr, _loss(rng, lr))
+    f = [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
+    assert [x.severity for x in f] == ["warning"]
+    # The same log, known to stop before the planned end (max_steps past the last step).
+    run.meta["max_steps"] = 5 * N
+    f = [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
+    assert [x.severity for x in f] == ["info"]
+
+
+def test_cosine_per_epoch_stepped_per_batch_cycles_to_zero() -> None:
+    s = np.arange(N, dtype=float)
+    lr = 5e-3 * 0.5 * (1 + np.cos(np.pi * (s % 20) / 20))  # T_max = 20 "epochs", per batch
+    ev = _events(_run(lr))
+    assert [e.kind for e in ev] == ["cycles"] and ev[0].loss_gain_after == 50
+
+
+def test_warm_restarts_by_design_are_not_cycles() -> None:
+    s = np.arange(N, dtype=float)
+    # SGDR with T_0 = 100, T_mult = 2: restarts at 100, 300, 700.
+    t = np.where(s < 100, s / 100, np.where(s < 300, (s - 100) / 200, (s - 300) / 400))
+    lr = 1e-3 * 0.5 * (1 + np.cos(np.pi * t))
+    assert _events(_run(lr)) == []

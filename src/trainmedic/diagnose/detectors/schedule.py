@@ -37,13 +37,15 @@ COLLAPSE_BEFORE = 0.5
 RISE_MIN_FRACTION = 0.6
 #: ... by at least this factor, and ends at its peak.
 RISE_RATIO = 2.0
-#: A rise under which the loss still fell by this share over the last 40% is info.
-RISE_HARMLESS_GAIN = 0.05
+#: Cyclic collapse: the lr falls from >= half its peak to <= 5% of it at least this many
+#: times (a per-epoch CosineAnnealingLR stepped per batch restarts every T_max steps; warm
+#: restarts by design (SGDR) run a handful of cycles, usually growing).
+CYCLES_MIN = 8
 
 
 @dataclass(frozen=True)
 class ScheduleEvent:
-    """What the lr did: ``kind`` is ``collapse`` or ``rise``."""
+    """What the lr did: ``kind`` is ``collapse``, ``cycles`` or ``rise``."""
 
     kind: str
     onset_step: int
@@ -53,7 +55,8 @@ class ScheduleEvent:
     fraction: float
     """Share of the run's steps spent after the onset (collapse) or rising (rise)."""
     loss_gain_after: float | None = None
-    """Relative fall of the loss level from the onset to the end (None when not logged)."""
+    """Relative fall of the loss level from the onset to the end (None when not logged); for
+    ``cycles``, the number of cycles."""
     loss_gain_before: float | None = None
     """Relative fall of the loss level from the start to the onset."""
 
@@ -72,6 +75,19 @@ def _loss_gain(run: Run, rank: int | None, lo: int, hi: int) -> float | None:
     if not head or not math.isfinite(head):
         return None
     return (head - tail) / abs(head)
+
+
+def _cycles_to_zero(r: np.ndarray) -> list[int]:
+    """Indices where an lr (as a share of its peak) reaches <= 5% after having been >= 50%."""
+    out: list[int] = []
+    armed = False
+    for i, x in enumerate(r):
+        if x >= 0.5:
+            armed = True
+        elif x <= 0.05 and armed:
+            out.append(i)
+            armed = False
+    return out
 
 
 def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
@@ -109,6 +125,14 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
                 end_lr=float(v[-1]), fraction=after,
                 loss_gain_after=_loss_gain(run, tr.rank, onset, last),
                 loss_gain_before=_loss_gain(run, tr.rank, first, onset)))
+    # Cyclic collapse: the lr keeps running down to ~0 and back up, many times.
+    cycles = _cycles_to_zero(v / peak)
+    if len(cycles) >= CYCLES_MIN and not out:
+        out.append(ScheduleEvent(
+            kind="cycles", onset_step=int(steps[cycles[0]]), peak_lr=peak,
+            peak_step=int(steps[peak_i]), end_lr=float(v[-1]),
+            fraction=(last - int(steps[cycles[0]])) / span,
+            loss_gain_after=float(len(cycles))))
     # Never-ending rise: non-decreasing (within 1%) from some point to the end, over most of
     # the run, by RISE_RATIO or more, ending at the peak.
     t, is_log = log_if_positive(v)
@@ -153,6 +177,18 @@ def unfinished(run: Run, last_step: int) -> str:
 
 
 def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
+    if ev.kind == "cycles":
+        n = int(ev.loss_gain_after or 0)
+        period = (int(tr.steps[-1]) - ev.onset_step) / max(1, n - 1)
+        return Finding(
+            symptom="lr_schedule_anomaly", severity="warning", confidence=0.8,
+            onset_step=ev.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank, metric="lr",
+            summary=(f"lr ran down to ~0 and back up {n} times, about every {period:.0f} steps "
+                     f"(peak {fmt(ev.peak_lr)}): a per-epoch cosine schedule (CosineAnnealingLR "
+                     f"with T_max in epochs) stepped every batch restarts like this"),
+            evidence=(Evidence("lr", ev.onset_step, None, ev.peak_lr,
+                               note=f"first fall from >= 0.5x to <= 0.05x the peak; {n} such "
+                                    f"falls in the run"),))
     if ev.kind == "collapse":
         stalled = ev.loss_gain_after is not None and ev.loss_gain_after < 0.05
         sev: Severity = "error" if stalled and ev.fraction >= 0.5 else "warning"
@@ -180,18 +216,16 @@ def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
     summary = (f"lr kept rising from step {ev.onset_step} to the last logged step "
                f"({fmt(ev.end_lr)}, its peak) over {100 * ev.fraction:.0f}% of the run: a "
                f"warm-up that never ends, or a schedule running backwards")
-    # Cost: a rising lr that the loss still follows down has cost nothing visible yet (info);
-    # one under which the loss stopped improving (or rose) over the last 40% is a warning.
-    harmless = ev.loss_gain_after is not None and ev.loss_gain_after >= RISE_HARMLESS_GAIN
+    # The run never trained at the lr it was configured for, whatever the loss did meanwhile:
+    # a warning, unless the log is known to stop before the run's planned end (the warm-up
+    # may simply not have ended yet: info).
     if partial:
         summary += f"; but the log ends before the run's planned end ({partial}): the warm-up " \
                    f"may simply not have ended yet"
     elif ev.loss_gain_after is not None:
-        summary += (f"; the loss still fell {100 * ev.loss_gain_after:.0f}% over the last 40% "
-                    f"of the run" if harmless else
-                    f"; over the last 40% of the run the loss changed by "
-                    f"{-100 * ev.loss_gain_after:+.1f}%: the rising lr is costing progress")
-    rise_sev: Severity = "info" if (partial or harmless) else "warning"
+        summary += (f"; over the last 40% of the run the loss changed by "
+                    f"{-100 * ev.loss_gain_after:+.1f}%")
+    rise_sev: Severity = "info" if partial else "warning"
     return Finding(symptom="lr_schedule_anomaly", severity=rise_sev,
                    confidence=0.4 if rise_sev == "info" else 0.75,
                    onset_step=ev.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank,
