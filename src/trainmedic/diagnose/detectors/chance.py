@@ -9,7 +9,9 @@ Cross-entropy over k classes has landmarks fixed by arithmetic, not by the run:
 
 A level near a landmark is evidence only with a second, independent fact, because ln k is
 dense (ln 8 and ln 9 are 0.12 apart): the curve must also never cross the landmark (a floor
-cannot be crossed; a healthy model passes through ln k on its way down). Pure numbers in,
+cannot be crossed; a healthy model passes through ln k on its way down). A rule on "training
+and validation both at the same ln k" was tried and dropped: a healthy character-level
+fine-tune sat at ln 5 on both (a converged model's two curves are close, not independent). Pure numbers in,
 small dataclasses out; the detectors in loss_progress.py turn them into findings.
 """
 

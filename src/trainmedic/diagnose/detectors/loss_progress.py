@@ -244,12 +244,14 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
             evidence=tuple(ev)))
     if not trs:
         return NotRun("needs at least 8 finite loss points")
-    flagged = {f.rank for f in out}
+    loud = {f.rank for f in out if f.level >= 1}
     for tr in trs:
-        if tr.rank in flagged:
+        if tr.rank in loud:
             continue
         stuck = never_beats_chance(run, tr)
         if stuck is not None:
+            # Never beating chance outweighs an info "slow learning" reading of the same curve.
+            out = [f for f in out if f.rank != tr.rank]
             out.append(_chance_finding(stuck, tr))
     return out
 
