@@ -11,8 +11,9 @@ A level near a landmark is evidence only with a second, independent fact, becaus
 dense (ln 8 and ln 9 are 0.12 apart): the curve must also never cross the landmark (a floor
 cannot be crossed; a healthy model passes through ln k on its way down). A rule on "training
 and validation both at the same ln k" was tried and dropped: a healthy character-level
-fine-tune sat at ln 5 on both (a converged model's two curves are close, not independent). Pure numbers in,
-small dataclasses out; the detectors in loss_progress.py turn them into findings.
+fine-tune sat at ln 5 on both (a converged model's two curves are close, not independent).
+Pure numbers in, small dataclasses out; the detectors in loss_progress.py turn them into
+findings.
 """
 
 from __future__ import annotations
