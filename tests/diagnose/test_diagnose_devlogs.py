@@ -18,7 +18,7 @@ from trainmedic.run import load_run
 
 DEVLOGS = Path(__file__).resolve().parents[1] / "data" / "devlogs"
 NAMES = sorted(p.name for p in DEVLOGS.iterdir() if p.is_dir())
-CLEAN = ["hf-spam-dense-eval", "pl-slm", "yolo-fire", "d2-waste"]
+CLEAN = ["hf-spam-dense-eval", "pl-slm", "yolo-fire", "d2-waste", "d2-dup-iter"]
 
 
 @cache
@@ -54,12 +54,12 @@ def test_clean_logs_get_nothing_at_warning(name: str) -> None:
     assert loud(name) == []
 
 
-def test_detectron_warmup_longer_than_the_run_is_the_only_warning() -> None:
-    """d2-dup-iter's lr rises through all 300 iterations and its ETA reaches 0 at the last
-    one: the run ended inside its warm-up (a warm-up longer than the run), which is an
-    lr_schedule_anomaly; the rest of the log is clean."""
-    assert loud("d2-dup-iter") == [
-        f"lr_schedule_anomaly/warning@{one('d2-dup-iter', 'lr_schedule_anomaly').onset_step}"]
+def test_detectron_warmup_longer_than_the_run_is_info() -> None:
+    """d2-dup-iter's lr rises through all 300 iterations of a finished run (a warm-up longer
+    than the run) while the loss falls 2.17 -> 0.35: named, at info (it cost nothing
+    visible)."""
+    f = one("d2-dup-iter", "lr_schedule_anomaly")
+    assert f.severity == "info"
 
 
 def test_detectron_duplicated_first_iteration_is_info() -> None:

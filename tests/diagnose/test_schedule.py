@@ -88,16 +88,22 @@ def test_collapse_at_the_end_is_a_schedule_ending() -> None:
     assert _events(_run(lr)) == []
 
 
-def test_endless_warmup_is_a_warning_unless_the_log_stops_early() -> None:
+def test_endless_warmup_severity_follows_the_loss() -> None:
     s = np.arange(N, dtype=float)
     lr = 1e-2 * (s + 1) / N
     rng = np.random.default_rng(3)
-    run = _run(lr, _loss(rng, lr))
-    f = [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
-    assert [x.severity for x in f] == ["warning"]
-    # The same log, known to stop before the planned end (max_steps past the last step).
-    run.meta["max_steps"] = 5 * N
-    f = [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
+    falling = _loss(rng, lr)
+    # The loss stops improving and rises over the second half as the lr keeps growing.
+    hurt = np.where(s < 500, 2.0 - s / 500, 1.0 + (s - 500) / 1000) + rng.normal(0, 0.01, N)
+    f_ok = [f for f in diagnose(_run(lr, falling)).findings
+            if f.symptom == "lr_schedule_anomaly"]
+    run_bad = _run(lr, hurt)
+    f_bad = [f for f in diagnose(run_bad).findings if f.symptom == "lr_schedule_anomaly"]
+    assert [f.severity for f in f_ok] == ["info"]
+    assert [f.severity for f in f_bad] == ["warning"]
+    # The same hurting log, known to stop before the planned end: info.
+    run_bad.meta["max_steps"] = 5 * N
+    f = [f for f in diagnose(run_bad).findings if f.symptom == "lr_schedule_anomaly"]
     assert [x.severity for x in f] == ["info"]
 
 

@@ -493,10 +493,13 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
                 big = False
         # Cost: swings of >= 2x four times, or of >= 1.5x six times or more (the model loses
         # and relearns a third of its loss again and again), are a warning.
+        # Both need a swinging stretch without trend: a noisy loss still falling fast bounces
+        # too (a small-batch LSTM's per-step loss swings 3x on its way down).
+        stationary = abs(theil_sen_z(lv[piv[0]: piv[-1] + 1])[1]) < OSC_STATIONARY_Z
         repeated = reversals >= 6 and (math.exp(med_swing) >= OSC_REPEATED_RATIO if is_log
-                                       else med_swing >= 0.5 * median(np.abs(lv))) \
-            and abs(theil_sen_z(lv[piv[0]: piv[-1] + 1])[1]) < OSC_STATIONARY_Z
-        sev: Severity = "warning" if (big and reversals >= 4) or repeated else "info"
+                                       else med_swing >= 0.5 * median(np.abs(lv)))
+        sev: Severity = "warning" if stationary and ((big and reversals >= 4) or repeated) \
+            else "info"
         if not big and reversals < 6:
             continue
         cyclic = _cyclic_lr(run, tr.rank)

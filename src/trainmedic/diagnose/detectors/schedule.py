@@ -37,6 +37,8 @@ COLLAPSE_BEFORE = 0.5
 RISE_MIN_FRACTION = 0.6
 #: ... by at least this factor, and ends at its peak.
 RISE_RATIO = 2.0
+#: A rise under which the loss still fell by this share over the last 40% is info.
+RISE_HARMLESS_GAIN = 0.05
 #: Cyclic collapse: the lr falls from >= half its peak to <= 5% of it at least this many
 #: times (a per-epoch CosineAnnealingLR stepped per batch restarts every T_max steps; warm
 #: restarts by design (SGDR) run a handful of cycles, usually growing).
@@ -216,16 +218,21 @@ def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
     summary = (f"lr kept rising from step {ev.onset_step} to the last logged step "
                f"({fmt(ev.end_lr)}, its peak) over {100 * ev.fraction:.0f}% of the run: a "
                f"warm-up that never ends, or a schedule running backwards")
-    # The run never trained at the lr it was configured for, whatever the loss did meanwhile:
-    # a warning, unless the log is known to stop before the run's planned end (the warm-up
-    # may simply not have ended yet: info).
+    # Severity follows cost. A rising lr that the loss still follows down has cost nothing
+    # visible (info: short fine-tunes whose warm-up outlasts them, e.g. Detectron2's default
+    # 1000 warm-up iterations in a 300-iteration run, train well); one under which the loss
+    # stopped improving (or rose) over the last 40% is a warning. So is a log known to stop
+    # before the run's planned end only info (the warm-up may simply not have ended yet).
+    harmless = ev.loss_gain_after is not None and ev.loss_gain_after >= RISE_HARMLESS_GAIN
     if partial:
         summary += f"; but the log ends before the run's planned end ({partial}): the warm-up " \
                    f"may simply not have ended yet"
     elif ev.loss_gain_after is not None:
-        summary += (f"; over the last 40% of the run the loss changed by "
-                    f"{-100 * ev.loss_gain_after:+.1f}%")
-    rise_sev: Severity = "info" if partial else "warning"
+        summary += (f"; the loss still fell {100 * ev.loss_gain_after:.0f}% over the last 40% "
+                    f"of the run" if harmless else
+                    f"; over the last 40% of the run the loss changed by "
+                    f"{-100 * ev.loss_gain_after:+.1f}%: the rising lr is costing progress")
+    rise_sev: Severity = "info" if (partial or harmless) else "warning"
     return Finding(symptom="lr_schedule_anomaly", severity=rise_sev,
                    confidence=0.4 if rise_sev == "info" else 0.75,
                    onset_step=ev.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank,
