@@ -117,3 +117,15 @@ def test_validation_only_slow_rise_is_left_to_overfitting() -> None:
     run = Run(source="t")
     run.add("val_loss", s, val)
     assert not _loud(run, "divergence")
+
+
+def test_spike_on_a_steeply_falling_sparse_curve_is_measured_against_its_local_level() -> None:
+    # Logged every 10 steps while falling fast: the trailing median lags the level at the
+    # spike (0.80 against a local 0.60), the two-sided reference does not.
+    s = np.arange(9, 200, 10)
+    loss = 1.3 * np.exp(-s / 120) + 0.05
+    loss[9] = 3.5 * (1.3 * np.exp(-99 / 120) + 0.05)
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    f = [f for f in diagnose(run).findings if f.symptom == "loss_spike"]
+    assert f and f[0].onset_step == 99 and f[0].severity == "warning"

@@ -237,10 +237,11 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
                 reacted, why = _loss_reacted(run, g.rank, onset, int(steps[-1] - onset))
                 sev: Severity = "error" if reacted else "warning"
                 learning = _loss_fell_since(run, g.rank, onset)
-                if not reacted and learning is not None and learning >= GROWTH_LEARNING_FALL:
+                if learning is not None and learning >= GROWTH_LEARNING_FALL:
                     # Gradients that grow while the loss falls by a third or more are the
                     # model starting to learn (a recurrent net leaving its flat start), not
-                    # an explosion that costs anything.
+                    # an explosion that costs anything; a loss jump on the way (a bad batch)
+                    # is loss_spike's to report.
                     sev = "info"
                     why += (f"; the loss fell {100 * learning:.0f}% over the same steps: the "
                             f"model is learning")

@@ -65,6 +65,8 @@ def _spike_candidates(t: np.ndarray, is_log: bool, window: int
     scale = np.fmax(np.nan_to_num(sig, nan=0.0), max(floor, 0.8 * global_sig))
     if not is_log:
         scale = np.fmax(scale, 0.02 * np.abs(np.nan_to_num(ref)) + 1e-12)
+    if is_log:
+        _two_sided(t, ref)
     jump = t - ref
     with np.errstate(invalid="ignore", divide="ignore"):
         z = jump / scale
@@ -75,6 +77,39 @@ def _spike_candidates(t: np.ndarray, is_log: bool, window: int
         cand = big & (z >= SPIKE_Z)
     cand &= np.isfinite(ref)
     return cand, ref, scale, jump
+
+
+#: Two-sided reference: neighbours on each side (skipping the two next to the point).
+TWO_SIDED_K = 5
+
+
+def _two_sided(t: np.ndarray, ref: np.ndarray) -> None:
+    """Where a point stands >= 1.3x above its trailing median, also compare it with its
+    neighbourhood on both sides (the 5 points before it and the 5 after it, skipping the two
+    next to it, which may belong to the same event): the level at the point interpolated
+    between the two sides' medians (never under the lower of them), and keep whichever
+    reference is lower.
+    A trailing median lags a falling loss (a spike at 2.06 after 0.66, 0.53 was read as 2.6x
+    its 0.80 trailing median); a step up that stays is no lower after the point, so a
+    divergence gains nothing. The sigma stays the trailing one (ten neighbours are too few for
+    a noise estimate, and another spike among them would inflate it). In place, log-space
+    only."""
+    with np.errstate(invalid="ignore"):
+        pre = np.flatnonzero(np.isfinite(ref) & (t - ref >= math.log(1.3)))
+    for i in pre[:2000]:
+        lo = max(0, i - TWO_SIDED_K - 1)
+        left = t[lo: max(0, i - 1)]
+        right = t[i + 3: i + 3 + TWO_SIDED_K]
+        if left.size < 3 or right.size < 3:
+            continue
+        # The level at i, interpolated between the two sides' medians at their centres: a
+        # falling loss is lower at i than on its left.
+        xl, xr = (lo + i - 2) / 2.0, (i + 3 + i + 2 + right.size) / 2.0
+        ml, mr = median(left), median(right)
+        local = ml + (mr - ml) * (i - xl) / (xr - xl)
+        local = max(local, min(ml, mr))
+        if local < ref[i]:
+            ref[i] = local
 
 
 @register_detector("loss_spike", requires=("loss",))
