@@ -257,6 +257,8 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
     w = _window(run)
     prio: dict[str, float] = {s: i for i, s in enumerate(INCIDENT_ROOTS)}
     nan_grads = [f for f in findings if f.symptom == "nonfinite_grad"]
+    recovered = [f for f in findings if f.symptom == "loss_spike" and f.end_step is not None
+                 and f.level >= SEVERITY_ORDER["warning"] and f.onset_step is not None]
 
     def rank(f: Finding) -> float:
         # A divergence outranks the NaN gradients only when it is a real one (warning or
@@ -266,6 +268,12 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
         if f.symptom == "divergence" and first is not None and not (
                 f.level >= SEVERITY_ORDER["warning"] and (f.onset_step or 0) < first):
             return prio["nonfinite_grad"] + 0.5
+        if f.symptom == "divergence" and f.onset_step is not None and any(
+                _same_rank(f, g) and abs((g.onset_step or 0) - f.onset_step) <= w
+                for g in recovered):
+            # A spike that came back, at the divergence's onset: the loss did not stay up
+            # from there; repeated spikes that keep it elevated are the incident.
+            return prio["loss_spike"] + 0.5
         if f.symptom == "nonfinite_loss" and f.metric not in ("", "loss"):
             # A NaN evaluation is how an incident on the training side shows in the evals,
             # not its root, when a training-side finding overlaps it.
