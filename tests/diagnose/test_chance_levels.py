@@ -70,3 +70,15 @@ def test_a_start_far_above_chance_that_falls_to_ln_k_and_stays() -> None:
     loss[0] = 6e9  # the first, un-normalized accumulation overflowed the scale
     loss[1:5] = [40.0, 9.0, 3.9, 2.6]
     assert ("flat_loss", "error") in _loud(_run(loss))
+
+
+def test_evaluations_frozen_from_the_second_are_a_flat_loss() -> None:
+    """fp16 gradients that underflow to zero: the weights never change, the training loss
+    only shows its batches' noise, and every evaluation from the second is identical."""
+    rng = np.random.default_rng(9)
+    loss = 2e-11 * np.exp(rng.normal(0, 0.05, 150))
+    val = np.array([1.85e-11] + [1.798e-11] * 5)
+    run = _run(loss, val)
+    f = [f for f in diagnose(run).findings if f.symptom == "flat_loss"]
+    assert f and f[0].severity == "error" and f[0].metric == "val_loss"
+    assert not [f for f in diagnose(run).findings if f.symptom == "plateau" and f.level >= 1]

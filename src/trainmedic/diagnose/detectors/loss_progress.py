@@ -248,6 +248,21 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
     for tr in trs:
         if tr.rank in loud:
             continue
+        frozen = frozen_from_start(run, tr.rank)
+        if frozen is not None:
+            out = [f for f in out if f.rank != tr.rank]
+            out.append(Finding(
+                symptom="flat_loss", severity="error", confidence=0.85,
+                onset_step=int(tr.steps[0]), end_step=int(tr.steps[-1]), rank=tr.rank,
+                metric="val_loss",
+                summary=(f"the model never left its initial state: the validation loss is "
+                         f"identical ({fmt(frozen[1])}) at every evaluation from step "
+                         f"{frozen[0]}, its second, to the end; whatever the training loss's "
+                         f"batches show, the weights do not change"),
+                evidence=(Evidence("val_loss", frozen[0], frozen[1], None,
+                                   note="the same value, to 6 digits, at every later "
+                                        "evaluation"),)))
+            continue
         stuck = never_beats_chance(run, tr)
         if stuck is not None:
             # Never beating chance outweighs an info "slow learning" reading of the same curve.
@@ -314,6 +329,8 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
                    f"went below it: a softmax in the head under a cross-entropy that applies "
                    f"log-softmax again")
         frozen = _pinned_eval(run, tr.rank)
+        if frozen_from_start(run, tr.rank) is not None:
+            frozen = None  # never learned: flat_loss says so
         if frozen is not None and frozen[0] >= onset - 0.1 * span:
             sev = "error" if share >= 0.5 else "warning"
             why = (f"; validation loss identical ({fmt(frozen[1])}) at every evaluation from "
@@ -374,6 +391,16 @@ def _plateau_cost(run: Run, tr: Trace, onset: int, share: float) -> tuple[Severi
         return "info", ""
     return "error", (f"; training and validation loss both at chance level ln({k}) = "
                      f"{math.log(k):.4f}: the model predicts uniformly")
+
+
+def frozen_from_start(run: Run, rank: int | None) -> tuple[int, float] | None:
+    """The pinned evaluations (see ``_pinned_eval``) when they start at the second
+    evaluation or earlier: the weights froze before the model learned anything."""
+    frozen = _pinned_eval(run, rank)
+    val = Trace.of(run, "val_loss", rank) or Trace.of(run, "val_loss", None)
+    if frozen is None or val is None or len(val) < 2:
+        return None
+    return frozen if frozen[0] <= int(val.steps[1]) else None
 
 
 def _pinned_eval(run: Run, rank: int | None) -> tuple[int, float] | None:
