@@ -349,6 +349,8 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
         return NotRun("needs at least 12 finite loss points")
     if not out:
         frozen = _pinned_eval(run, None)
+        if frozen_from_start(run, None) is not None:
+            frozen = None  # never learned: flat_loss says so
         if frozen is not None and trs:
             tr = trs[0]
             span = max(1, int(tr.steps[-1] - tr.steps[0]))
