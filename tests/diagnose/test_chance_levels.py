@@ -82,3 +82,14 @@ def test_evaluations_frozen_from_the_second_are_a_flat_loss() -> None:
     f = [f for f in diagnose(run).findings if f.symptom == "flat_loss"]
     assert f and f[0].severity == "error" and f[0].metric == "val_loss"
     assert not [f for f in diagnose(run).findings if f.symptom == "plateau" and f.level >= 1]
+
+
+def test_tiny_lr_with_a_still_validation_loss_is_flat_despite_noisy_batches() -> None:
+    rng = np.random.default_rng(10)
+    loss = 1.45 * np.exp(rng.normal(0, 0.12, 150))
+    loss[:3] = [1.8, 1.7, 1.6]
+    val = 1.451 - 0.0004 * np.arange(6)
+    run = _run(loss, val)
+    run.add("lr", np.arange(150), np.full(150, 1e-7))
+    f = [f for f in diagnose(run).findings if f.symptom == "flat_loss"]
+    assert f and f[0].level >= 1

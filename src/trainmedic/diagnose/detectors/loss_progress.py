@@ -177,11 +177,18 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         # the absence of a significant fall is enough.
         precise = 1.2533 * sig * math.sqrt(2.0 / (head * bsize)) <= FLAT_REL / 2
         is_pinned = pinned(tr.values)
+        val_still = False
         if is_pinned:
             fell, falling, precise = False, False, True
         if lr_zero or lr_tiny:
-            if falling or fell:
+            # With an lr that cannot train, the validation loss (an average over a whole set)
+            # settles what a noisy training loss cannot: moving < 1% over >= 4 evaluations,
+            # nothing was learned.
+            val_still = (falling or fell) and _val_still(run, tr.rank)
+            if (falling or fell) and not val_still:
                 continue
+            if val_still:
+                falling = False
         elif fell or not precise:
             continue
         inv = math.exp if is_log else float
@@ -228,6 +235,9 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
             ev.append(Evidence("lr", int(lr.steps[0]), float(np.max(np.abs(lr.values))),
                                LR_TINY, note="peak logged lr, far too low to train"))
         slow = "; it is falling slowly (significant trend)" if falling else ""
+        if (lr_zero or lr_tiny) and val_still:
+            slow = ("; the training batches are noisy, but the validation loss moved < 1% over "
+                    "the run")
         if is_pinned:
             slow = "; every logged value is the same to 6 digits: the model is not updated"
             ev.append(Evidence("loss", int(tr.steps[-1]), float(tr.values.max() -
@@ -393,6 +403,15 @@ def _plateau_cost(run: Run, tr: Trace, onset: int, share: float) -> tuple[Severi
         return "info", ""
     return "error", (f"; training and validation loss both at chance level ln({k}) = "
                      f"{math.log(k):.4f}: the model predicts uniformly")
+
+
+def _val_still(run: Run, rank: int | None) -> bool:
+    """The validation loss moved < 1% (max - min over its level) over >= 4 evaluations."""
+    val = Trace.of(run, "val_loss", rank) or Trace.of(run, "val_loss", None)
+    if val is None or len(val) < 4:
+        return False
+    lvl = abs(median(val.values))
+    return lvl > 0 and float(val.values.max() - val.values.min()) < 0.01 * lvl
 
 
 def frozen_from_start(run: Run, rank: int | None) -> tuple[int, float] | None:
