@@ -132,3 +132,15 @@ def test_spike_on_a_steeply_falling_sparse_curve_is_measured_against_its_local_l
     ev = f[0].evidence[0]
     assert ev.value is not None and ev.reference is not None
     assert ev.value / ev.reference >= 3.3  # against ~0.60, not the trailing 0.80
+
+
+def test_spike_on_a_noisy_falling_per_step_loss_is_seen() -> None:
+    # A per-step loss falling steeply with 5% point noise; one bad batch 3x at step 150.
+    rng = np.random.default_rng(12)
+    s = np.arange(200)
+    loss = (1.4 * np.exp(-np.maximum(0, s - 60) / 40) + 0.3) * np.exp(rng.normal(0, 0.05, 200))
+    loss[150] *= 3.2
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    f = [f for f in diagnose(run).findings if f.symptom == "loss_spike" and f.level >= 1]
+    assert [x.onset_step for x in f] == [150]
