@@ -79,17 +79,22 @@ def _loss_gain(run: Run, rank: int | None, lo: int, hi: int) -> float | None:
     return (head - tail) / abs(head)
 
 
+def _suffix_start(mask: np.ndarray) -> int:
+    """The first index of the run of True values that lasts to the end (len when none)."""
+    false = np.flatnonzero(~mask)
+    return int(false[-1]) + 1 if false.size else 0
+
+
 def _cycles_to_zero(r: np.ndarray) -> list[int]:
-    """Indices where an lr (as a share of its peak) reaches <= 5% after having been >= 50%."""
-    out: list[int] = []
-    armed = False
-    for i, x in enumerate(r):
-        if x >= 0.5:
-            armed = True
-        elif x <= 0.05 and armed:
-            out.append(i)
-            armed = False
-    return out
+    """Indices where an lr (as a share of its peak) reaches <= 5% after having been >= 50%
+    (vectorized: the high and low points in order, and each high followed by a low)."""
+    hi, lo = r >= 0.5, r <= 0.05
+    idx = np.flatnonzero(hi | lo)
+    if idx.size < 2:
+        return []
+    lab = hi[idx]
+    falls = np.flatnonzero(lab[:-1] & ~lab[1:]) + 1
+    return [int(i) for i in idx[falls]]
 
 
 def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
@@ -109,16 +114,13 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
     # Collapse: below COLLAPSE_RATIO x peak from some point on, that point early in the run.
     low = v <= COLLAPSE_RATIO * peak
     if bool(low[-1]) and peak_i < n - 1:
-        k = n
-        while k > 0 and low[k - 1]:
-            k -= 1
+        k = _suffix_start(low)
         # The collapse began where the lr last fell below a tenth of its peak on its way
         # down (the first decay of a per-epoch schedule run per batch), not where it
         # finally crossed 1e-3.
         tenth = v > 0.1 * peak
-        j = k
-        while j > peak_i + 1 and not tenth[j - 1]:
-            j -= 1
+        above = np.flatnonzero(tenth[peak_i + 1: k])
+        j = peak_i + 1 + int(above[-1]) + 1 if above.size else peak_i + 1
         onset = int(steps[j])
         after = (last - int(steps[k])) / span
         if k > peak_i and after >= 1.0 - COLLAPSE_BEFORE and n - k >= 3:
@@ -139,9 +141,8 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
     # the run, by RISE_RATIO or more, ending at the peak.
     t, is_log = log_if_positive(v)
     if is_log and v[-1] >= 0.99 * peak:
-        k = n - 1
-        while k > 0 and t[k - 1] <= t[k] + math.log(1.01):
-            k -= 1
+        drops = np.flatnonzero(t[:-1] > t[1:] + math.log(1.01))
+        k = int(drops[-1]) + 1 if drops.size else 0
         # Still rising at the end: the lr first came within 2% of its final value in the
         # last tenth of the run (a warm-up followed by a constant lr reached it long before).
         reach = int(steps[int(np.argmax(v >= 0.98 * v[-1]))])
