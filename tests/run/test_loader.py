@@ -361,3 +361,28 @@ def test_trainmedic_checkpoint_folders_are_not_read_as_logs(tmp_path):
     paths = [n.path or "" for n in run.notes]
     assert not any("step-00000002" in p for p in paths)
     assert any("notes" in (n.path or "") or "notes" in n.message for n in run.notes)
+
+
+def test_a_log_with_only_perplexities_reads_their_log_as_the_loss(tmp_path) -> None:
+    import math
+
+    from trainmedic.run import load_run
+
+    rows = "".join(f"{s},{math.exp(2.0 + 1.0 / s):.4f},{math.exp(2.3 + 1.0 / s):.4f}\n"
+                   for s in range(1, 40))
+    f = tmp_path / "log.csv"
+    f.write_text("step,ppl,val_ppl\n" + rows)
+    run = load_run(str(f))
+    loss, val = run.get("loss"), run.get("val_loss")
+    assert loss is not None and val is not None
+    assert abs(float(loss.values[0]) - 3.0) < 1e-3 and abs(float(val.values[0]) - 3.3) < 1e-3
+    how = {m["column"]: m["how"] for m in run.meta["mapping"]}
+    assert how["ppl"] == "derived: loss = ln(ppl)"
+    # A log that has a loss keeps it; the perplexity is not turned into a second one.
+    g = tmp_path / "log2.csv"
+    body = "".join(f"{s},{2.0 + 1.0 / s:.4f},{math.exp(2.0 + 1.0 / s):.4f}\n"
+                   for s in range(1, 40))
+    g.write_text("step,loss,ppl\n" + body)
+    run2 = load_run(str(g))
+    assert run2.meta["mapping"][1]["how"] != "derived: loss = ln(ppl)"
+    assert "ppl" in run2.metrics()

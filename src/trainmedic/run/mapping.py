@@ -70,6 +70,7 @@ def table_to_run(table: LogTable, mapping: dict[str, str] | None = None) -> Run:
                                f"derived: {canonical} = sum of " + " + ".join(parts))
     if "step_time_s" not in res.aliases:
         _step_time(table, res, run, records, derived_meta)
+    _loss_from_perplexity(table, res, run, records, derived_meta)
     run.meta["aliases"] = dict(res.aliases)
     if derived_meta:
         run.meta["derived"] = derived_meta
@@ -109,6 +110,36 @@ def _records(table: LogTable, records: dict[str, dict[str, Any]]) -> list[dict[s
     for col, why in dict(table.meta.get("ignored_columns", {})).items():
         out.append(entry(table.path, str(col), None, f"ignored: {why}"))
     return out
+
+
+#: Perplexity columns by side: a log that reports only ppl reports exp(cross-entropy).
+_PPL_TRAIN = ("ppl", "perplexity", "train_ppl", "train_perplexity", "train/ppl",
+              "train/perplexity", "ppl/train", "perplexity/train")
+_PPL_VAL = ("val_ppl", "valid_ppl", "val_perplexity", "valid_perplexity", "eval_ppl",
+            "eval_perplexity", "val/ppl", "val/perplexity", "eval/ppl", "eval/perplexity",
+            "ppl/val", "ppl/valid", "perplexity/val")
+
+
+def _loss_from_perplexity(table: LogTable, res: names_mod.NameResolution, run: Run,
+                          records: dict[str, dict[str, Any]],
+                          derived_meta: dict[str, str]) -> None:
+    """A log with a perplexity but no loss (language-model scripts often print only ppl):
+    ``loss = ln(ppl)`` (and ``val_loss`` from a validation perplexity), since a perplexity is
+    exp of the per-token cross-entropy. Never when a loss was mapped."""
+    present = {c.strip().lower(): c for c in table.columns}
+    for canonical, names in (("loss", _PPL_TRAIN), ("val_loss", _PPL_VAL)):
+        if canonical in res.aliases or canonical in res.derived or \
+                (canonical, table.rank) in run.series:
+            continue
+        col = next((present[n] for n in names if n in present), None)
+        if col is None:
+            continue
+        s = table.columns[col]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = np.where(s.values > 0, np.log(np.where(s.values > 0, s.values, 1.0)), np.nan)
+        run.series[(canonical, table.rank)] = Series(s.steps, v)
+        derived_meta[canonical] = f"ln({col})"
+        records[col] = entry(table.path, col, canonical, f"derived: {canonical} = ln({col})")
 
 
 def _sum_components(parts: list[Series]) -> Series | None:

@@ -37,7 +37,7 @@ LOSS_WORDS: tuple[str, ...] = (
     "running_loss", "epoch_loss", "batch_loss", "objective", "cost", "ce_loss", "cross_entropy",
     "cross_entropy_loss", "xent", "nll_loss", "nll", "mse_loss", "mse", "bce_loss", "bce",
     "recon_loss", "reconstruction_loss", "rec_loss", "l1_loss", "l2_loss", "lm_loss",
-    "ctc_loss", "full_loss",
+    "ctc_loss", "full_loss", "ce", "train_ce",
 )
 """Words that mean the training objective, best first (``loss`` beats ``nll_loss``)."""
 
