@@ -349,26 +349,26 @@ def _appended_runs(f: Finding, run: Run) -> tuple[Verdict, str]:
     return "contradicts", "the loss carries on across the step restarts"
 
 
-def _replayed_many(f: Finding, run: Run) -> tuple[Verdict, str]:
+def _is_appended(f: Finding, run: Run) -> bool:
     try:
-        if _appended_runs(f, run)[0] == "supports":
-            return "contradicts", "the restarts begin new trainings, not a resume"
+        return _appended_runs(f, run)[0] == "supports"
     except _NoData:
-        pass
+        return False
+
+
+def _replayed_many(f: Finding, run: Run) -> tuple[Verdict, str]:
+    if _is_appended(f, run):
+        return "contradicts", "the restarts begin new trainings, not a resume"
     if f.severity != "info":
         return "supports", "several logged steps were replayed"
     return "contradicts", "only one record was repeated"
 
 
 def _replayed_one(f: Finding, run: Run) -> tuple[Verdict, str]:
-    try:
-        if _appended_runs(f, run)[0] == "supports":
-            return "contradicts", "the restarts begin new trainings"
-    except _NoData:
-        pass
-    if f.severity != "info":
-        return "contradicts", "several logged steps were replayed"
-    return "supports", "only one record was repeated"
+    v, why = _replayed_many(f, run)
+    if _is_appended(f, run) or v == "supports":
+        return "contradicts", why
+    return "supports", why
 
 
 CHECKS: dict[str, CheckFn] = {
