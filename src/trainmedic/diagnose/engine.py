@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from trainmedic.diagnose.detectors.loss_nonfinite import is_eval_metric
 from trainmedic.diagnose.finding import (
     SEVERITY_ORDER,
     CheckNotRun,
@@ -83,7 +84,7 @@ def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
     return Diagnosis(source=run.source, metrics_seen=run.metrics(), findings=routed,
                      checks_not_run=not_run, notes=notes,
                      mapping=[dict(m) for m in run.meta.get("mapping", ())],
-                     loss_found=loss_recognised(run))
+                     loss_found=run.has("loss"))
 
 
 #: Root symptom -> symptoms that, on the same rank and from about the root's onset on, are
@@ -120,53 +121,47 @@ def _fold_consequences(findings: list[Finding], run: Run) -> list[Finding]:
     no earlier than max(one incident window, 5% of the run) before it (or has no onset): a
     consequence seen on evaluations is only as precise as their interval."""
     w = max(_window(run), int(0.05 * (run.last_step() or 0)))
-    out = list(findings)
+
+    def near(f: Finding, root: Finding) -> bool:
+        loud = _loud_from(f)
+        return loud is None or root.onset_step is None or loud >= root.onset_step - w
+
+    taken: set[int] = set()
+    folded: dict[int, list[Finding]] = {}
     for root_sym, kinds in CONSEQUENCES.items():
-        for ri, root in enumerate(out):
+        for root in findings:
             if root.symptom != root_sym or root.level < SEVERITY_ORDER["warning"]:
                 continue
-            def near(f: Finding, root: Finding = root) -> bool:
-                loud = _loud_from(f)
-                return loud is None or root.onset_step is None or \
-                    loud >= root.onset_step - w
-
-            folded = [f for f in out if f.symptom in kinds and _same_rank(root, f)
-                      and f.level <= root.level and near(f)]
-            if not folded:
-                continue
-            related = [*root.related, *(
-                Related(symptom=f.symptom, onset_step=f.onset_step, severity=f.severity,
-                        summary=f.summary, evidence=f.evidence[:2], metric=f.metric,
-                        rank=f.rank) for f in folded)]
-            also = "; ".join(f"{f.symptom} from step {f.onset_step}" for f in folded)
-            out[ri] = replace(root, related=tuple(related),
-                              summary=f"{root.summary} (consequences: {also})")
-            ids = {id(f) for f in folded}
-            out = [f for f in out if id(f) not in ids]
-            break
+            got = [f for f in findings if f.symptom in kinds and id(f) not in taken
+                   and _same_rank(root, f) and f.level <= root.level and near(f, root)]
+            if got:
+                folded.setdefault(id(root), []).extend(got)
+                taken.update(id(f) for f in got)
+    out = []
+    for f in findings:
+        if id(f) in taken:
+            continue
+        cons = folded.get(id(f))
+        if cons:
+            also = "; ".join(f"{g.symptom} from step {g.onset_step}" for g in cons)
+            f = replace(f, related=(*f.related, *(Related.of(g, evidence=2) for g in cons)),
+                        summary=f"{f.summary} (consequences: {also})")
+        out.append(f)
     return out
 
 
-def _is_mixed_precision(run: Run) -> bool:
-    """Whether anything in the run says it trained with a loss scale (fp16 AMP)."""
+def _is_fp16(run: Run) -> bool:
+    """Whether anything in the run says it trained with a loss scale: fp16 (not bf16, which
+    needs none) in its precision meta, or a loss-scale series."""
     prec = " ".join(str(run.meta.get(k, "")) for k in ("precision", "dtype", "amp", "fp16"))
-    return "16" in prec or "amp" in prec.lower() or any("scale" in m for m in run.metrics())
+    prec = prec.lower().replace("bfloat16", "").replace("bf16", "")
+    return any(w in prec for w in ("16", "half")) or any("scale" in m for m in run.metrics())
 
 
 def _could_apply(check: CheckNotRun, run: Run) -> bool:
     """Only checks that could apply to this run are listed as not run: no loss scale is asked
-    of a run with no sign of fp16, no straggler check of a single process."""
-    if check.symptom == "loss_scale_collapse" and check.missing and not _is_mixed_precision(run):
-        return False
-    if check.symptom == "straggler" and len([r for r in run.ranks() if r is not None]) < 2:
-        return False
-    return True
-
-
-def loss_recognised(run: Run) -> bool:
-    """Whether some series is the training loss (or its non-finite record): without one the
-    run cannot be judged healthy, whatever the other detectors say."""
-    return run.has("loss")
+    of a run with no sign of fp16 (the straggler detector itself says nothing of one process)."""
+    return not (check.symptom == "loss_scale_collapse" and check.missing and not _is_fp16(run))
 
 
 def _localize(f: Finding, run: Run) -> Finding:
@@ -274,9 +269,9 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
             # A spike that came back, at the divergence's onset: the loss did not stay up
             # from there; repeated spikes that keep it elevated are the incident.
             return prio["loss_spike"] + 0.5
-        if f.symptom == "nonfinite_loss" and f.metric not in ("", "loss"):
-            # A NaN evaluation is how an incident on the training side shows in the evals,
-            # not its root, when a training-side finding overlaps it.
+        if f.symptom == "nonfinite_loss" and is_eval_metric(f.metric or "loss"):
+            # A NaN evaluation ranks under the training-side findings: when one of them is in
+            # the same window, it is the incident's root and the eval NaN how it showed.
             return prio["loss_spike"] + 0.5
         return prio[f.symptom]
 
@@ -323,9 +318,7 @@ def _where_it_broke(f: Finding, run: Run) -> str:
 def _fold_into(root: Finding, folded: list[Finding], run: Run) -> Finding:
     related = list(root.related)
     for f in folded:
-        related.append(Related(symptom=f.symptom, onset_step=f.onset_step, severity=f.severity,
-                               summary=f.summary, evidence=f.evidence[:3], metric=f.metric,
-                               rank=f.rank))
+        related.append(Related.of(f))
         related.extend(f.related)
     root = replace(root, related=tuple(related),
                    localization=root.localization or next(

@@ -113,6 +113,13 @@ class Related:
     metric: str = ""
     rank: int | None = None
 
+    @classmethod
+    def of(cls, f: Finding, *, evidence: int = 3) -> Related:
+        """``f`` folded into another finding, with its first ``evidence`` items."""
+        return cls(symptom=f.symptom, onset_step=f.onset_step, severity=f.severity,
+                   summary=f.summary, evidence=f.evidence[:evidence], metric=f.metric,
+                   rank=f.rank)
+
     def to_dict(self) -> dict[str, Any]:
         return {"symptom": self.symptom, "onset_step": self.onset_step,
                 "severity": self.severity, "metric": self.metric, "rank": self.rank,
