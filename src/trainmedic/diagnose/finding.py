@@ -147,8 +147,6 @@ class Finding:
     localization: dict[str, Any] | None = None
     """Where a non-finite value first appeared, as the NaN guard's replay found it:
     ``module``, ``phase`` (forward/backward), and the abs-max of inputs, params, outputs."""
-    count: int = 1
-    """How many identical events this finding stands for (three alike spikes: one card x3)."""
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITY_ORDER:
@@ -182,7 +180,6 @@ class Finding:
             **({"localization": {k: _num(v) if isinstance(v, float) else v
                                  for k, v in self.localization.items()}}
                if self.localization else {}),
-            **({"count": self.count} if self.count > 1 else {}),
         }
 
 

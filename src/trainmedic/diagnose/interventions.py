@@ -31,6 +31,10 @@ class InterventionRule:
     changes_semantics: bool = False
     """True when it changes batch size, precision, data order, the objective or the
     schedule - i.e. the run is no longer the same experiment."""
+    from_start: str | None = None
+    """The action when the finding starts at its series' first logged step, where there is no
+    checkpoint before it to resume from: ``""`` drops the intervention; None keeps
+    ``action``."""
 
 
 INTERVENTIONS: dict[str, InterventionRule] = {
@@ -39,7 +43,8 @@ INTERVENTIONS: dict[str, InterventionRule] = {
                "around steps {skip_from}-{skip_to}",
         displaced_cost="re-runs the steps since that checkpoint; drops a few batches of data",
         verify="loss over the same steps stays within 1.2x of its running median",
-        changes_semantics=True),
+        changes_semantics=True,
+        from_start=""),
     "clip_grad": InterventionRule(
         action="clip gradients: torch.nn.utils.clip_grad_norm_(params, 1.0) after "
                "scaler.unscale_() (HF: max_grad_norm=1.0)",
@@ -51,7 +56,8 @@ INTERVENTIONS: dict[str, InterventionRule] = {
                "step {onset})",
         displaced_cost="slower progress per step; may need more steps to reach the same loss",
         verify="loss keeps falling through step {onset} of the previous run",
-        changes_semantics=True),
+        changes_semantics=True,
+        from_start=""),
     "longer_warmup": InterventionRule(
         action="warm the learning rate up linearly over the first 1-5% of steps "
                "(e.g. get_linear_schedule_with_warmup / LinearLR)",
@@ -69,7 +75,10 @@ INTERVENTIONS: dict[str, InterventionRule] = {
                "{onset} and run those steps under torch.autograd.set_detect_anomaly(True) "
                "(or forward hooks that check torch.isfinite on each module's output)",
         displaced_cost="anomaly mode is 2-10x slower; use it only around the onset",
-        verify="the anomaly report names a module and step; the fix removes the NaN there"),
+        verify="the anomaly report names a module and step; the fix removes the NaN there",
+        from_start=("find the first module producing NaN/inf: re-run the first steps from the "
+                    "start under torch.autograd.set_detect_anomaly(True) (or forward hooks "
+                    "that check torch.isfinite on each module's output)")),
     "check_loss_math": InterventionRule(
         action="guard log/div/sqrt in the loss (clamp inputs with eps, use "
                "F.cross_entropy/logsigmoid instead of log(softmax))",
@@ -95,7 +104,8 @@ INTERVENTIONS: dict[str, InterventionRule] = {
                "finite, with a lower lr or gradient clipping so that the update which "
                "corrupted them does not recur",
         displaced_cost="re-runs the steps since that checkpoint",
-        verify="every parameter stays finite past step {onset}"),
+        verify="every parameter stays finite past step {onset}",
+        from_start=""),
     "check_data": InterventionRule(
         action="find and drop the non-finite samples: check torch.isfinite(x).all() on each "
                "batch in the collate function, or filter them out in preprocessing",
@@ -114,7 +124,8 @@ INTERVENTIONS: dict[str, InterventionRule] = {
         action="set TrainingArguments(logging_nan_inf_filter=False) so NaN losses show in "
                "the log, and re-run from the last checkpoint before step {onset}",
         displaced_cost="none; logging only",
-        verify="the logged loss is finite at every step (or the first NaN step is named)"),
+        verify="the logged loss is finite at every step (or the first NaN step is named)",
+        from_start=""),
     "early_stop": InterventionRule(
         action="keep the checkpoint at the best validation step {best} "
                "(HF: load_best_model_at_end=True + EarlyStoppingCallback; Lightning: "

@@ -336,39 +336,42 @@ def _data_time_rose(f: Finding, run: Run) -> tuple[Verdict, str]:
 
 
 def _appended_runs(f: Finding, run: Run) -> tuple[Verdict, str]:
-    from trainmedic.diagnose.detectors.continuity import fresh_starts, step_regressions
+    from trainmedic.diagnose.detectors.continuity import appended, fresh_starts, step_regressions
 
     s = run.get("loss", f.rank) or run.get("loss", None)
-    regs = step_regressions(s) if s is not None else []
-    if not regs:
+    if s is None or not (regs := step_regressions(s)):
         raise _NoData()
-    fresh = fresh_starts(s, regs) if s is not None else 0
-    if fresh >= max(1, (len(regs) + 1) // 2):
+    fresh = fresh_starts(s, regs)
+    if appended(fresh, len(regs)):
         return "supports", (f"{fresh} of {len(regs)} step restarts begin with the loss back near "
                             f"its first value")
     return "contradicts", "the loss carries on across the step restarts"
 
 
-def _is_appended(f: Finding, run: Run) -> bool:
+_REPLAY_WHY = {"appended": "the restarts begin new trainings, not a resume",
+               "many": "several logged steps were replayed",
+               "one": "only one record was repeated"}
+
+
+def _replay_kind(f: Finding, run: Run) -> str:
+    """What the step going back was: ``appended`` runs, ``many`` steps replayed, or ``one``
+    record repeated."""
     try:
-        return _appended_runs(f, run)[0] == "supports"
+        if _appended_runs(f, run)[0] == "supports":
+            return "appended"
     except _NoData:
-        return False
+        pass
+    return "one" if f.severity == "info" else "many"
 
 
 def _replayed_many(f: Finding, run: Run) -> tuple[Verdict, str]:
-    if _is_appended(f, run):
-        return "contradicts", "the restarts begin new trainings, not a resume"
-    if f.severity != "info":
-        return "supports", "several logged steps were replayed"
-    return "contradicts", "only one record was repeated"
+    kind = _replay_kind(f, run)
+    return ("supports" if kind == "many" else "contradicts"), _REPLAY_WHY[kind]
 
 
 def _replayed_one(f: Finding, run: Run) -> tuple[Verdict, str]:
-    v, why = _replayed_many(f, run)
-    if _is_appended(f, run) or v == "supports":
-        return "contradicts", why
-    return "supports", why
+    kind = _replay_kind(f, run)
+    return ("supports" if kind == "one" else "contradicts"), _REPLAY_WHY[kind]
 
 
 CHECKS: dict[str, CheckFn] = {
@@ -524,12 +527,11 @@ def route(finding: Finding, run: Run) -> Finding:
         seen.add(key)
         ir = INTERVENTIONS[key]
         action = ir.action
-        if first and "before step {onset}" in action:
+        if first and ir.from_start is not None:
             # Broken from the first logged step: there is no checkpoint before it.
-            if not action.startswith("find the first module"):
+            if not ir.from_start:
                 continue
-            action = action.replace("resume from a checkpoint before step {onset} and run "
-                                    "those steps", "re-run the first steps from the start")
+            action = ir.from_start
         inter.append(Intervention(
             action=action.format(**ctx), displaced_cost=ir.displaced_cost.format(**ctx),
             verify=ir.verify.format(**ctx), changes_semantics=ir.changes_semantics))

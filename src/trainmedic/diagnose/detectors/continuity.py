@@ -14,7 +14,7 @@ from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.run.series import Run, Series
 
-__all__ = ["step_regressions", "fresh_starts"]
+__all__ = ["step_regressions", "fresh_starts", "appended"]
 
 
 def step_regressions(s: Series) -> list[tuple[int, int, int]]:
@@ -70,6 +70,12 @@ def fresh_starts(s: Series, regs: list[tuple[int, int, int]]) -> int:
     return n
 
 
+def appended(fresh: int, restarts: int) -> bool:
+    """Several runs appended into one log: at least half of the step restarts (and one) are
+    fresh starts (see ``fresh_starts``)."""
+    return restarts > 0 and fresh >= max(1, (restarts + 1) // 2)
+
+
 @register_detector("resume_discontinuity")
 def detect_resume(run: Run) -> list[Finding] | NotRun:
     """Info when only one logged point is replayed and it is within the first 3 lines (a
@@ -105,7 +111,7 @@ def detect_resume(run: Run) -> list[Finding] | NotRun:
         # per-epoch step column, not a resume: say so, at info.
         first = int(s.steps[0])
         fresh = fresh_starts(s, regs) if name == "loss" else 0
-        if fresh >= max(1, (len(regs) + 1) // 2):
+        if appended(fresh, len(regs)):
             out.append(Finding(
                 symptom="resume_discontinuity", severity="warning", confidence=0.8,
                 onset_step=to0, end_step=frm0, rank=rank, metric=name,
