@@ -43,10 +43,11 @@ def diagnose(paths: tuple[str, ...], as_json: bool, html: str | None, fail_on: s
 
     present(result, run, as_json=as_json, html=html, verbose=verbose)
     if not result.loss_found:
-        # Never a false green: a run whose loss was not recognised was not judged.
+        # Never a false green: a run whose loss was not recognised was not judged (the CLI's
+        # error path prints the one line and exits 2, after the report above).
+        from trainmedic.errors import UnrecognizedInputError
         from trainmedic.report.wording import map_hint
 
-        click.echo(f"trainmedic: error: {', '.join(paths)}: no training loss recognised "
-                   f"among its columns; {map_hint(result)}", err=True)
-        raise click.exceptions.Exit(2)
+        raise UnrecognizedInputError(", ".join(paths), "no training loss recognised among its "
+                                     f"columns; {map_hint(result)}")
     raise click.exceptions.Exit(exit_code_for(result.worst(), fail_on))
