@@ -138,11 +138,26 @@ def detect_format(path: Path) -> str | None:
         return "json"
     first_line = text.split("\n", 1)[0]
     if any(d in first_line for d in (",", "\t", ";")) and _printable(text[:4096]):
-        # "2019-12-31 00:21:04,166 - INFO - Epoch [1][50/100] lr: ..." has a comma too
+        # "2019-12-31 00:21:04,166 - INFO - Epoch [1][50/100] lr: ..." has a comma too; a
+        # header of column names cannot be such a line, and skips the line reader's sniff.
+        if _header_like(first_line):
+            return "csv"
         return "text" if _is_text_log(text) else "csv"
     if _printable(text[:4096]) and _is_text_log(text):
         return "text"
     return None
+
+
+_NOT_A_NAME = re.compile(r"^\s*[-+.\d]|[:=]\s*[-+]?\.?\d|\S\s+[-+]?\.?\d")
+
+
+def _header_like(first_line: str) -> bool:
+    """Whether a delimited first line reads as column names: no cell starts with a number
+    and none holds ``name: 1.5``, ``name=1.5`` or ``name 1.5`` (a console line that happens
+    to hold a delimiter)."""
+    delim = next(d for d in (",", "\t", ";") if d in first_line)
+    cells = first_line.rstrip("\r").split(delim)
+    return all(c.strip() and not _NOT_A_NAME.search(c) for c in cells)
 
 
 def _is_text_log(text: str) -> bool:
