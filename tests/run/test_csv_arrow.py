@@ -192,3 +192,15 @@ def test_an_old_pyarrow_leaves_the_file_to_the_numpy_reader(tmp_path, monkeypatc
     assert taken == [False] and got == ref
     assert csv_arrow._version("9.0.0") < (14, 0) <= csv_arrow._version("14.0.2")
     assert csv_arrow._version("26.0.1.dev3") == (26, 0)
+
+
+def test_a_truncated_last_line_with_a_bare_carriage_return_is_not_a_crash(tmp_path):
+    pytest.importorskip("pyarrow")
+    from trainmedic.run import load_run
+
+    p = tmp_path / "big.csv"
+    rows = "".join(f"{i},{2.0 + (i % 7) / 100:.4f},0.001\n" for i in range(200_000))
+    p.write_text("step,loss,lr\n" + rows + "200000,1.5\r2")
+    run = load_run(str(p))
+    assert len(run.get("loss")) == 200_000
+    assert any(n.kind == "truncated_last_line" for n in run.notes)

@@ -23,7 +23,6 @@ least ``csvlog.ARROW_MIN_BYTES``, so start-up on a small log does not pay for it
 
 from __future__ import annotations
 
-import csv
 import logging
 from pathlib import Path
 
@@ -174,7 +173,9 @@ def _truncated_last_line(path: Path, size: int, delim: bytes, ncols: int
     if not line.strip():
         return tail, None
     text = line.decode("utf-8", errors="replace")
-    if len(next(csv.reader([text], delimiter=delim.decode()), [])) >= ncols:
+    from trainmedic.run.csvlog import _split_row  # csv.Error-proof (a CR inside the line)
+
+    if len(_split_row(text, delim.decode())) >= ncols:
         return tail, None
     return tail, text
 
