@@ -199,8 +199,8 @@ def test_a_truncated_last_line_with_a_bare_carriage_return_is_not_a_crash(tmp_pa
     from trainmedic.run import load_run
 
     p = tmp_path / "big.csv"
-    rows = "".join(f"{i},{2.0 + (i % 7) / 100:.4f},0.001\n" for i in range(200_000))
-    p.write_text("step,loss,lr\n" + rows + "200000,1.5\r2")
+    rows = "".join(f"{i},{2.0 + (i % 7) / 100:.4f},0.001\n" for i in range(300_000))
+    p.write_text("step,loss,lr\n" + rows + "300000,1.5\r2")  # > 4 MiB: pyarrow reads it
     run = load_run(str(p))
-    assert len(run.get("loss")) == 200_000
+    assert len(run.get("loss")) == 300_000
     assert any(n.kind == "truncated_last_line" for n in run.notes)
