@@ -62,7 +62,7 @@ class ChanceEvent:
 
 
 def start_classes(tr: Trace) -> int | None:
-    """k when the first loss (or the median of the first 3) is within 2% of ln k,
+    """k when the first loss (or the median of the first 3) is within 1.5% of ln k,
     2 <= k <= 1000: a classifier trained from scratch starts at chance."""
     if len(tr) < 3:
         return None

@@ -473,14 +473,13 @@ def _merge_depth(out: list[Finding], depth: Finding) -> list[Finding]:
     """Add the per-layer finding to an over-time finding on the same rank, or append it."""
     for n, f in enumerate(out):
         if f.rank == depth.rank and f.metric == "grad_norm":
-            sev = f.severity if _SEV[f.severity] >= _SEV[depth.severity] else depth.severity
+            sev = f.severity if f.level >= depth.level else depth.severity
             out[n] = replace(f, severity=sev, summary=f"{f.summary}; and {depth.summary}",
                              evidence=f.evidence + depth.evidence)
             return out
     return [*out, depth]
 
 
-_SEV = {"info": 0, "warning": 1, "error": 2}
 
 
 @register_detector("nonfinite_grad", requires=("grad_norm",))

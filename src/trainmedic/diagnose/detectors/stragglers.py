@@ -381,13 +381,11 @@ def detect_straggler(run: Run) -> list[Finding] | NotRun:
     ev = straggler_events(run)
     if ev is None:
         return []
-    from trainmedic.diagnose.detectors.timing import folded_throughput
+    from trainmedic.diagnose.detectors.timing import folded_throughputs
 
-    out = []
-    for s in ev.events:
-        f = _straggler_finding(run, s, ev.step_ref, list(ev.notes.get(s.rank, ())))
-        out.append(folded_throughput(run, f))
-    return out
+    return folded_throughputs(run, [_straggler_finding(run, s, ev.step_ref,
+                                                       list(ev.notes.get(s.rank, ())))
+                                    for s in ev.events])
 
 
 def _evidence(s: StragglerEvent) -> Evidence:

@@ -8,7 +8,7 @@ Numbers and words are apart: ``input_events`` and ``throughput_events``
 return small dataclasses (onset, levels, thresholds crossed); the detectors build the
 findings' prose from them. One incident is one finding: a throughput drop that an input stall
 or a straggler explains (same onset) is reported at info naming that root, and the root
-carries the drop's severity and evidence (``folded_throughput``); the engine folds the drop
+carries the drop's severity and evidence (``folded_throughputs``); the engine folds the drop
 into the root's ``related``.
 
 Long series are strided to <= 20,000 points for medians, MADs and block levels (the standard
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainmedic.diagnose.finding import Evidence, Finding, Severity
+from trainmedic.diagnose.finding import SEVERITY_ORDER, Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
     blocks,
@@ -38,7 +38,7 @@ from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
 
 __all__ = ["INPUT_WARN_SHARE", "INPUT_INFO_SHARE", "warmup_skip", "InputEvent",
-           "ThroughputEvent", "input_events", "throughput_events", "folded_throughput"]
+           "ThroughputEvent", "input_events", "throughput_events", "folded_throughputs"]
 
 #: Median share of the step spent waiting for data: warning at >= 25%, info at >= 10%.
 INPUT_WARN_SHARE = 0.25
@@ -168,7 +168,7 @@ def detect_input_bound(run: Run) -> list[Finding] | NotRun:
     events, ran = input_events(run)
     if not ran:
         return NotRun("needs at least 5 steps with both data_time_s and step/compute time")
-    return [folded_throughput(run, _input_finding(e)) for e in events]
+    return folded_throughputs(run, [_input_finding(e) for e in events])
 
 
 def _input_finding(e: InputEvent) -> Finding:
@@ -332,20 +332,28 @@ def _roots(run: Run) -> tuple[list[tuple[ThroughputEvent, tuple[str, int | None,
     return [(ev, _root_of(run, ev, inputs, strag)) for ev in tps], ran
 
 
-_SEV_ORDER = {"info": 0, "warning": 1, "error": 2}
 
 
-def folded_throughput(run: Run, f: Finding) -> Finding:
-    """``f`` (an input_bound or straggler finding) with the throughput drop it explains noted:
-    its severity raised to the drop's (the incident costs what the drop costs) and the drop
-    as an evidence line. The throughput detector reports that drop at info naming this root,
-    and the engine folds it into this finding's ``related`` (engine.CONSEQUENCES)."""
-    evs = [ev for ev, root in _roots(run)[0]
+def folded_throughputs(run: Run, fs: list[Finding]) -> list[Finding]:
+    """Each of ``fs`` (input_bound or straggler findings) with the throughput drop it explains
+    noted: its severity raised to the drop's (the incident costs what the drop costs) and the
+    drop as an evidence line. The throughput detector reports that drop at info naming this
+    root, and the engine folds it into this finding's ``related`` (engine.CONSEQUENCES). The
+    throughput events and their roots are read once for all of ``fs``."""
+    if not fs:
+        return fs
+    roots = _roots(run)[0]
+    return [_folded(roots, f) for f in fs]
+
+
+def _folded(roots: list[tuple[ThroughputEvent, tuple[str, int | None, int] | None]],
+            f: Finding) -> Finding:
+    evs = [ev for ev, root in roots
            if root is not None and root == (f.symptom, f.rank, f.onset_step)]
     if not evs:
         return f
     ev = max(evs, key=lambda e: e.change)
-    sev = f.severity if _SEV_ORDER[f.severity] >= _SEV_ORDER[ev.severity] else ev.severity
+    sev = f.severity if f.level >= SEVERITY_ORDER[ev.severity] else ev.severity
     return dataclasses.replace(f, severity=sev,
                                evidence=(*f.evidence, _throughput_evidence(ev, folded=True)))
 
