@@ -426,7 +426,8 @@ def read_csv(path: Path) -> LogTable:
                        f"{', '.join(text_cols[:6])}")
         ncols = len(keep)
         body_start = f.tell() - len(body)
-        arrow = _read_with_arrow(path, body_start, size, body[:65536], delim, names, keep)
+        sample = body[:65536]
+        arrow = _read_with_arrow(path, body_start, size, sample, delim, names, keep)
         if arrow is not None:
             if arrow.crlf:
                 table.meta["line_endings"] = "crlf"
@@ -438,7 +439,6 @@ def read_csv(path: Path) -> LogTable:
                                              "numbers")
             _to_series(table, [names[j] for j in keep], arrow.values, arrow.missing)
             return table
-        sample = body[:65536]
         avg_line = len(sample) / sample.count(b"\n") if sample.count(b"\n") else 64.0
         est_rows = int((size - body_start) / max(avg_line, 1.0) * 1.05) + 16
         split = _split_point(f, body_start, size) if _can_fork(size - body_start) else None

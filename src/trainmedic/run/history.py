@@ -26,13 +26,13 @@ _PHASE_WORDS = ("phase", "stage", "milestone")
 def read_history(table: LogTable, doc: dict[str, Any]) -> LogTable:
     """Fill ``table`` from an object of lists; steps are epochs counted from 1 unless a list
     named like a step (``epoch``, ``step``) of the same length gives them."""
-    from trainmedic.run.jsonlog import as_number
+    from trainmedic.run.jsonlog import _numeric_list, as_number
 
     table.format = "json_history"
     numeric: dict[str, list[float | None]] = {}
     ignored: dict[str, str] = {}
     for k, v in doc.items():
-        if isinstance(v, list) and v and any(as_number(x) is not None for x in v[:50]):
+        if _numeric_list(v):
             numeric[str(k)] = [as_number(x) for x in v]
         elif isinstance(v, list):
             ignored[str(k)] = f"a list of {len(v)} non-numeric values"
@@ -59,12 +59,14 @@ def read_history(table: LogTable, doc: dict[str, Any]) -> LogTable:
         step_key = None
         table.note("step_from_row_index", "history lists have no step or epoch list; steps "
                    "are list positions counted from 1 (one per epoch)")
+    given = (np.asarray([int(x) for x in step_vals if x is not None], dtype=np.int64)
+             if step_key is not None and step_vals is not None else None)
     for k in series_keys:
         if k == step_key:
             continue
         vals = numeric[k]
-        if step_key is not None and step_vals is not None and len(step_vals) == len(vals):
-            steps = np.asarray([int(x) for x in step_vals if x is not None], dtype=np.int64)
+        if given is not None and given.shape[0] == len(vals):
+            steps = given
         else:
             steps = np.arange(1, len(vals) + 1, dtype=np.int64)
         arr = np.asarray([np.nan if x is None else x for x in vals], dtype=np.float64)

@@ -94,9 +94,8 @@ def _records(table: LogTable, records: dict[str, dict[str, Any]]) -> list[dict[s
         if table.step_column.lower() in names_mod.FALLBACK_STEP_COLUMNS:
             how = "step (epoch: no step column)"
         out.append(entry(table.path, table.step_column, None, how))
-    elif table.format not in ("tensorboard", "mlflow"):
-        if any(n.kind == "step_from_row_index" for n in table.notes):
-            out.append(entry(table.path, "(row)", None, "row index (no step column)"))
+    elif any(n.kind == "step_from_row_index" for n in table.notes):
+        out.append(entry(table.path, "(row)", None, "row index (no step column)"))
     raw_left = 0
     for rec in records.values():
         if rec["how"] == "kept as raw":

@@ -21,7 +21,6 @@ __all__ = ["NameReading", "read_name", "WORDS", "LOSS_WORDS", "VAL_SIDE", "TRAIN
 VAL_SIDE = frozenset({"val", "valid", "validation", "eval", "evaluation", "dev"})
 TEST_SIDE = frozenset({"test", "testing"})
 TRAIN_SIDE = frozenset({"train", "training", "tr", "trn"})
-_SIDES = VAL_SIDE | TEST_SIDE | TRAIN_SIDE
 
 # Namespaces that group metrics without naming an eval set ("metrics/val_loss" is not a set).
 GENERIC_NS = frozenset({
