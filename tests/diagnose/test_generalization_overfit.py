@@ -189,7 +189,7 @@ def test_appended_runs_are_judged_one_by_one() -> None:
     assert abs(f.onset_step - 0.3 * 15) <= 2
     segs = {e.segment for e in rank_events(run, None) if e.severity == "warning"}
     assert segs == {2, 4} and all(e.n_segments == 4 for e in rank_events(run, None))
-    assert evs == [] or all(e.segment is None for e in evs)
+    assert evs and all(e.segment is None for e in evs)
 
 
 def test_a_restarting_counter_with_the_loss_carrying_on_is_not_split() -> None:
