@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     jobs = max(1, min(args.jobs, 2))
     n = len(specs)
+    ex = None
     if jobs == 1:
         results = (build_one(s, args.relabel) for s in specs)
     else:
@@ -124,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     for i, (name, label, line) in enumerate(results, 1):
         labels[name] = label
         print(f"[{i:3d}/{n}] {line}", flush=True)
+    if ex is not None:
+        ex.shutdown()
     names = {s["name"] for s in SPECS}
     labels = {k: v for k, v in labels.items() if k in names}
     split = assign_splits(SPECS)

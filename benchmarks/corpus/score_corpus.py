@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from machine import one_line
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--split", choices=("tune", "holdout", "all"), default="all",
+    ap.add_argument("--split", choices=("tune", "holdout", "holdout2", "all"), default="all",
                     help="'all' scores and prints tune and holdout separately, then together")
     ap.add_argument("--details", action="store_true", help="print every run, not only misses")
     ap.add_argument("--only", help="comma-separated run names")
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         want = set(args.only.split(","))
         labels = {k: v for k, v in labels.items() if k in want}
     t0 = time.perf_counter()
-    splits = ["tune", "holdout"] if args.split == "all" else [args.split]
+    splits = ["tune", "holdout", "holdout2"] if args.split == "all" else [args.split]
     results = {}
     every = []
     for sp in splits:

@@ -592,3 +592,12 @@ def assign_splits(specs: list[dict], share: float = 0.4) -> dict[str, str]:
         for i, n in enumerate(names):
             out[n] = "holdout" if i < k else "tune"
     return out
+
+
+# ============================================================================ variants
+# The third batch (variants.py): every run above again with seed + 20 and, where the fault
+# allows, another format; half of it is the second never-tuned split, ``holdout2``.
+import variants  # noqa: E402
+
+VARIANTS: list[str] = []
+variants.extend(SPECS, add, VARIANTS)

@@ -37,12 +37,20 @@ FAMILY_GROUP = {"mlp": "mlp", "mlp_deep": "mlp", "cnn": "cnn_bn", "resnet": "res
 
 
 def _added() -> set[str]:
-    """The second batch of runs (``specs.ADDED``): tune-only by declaration, outside the
-    stratified hash draw and outside the fixed regression sample below."""
+    """The second and third batches of runs (``specs.ADDED``, tune-only by declaration, and
+    ``specs.VARIANTS``, drawn into tune and holdout2 by ``variants.extend``): outside the
+    stratified hash draw of the first batch and outside the fixed regression sample below."""
     sys.path.insert(0, str(CORPUS))
-    from specs import ADDED
+    from specs import ADDED, VARIANTS
 
-    return set(ADDED)
+    return set(ADDED) | set(VARIANTS)
+
+
+def _variants() -> set[str]:
+    sys.path.insert(0, str(CORPUS))
+    from specs import VARIANTS
+
+    return set(VARIANTS)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +75,7 @@ def test_labels_well_formed_and_runs_exist(labels):
     for name, lab in labels.items():
         assert (CORPUS / "runs" / name).is_dir(), f"{name}: no run folder"
         assert any(p.is_file() for p in (CORPUS / "runs" / name).rglob("*")), name
-        assert lab["split"] in ("tune", "holdout"), name
+        assert lab["split"] in ("tune", "holdout", "holdout2"), name
         assert set(lab) >= {"faults", "tolerated", "notes", "family", "fault", "format"}, name
         _entries_ok(lab["faults"])
         _entries_ok(lab["tolerated"])
@@ -87,27 +95,37 @@ def test_counts_meet_the_bars(labels):
 
 def test_splits_are_stratified(labels):
     splits = Counter(v["split"] for v in labels.values())
-    assert splits["tune"] and splits["holdout"]
-    # 0.25, not 0.3: the second batch of runs (specs.ADDED, ~80) is tune-only by design, so
-    # that the detector engineer has more data to develop on while the holdout split (53 runs,
-    # ~40% of the first 121) stays exactly as it was; that brings its share to ~0.26
-    assert 0.25 <= splits["holdout"] / len(labels) <= 0.5, splits
-    added = _added()
+    assert splits["tune"] and splits["holdout"] and splits["holdout2"]
+    variants = _variants()
+    added = _added() - variants
     assert all(labels[k]["split"] == "tune" for k in added)
-    # stratification is a property of the hash draw: the declared tune-only runs cannot put a
-    # kind (or family) into holdout, so they are left out of the per-kind check
-    drawn = {k: v for k, v in labels.items() if k not in added}
+    # the first batch: ~40% holdout by the hash draw, stratified by kind and family (the
+    # declared tune-only runs cannot put a kind into holdout, so they are left out)
+    first = {k: v for k, v in labels.items() if k not in added and k not in variants}
+    assert 0.3 <= sum(v["split"] == "holdout" for v in first.values()) / len(first) <= 0.5
+    _stratified(first, {"tune", "holdout"}, healthy_only=False)
+    # the third batch: half of each kind (healthy runs: each family) in holdout2
+    third = {k: labels[k] for k in variants}
+    assert all(v["split"] in ("tune", "holdout2") for v in third.values())
+    assert 0.4 <= sum(v["split"] == "holdout2" for v in third.values()) / len(third) <= 0.6
+    _stratified(third, {"tune", "holdout2"}, healthy_only=True)
+
+
+def _stratified(runs: dict, both: set, *, healthy_only: bool) -> None:
+    """Every kind with >= 2 runs has runs in both splits; so has every family (its healthy
+    runs, where the draw was per family of healthy runs)."""
     by_kind: dict[str, set] = {}
-    for v in drawn.values():
+    for v in runs.values():
         by_kind.setdefault(v["fault"], set()).add(v["split"])
-    counts = Counter(v["fault"] for v in drawn.values())
+    counts = Counter(v["fault"] for v in runs.values())
     for kind, sp in by_kind.items():
         if counts[kind] >= 2:
-            assert sp == {"tune", "holdout"}, kind
-    for fam in {v["family"] for v in drawn.values()}:
-        runs = [v for v in drawn.values() if v["family"] == fam]
-        if len(runs) >= 2:
-            assert {v["split"] for v in runs} == {"tune", "holdout"}, fam
+            assert sp == both, kind
+    for fam in {v["family"] for v in runs.values()}:
+        group = [v for v in runs.values() if v["family"] == fam
+                 and (v["fault"] == "none" or not healthy_only)]
+        if len(group) >= 2:
+            assert {v["split"] for v in group} == both, fam
 
 
 def _sample(labels: dict) -> list[str]:

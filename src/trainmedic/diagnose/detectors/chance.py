@@ -27,8 +27,8 @@ from trainmedic.diagnose.stats import blocks, diff_sigma, median
 from trainmedic.diagnose.trace import Trace
 from trainmedic.run.series import Run
 
-__all__ = ["ChanceEvent", "never_beats_chance", "double_softmax_floor", "start_classes",
-           "START_TOL", "FLOOR_TOL"]
+__all__ = ["ChanceEvent", "never_beats_chance", "collapsed_to_chance", "double_softmax_floor",
+           "start_classes", "START_TOL", "FLOOR_TOL"]
 
 #: A from-scratch classifier's first loss is within this share of ln k (small random logits).
 START_TOL = 0.015
@@ -44,6 +44,12 @@ MAX_K = 1000
 MAX_START_K = 30
 #: Largest class count matched from a level alone (a run that fell to ln k from far above).
 MAX_FLOOR_K = 10
+#: A collapse to chance: the late training and validation medians within this share of ln k ...
+COLLAPSE_TOL = 0.005
+#: ... and this share of the late training points within 2% of it ...
+COLLAPSE_TIGHT_SHARE = 0.9
+#: ... after the training loss had been at least this share below ln k (it had learned).
+COLLAPSE_LEARNED = 0.05
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,47 @@ def never_beats_chance(run: Run, train: Trace) -> ChanceEvent | None:
             return None
     return ChanceEvent(kind="chance", metric="loss", k=kk, landmark=ln_k, level=level,
                        lowest=_lowest(train)[0], onset_step=int(train.steps[0]))
+
+
+def collapsed_to_chance(run: Run, train: Trace) -> ChanceEvent | None:
+    """The model learned, then fell back to predicting uniformly: the training loss got >= 5%
+    below ln k, and then the medians of its last quarter and of the last third of the
+    validation loss (>= 4 evaluations) both sit within 0.5% of the same ln k (k <= 30), with
+    >= 90% of those late training points within 2% of it.
+
+    Two independent curves at one landmark, plus the landmark's own signature: a model that
+    predicts uniformly has almost no batch-to-batch noise (every sample's loss is ln k), which
+    a model that still knows something does not have. Weight decay that shrinks every weight
+    to zero, units that all died, an lr that wiped the net do this; the rise back to ln k is
+    the collapse, not a divergence (a divergence climbs past chance, to where the model is
+    confidently wrong)."""
+    n = len(train)
+    if n < 12:
+        return None
+    late = train.values[-max(5, n // 4):]
+    level = median(late)
+    if not math.isfinite(level) or not 0.6 < level < math.log(MAX_START_K + 0.5):
+        return None
+    k = max(2, round(math.exp(level)))
+    ln_k = math.log(k)
+    if abs(level - ln_k) > COLLAPSE_TOL * ln_k or \
+            float(np.mean(np.abs(late - ln_k) <= 0.02 * ln_k)) < COLLAPSE_TIGHT_SHARE:
+        return None
+    val = Trace.of(run, "val_loss", train.rank) or Trace.of(run, "val_loss", None)
+    if val is None or len(val) < 4:
+        return None
+    if abs(median(val.values[-max(3, len(val) // 3):]) - ln_k) > COLLAPSE_TOL * ln_k:
+        return None
+    bl = blocks(train.steps, train.values, max_blocks=min(50, max(3, len(train) // 3)))
+    lowest = float(bl.median.min())
+    if lowest > ln_k * (1 - COLLAPSE_LEARNED):
+        return None
+    # Onset: the first block from which every block median stays within 1% of ln k.
+    off = np.abs(bl.median - ln_k) > 0.01 * ln_k
+    start = int(np.flatnonzero(off)[-1]) + 1 if off.any() else 0
+    onset = int(bl.first_step[min(start, len(bl.median) - 1)])
+    return ChanceEvent(kind="collapse", metric="loss", k=k, landmark=ln_k, level=level,
+                       lowest=lowest, onset_step=onset)
 
 
 def double_softmax_floor(tr: Trace, onset: int) -> ChanceEvent | None:

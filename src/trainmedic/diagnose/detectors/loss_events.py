@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.chance import collapsed_to_chance
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -476,6 +477,8 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
     # valid lines, an eval-only export): it is judged the same way.
     trs = traces(run, "loss", min_points=8) or traces(run, "val_loss", min_points=8)
     for tr in trs:
+        if tr.metric == "loss" and collapsed_to_chance(run, tr) is not None:
+            continue  # a rise that ends at ln k is a collapse to chance: flat_loss reports it
         level = _ce_above_uniform(run, tr)
         if level is not None:
             out.append(level)

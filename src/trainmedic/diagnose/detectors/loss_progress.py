@@ -13,6 +13,7 @@ import numpy as np
 
 from trainmedic.diagnose.detectors.chance import (
     ChanceEvent,
+    collapsed_to_chance,
     double_softmax_floor,
     never_beats_chance,
 )
@@ -273,12 +274,34 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
                                    note="the same value, to 6 digits, at every later "
                                         "evaluation"),)))
             continue
-        stuck = never_beats_chance(run, tr)
+        stuck = never_beats_chance(run, tr) or collapsed_to_chance(run, tr)
         if stuck is not None:
             # Never beating chance outweighs an info "slow learning" reading of the same curve.
             out = [f for f in out if f.rank != tr.rank]
-            out.append(_chance_finding(stuck, tr))
+            out.append(_chance_finding(stuck, tr) if stuck.kind == "chance"
+                       else _collapse_finding(stuck, tr))
     return out
+
+
+def _collapse_finding(ev: ChanceEvent, tr: Trace) -> Finding:
+    """A classifier that learned and then fell back to predicting uniformly."""
+    return Finding(
+        symptom="flat_loss", severity="error", confidence=0.8, onset_step=ev.onset_step,
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric="loss",
+        summary=(f"the model fell back to chance: the loss got down to {fmt(ev.lowest)}, then "
+                 f"returned to ln({ev.k}) = {ev.landmark:.4f} from step {ev.onset_step} and "
+                 f"stayed there, on training and validation loss alike: it predicts uniformly "
+                 f"(weights decayed to zero, every unit dead, or an update that wiped the "
+                 f"net)"),
+        evidence=(Evidence("loss", ev.onset_step, ev.level, ev.landmark,
+                           note=f"median of the last quarter vs ln({ev.k}), the loss of "
+                                f"predicting uniformly over {ev.k} classes; >= 90% of those "
+                                f"points within 2% of it (almost no batch noise)"),
+                  Evidence("val_loss", None, None, ev.landmark,
+                           note="median of the last third of the evaluations: at the same "
+                                "ln k"),
+                  Evidence("loss", None, ev.lowest, ev.landmark,
+                           note="lowest block median: the model had learned before")))
 
 
 def _chance_finding(ev: ChanceEvent, tr: Trace) -> Finding:
@@ -317,6 +340,10 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
         best = float(lv.min())
         if _rel(float(lv[0]), best, is_log) < 0.10:
             continue  # no descent: flat_loss territory
+        if not is_log and best <= 0.0 <= float(np.min(tr.values)):
+            continue  # down to 0, a non-negative loss's floor (or below the logger's rounding)
+        if collapsed_to_chance(run, tr) is not None:
+            continue  # back at chance: flat_loss reports the collapse
         sig = diff_sigma(lv)
         delta = max(math.log(1.01) if is_log else 0.01 * abs(best), 2.0 * sig)
         k = int(np.flatnonzero(lv <= best + delta)[0])
@@ -426,12 +453,15 @@ def frozen_from_start(run: Run, rank: int | None) -> tuple[int, float] | None:
 
 def _pinned_eval(run: Run, rank: int | None) -> tuple[int, float] | None:
     """(first step, value) of a run of >= 3 identical validation losses that lasts to the last
-    evaluation, while the eval had moved before it."""
+    evaluation, while the eval had moved before it. A run of zeros is not frozen: it is a
+    loss below the logger's rounding (4 decimals in HF and most print logs)."""
     for name in ("val_loss",):
         val = Trace.of(run, name, rank) or Trace.of(run, name, None)
         if val is None or len(val) < 4:
             continue
         v = val.values
+        if v[-1] == 0.0:
+            continue
         k = len(v) - 1
         while k > 0 and abs(v[k - 1] - v[-1]) <= 1e-6 * max(abs(v[-1]), 1e-12):
             k -= 1
