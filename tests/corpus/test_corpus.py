@@ -160,3 +160,26 @@ def test_tune_sample_scores_without_crash_and_no_healthy_run_flagged(labels):
     assert not flagged, "healthy runs with a warning-or-above finding not tolerated: " + \
         "; ".join(flagged)
     assert total(scores).recall >= MIN_RECALL
+
+
+@pytest.mark.parametrize(("name", "loud", "quiet"), [
+    # a GRU on class-sorted data: inside each one-class block the loss falls to ~1e-6 and
+    # jumps back to ~1e-2 at the next class; 1e4x in log space is not a divergence
+    ("gru-class_sorted-wbjson-s10", {"oscillation"}, {"divergence"}),
+    # no zero_grad, a print log whose "Step [95/200]" goes on across epochs: the loss swings
+    # by orders of magnitude as it climbs (an accuracy is logged: a cross-entropy)
+    ("cnn-no_zero_grad-print-s21", {"divergence"}, set()),
+    # weight decay 50: the loss falls, then every weight decays and it returns to ln 4
+    ("resnet-wd_high-ns-s21", {"flat_loss"}, {"divergence", "plateau"}),
+    # a loss printed with 4 decimals reaches 0.0000: not frozen weights
+    ("mlp-ok-tozero-print-s31", set(), {"plateau"}),
+])
+def test_trained_runs_read_as_their_cause(name, loud, quiet):
+    sys.path.insert(0, str(CORPUS))
+    sys.path.insert(0, str(CORPUS.parent))
+    from score_devlogs import diagnose_path
+
+    found, _span, err = diagnose_path(CORPUS / "runs" / name)
+    assert not err
+    got = {sym for sym, sev, _ in found if sev in ("warning", "error")}
+    assert loud <= got and not (quiet & got), (name, found)

@@ -93,3 +93,30 @@ def test_tiny_lr_with_a_still_validation_loss_is_flat_despite_noisy_batches() ->
     run.add("lr", np.arange(150), np.full(150, 1e-7))
     f = [f for f in diagnose(run).findings if f.symptom == "flat_loss"]
     assert f and f[0].level >= 1
+
+
+def test_a_classifier_that_fell_back_to_chance_is_flat_not_diverging() -> None:
+    # Weight decay far too high: the loss falls to 1.17, then every weight shrinks to zero and
+    # the loss returns to ln 4 on both curves, with almost no batch noise (uniform outputs)
+    rng = np.random.default_rng(3)
+    n, k = 120, 4
+    s = np.arange(n)
+    dip = 1.17 + (math.log(k) - 1.17) * (1 - np.exp(-(s - 30).clip(0) / 8))
+    loss = np.where(s < 10, math.log(k) - 0.0216 * s, dip) + rng.normal(0, 0.001, n)
+    val = loss[9::10] + rng.normal(0, 0.0005, n // 10)
+    run = _run(loss, val, every=10)
+    loud = _loud(run)
+    assert ("flat_loss", "error") in loud
+    assert not any(sym in ("divergence", "plateau") for sym, _ in loud)
+    f = next(f for f in diagnose(run).findings if f.symptom == "flat_loss")
+    assert "fell back to chance" in f.summary and f.onset_step >= 30
+
+
+def test_a_model_that_learned_and_converged_is_not_a_collapse() -> None:
+    # Falls from ln 4 and settles at 0.4: far from any chance landmark it could have reached
+    rng = np.random.default_rng(4)
+    n = 120
+    s = np.arange(n)
+    loss = (math.log(4) - 0.4) * np.exp(-s / 15) + 0.4 + rng.normal(0, 0.01, n)
+    val = (math.log(4) - 0.45) * np.exp(-s[9::10] / 15) + 0.45
+    assert _loud(_run(loss, val, every=10)) == []

@@ -144,3 +144,18 @@ def test_spike_on_a_noisy_falling_per_step_loss_is_seen() -> None:
     run.add("loss", s, loss)
     f = [f for f in diagnose(run).findings if f.symptom == "loss_spike" and f.level >= 1]
     assert [x.onset_step for x in f] == [150]
+
+
+def test_classifier_loss_above_uniform_with_an_accuracy_logged_is_a_divergence() -> None:
+    # gradients accumulate without zero_grad: the loss swings wildly as it climbs to ~1e3
+    rng = np.random.default_rng(5)
+    s = np.arange(5, 205, 5)
+    climb = np.where(s < 40, 1.3, 1.3 * 10 ** ((s - 40) / 60))
+    run = Run(source="t")
+    run.add("loss", s, climb * np.exp(rng.normal(0, 1.0, s.shape[0]) * (s >= 40)))
+    run.add("val_acc", s[4::5], np.full(8, 0.24))
+    f = _loud(run, "divergence")
+    assert len(f) == 1 and f[0].severity == "error"
+    # the foot of the climb, well before the loss crossed 12.5 nats (~step 100)
+    assert f[0].onset_step <= 70 and "an accuracy is logged" in f[0].summary
+

@@ -313,6 +313,15 @@ def test_epoch_step_progress_lines(tmp_path):
     assert list(run.get("loss").steps) == [100, 200, 300, 400]
 
 
+def test_global_step_counter_in_epoch_progress_lines(tmp_path):
+    # "Epoch [2/3] Step [95/200]": the position goes on across the epoch change, so /200 is
+    # the run's length and the position is already the global step (not 200 + 95)
+    text = "".join(f"Epoch [{1 + (s - 1) // 90}/3] Step [{s}/200] Loss: {3.0 - s / 100}\n"
+                   for s in range(5, 201, 5))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert list(run.get("loss").steps) == list(range(5, 201, 5))
+
+
 def test_wandb_runtime_is_a_clock(tmp_path):
     p = write(tmp_path / "wandb.csv", "_step,_runtime,_timestamp,train/loss\n"
               "0,10,1700000010,3\n10,30,1700000030,2\n20,50,1700000050,1\n")

@@ -158,6 +158,20 @@ class _Reader:
         self.stepless: list[tuple[int, dict[str, Any]]] = []
         self.recognized = 0
         self.lines = 0
+        self.progress: list[tuple[dict[str, Any], int, int]] = []
+        """(row, epoch, position) of every progress counter read."""
+
+    def counters_are_global(self) -> None:
+        """``Epoch [2/3] Step [95/200]``: when the position never restarts as the epoch
+        changes (it goes on from where the last epoch stopped), the counter already is the
+        global step (``/200`` is the run's length, not the epoch's), not a position within
+        the epoch: the global step is the position itself."""
+        prog = self.progress
+        pairs = list(zip(prog, prog[1:], strict=False))
+        turns = [(a[2], b[2]) for a, b in pairs if b[1] > a[1]]
+        if turns and all(after > before for before, after in turns):
+            for row, _ep, pos in prog:
+                row["_global"] = pos
 
     def line(self, no: int, raw: str) -> None:
         if not raw.strip():
@@ -188,6 +202,7 @@ class _Reader:
                 if i == 0:
                     row["iter"] = pos  # mmcv's "iter" is the position in the epoch
                 row["_global"] = (ep - 1) * of + pos if ep >= 1 else pos
+                self.progress.append((row, ep, pos))
                 text = text[:pm.start()] + " | " + text[pm.end():]
                 break
         em = _END_OF_EPOCH.search(text)
@@ -266,6 +281,7 @@ def _scan(text: str, limit: int | None = None) -> _Reader:
         if limit is not None and reader.lines >= limit:
             break
         reader.line(no, line)
+    reader.counters_are_global()
     if not reader.rows and len(reader.stepless) >= 3:
         # "Loss: 2.30" printed once per step with no counter: the lines are the steps, when
         # a loss key repeats on them (a config dump names its keys once).

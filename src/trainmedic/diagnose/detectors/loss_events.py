@@ -9,6 +9,7 @@ The evidence rules are written out in docs/symptoms.md; keep the two in step.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,10 @@ SPIKE_WINDOW = 50
 #: Divergence: sustained rise above the running minimum level by this factor.
 DIVERGE_RATIO = 1.5
 DIVERGE_ERROR_RATIO = 3.0
+#: ... and a level this far above the running minimum, and above the first level, is elevated
+#: whatever the noise: a loss that swings wildly while it climbs (gradients that accumulate
+#: without zero_grad) inflates the block-to-block noise until 5 sigmas exceed the climb.
+DIVERGE_ALWAYS_RATIO = 10.0
 
 
 # --------------------------------------------------------------------------- loss_spike
@@ -414,15 +419,31 @@ def _creep_finding(run: Run, tr: Trace, lv: np.ndarray, bl_first: np.ndarray, c:
 #: ln of the largest tokenizer vocabulary in use (262144): a cross-entropy above it is worse
 #: than predicting uniformly over any vocabulary, i.e. confidently wrong: diverged.
 CE_ABOVE_UNIFORM_NATS = math.log(262144)
-#: Metric-name fragments that say the loss is a cross-entropy (its exp is a perplexity).
+#: Metric-name fragments that say the loss is a cross-entropy (its exp is a perplexity) ...
 _CE_HINTS = ("ppl", "perplexity")
+#: ... and name words that say the run is a classifier (an accuracy is logged), whose loss is
+#: a cross-entropy in practice (label smoothing and focal loss stay within it).
+_ACC_WORDS = frozenset({"acc", "accuracy", "top1", "top5", "acc1", "acc5"})
+
+
+def _ce_reason(run: Run) -> str | None:
+    """"a perplexity" / "an accuracy" when a logged metric says the loss is a cross-entropy."""
+    for m in run.metrics():
+        low = m.lower()
+        if any(h in low for h in _CE_HINTS):
+            return "a perplexity"
+        if _ACC_WORDS & set(re.split(r"[^a-z0-9]+", low)):
+            return "an accuracy"
+    return None
 
 
 def _ce_above_uniform(run: Run, tr: Trace) -> Finding | None:
-    """A cross-entropy loss (a perplexity is logged beside it) whose level stays above
-    ln(262144) nats for >= 10% of the run: worse than uniform guessing over any vocabulary,
-    so the model is confidently wrong (diverged), whether or not it was ever lower."""
-    if tr.metric != "loss" or not any(h in m.lower() for m in run.metrics() for h in _CE_HINTS):
+    """A cross-entropy loss (a perplexity or an accuracy is logged beside it) whose level
+    stays above ln(262144) nats for >= 10% of the run: worse than uniform guessing over any
+    vocabulary, so the model is confidently wrong (diverged), whether or not it was ever
+    lower. The onset is the foot of the climb: the last point before that stretch within 1.5x
+    of the lowest loss so far (the first point when the loss was never that low)."""
+    if tr.metric != "loss" or _ce_reason(run) is None:
         return None
     above = tr.values > CE_ABOVE_UNIFORM_NATS
     if not bool(above.any()):
@@ -432,18 +453,26 @@ def _ce_above_uniform(run: Run, tr: Trace) -> Finding | None:
     if not runs_:
         return None
     a, b = runs_[0]
-    onset = int(tr.steps[a])
     lvl = median(tr.values[a:b])
+    low = np.minimum.accumulate(np.where(np.isfinite(tr.values), tr.values, np.inf))
+    foot = np.flatnonzero(tr.values[:a] <= DIVERGE_RATIO * low[:a])
+    if not foot.size and Trace.of(run, "grad_norm", tr.rank) is not None:
+        return None  # there from the first step: exploding_gradients' init-scale rule owns it
+    onset = int(tr.steps[foot[-1] if foot.size else 0])
     return Finding(
         symptom="divergence", severity="error", confidence=0.8, onset_step=onset,
         end_step=int(tr.steps[b - 1]), rank=tr.rank, metric="loss",
-        summary=(f"loss (a cross-entropy: a perplexity is logged) stayed at {fmt(lvl)} nats "
-                 f"from step {onset} to {int(tr.steps[b - 1])}, above ln(262144) = "
-                 f"{CE_ABOVE_UNIFORM_NATS:.2f}: worse than uniform guessing over any "
-                 f"vocabulary, so the model is confidently wrong"),
-        evidence=(Evidence("loss", onset, lvl, CE_ABOVE_UNIFORM_NATS,
+        summary=(f"loss (a cross-entropy: {_ce_reason(run)} is logged) climbed from step "
+                 f"{onset} and stayed at {fmt(lvl)} nats from step {int(tr.steps[a])} to "
+                 f"{int(tr.steps[b - 1])}, above ln(262144) = {CE_ABOVE_UNIFORM_NATS:.2f}: "
+                 f"worse than uniform guessing over any vocabulary, so the model is "
+                 f"confidently wrong"),
+        evidence=(Evidence("loss", int(tr.steps[a]), lvl, CE_ABOVE_UNIFORM_NATS,
                            note=f"median over the {b - a} logged points of that stretch; "
-                                f"reference = ln of the largest tokenizer vocabulary"),))
+                                f"reference = ln of the largest tokenizer vocabulary"),
+                  Evidence("loss", onset, float(tr.values[foot[-1] if foot.size else 0]),
+                           None, note="the foot of the climb: the last point within 1.5x of "
+                                      "the lowest loss so far")))
 
 
 def _swings_inside(lv: np.ndarray, amp: float) -> bool:
@@ -502,7 +531,11 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             theta = max((DIVERGE_RATIO - 1.0) * scale_abs, 5.0 * sig_b)
             theta_trend = max((DIVERGE_TREND_RATIO - 1.0) * scale_abs, 5.0 * sig_b,
                               0.1 * progress)
-        high = elev >= theta
+        # Past 10x its running minimum and back above where the run began, a level is
+        # elevated whatever the noise (near zero, log space makes 10x cheap: a loss that
+        # went from 1e-6 back to 1e-2 gave back nothing that matters).
+        high = (elev >= theta) | ((elev >= math.log(DIVERGE_ALWAYS_RATIO)) & (lv >= lv[0])) \
+            if is_log else elev >= theta
         # The elevated suffix: every block from its start to the end is elevated.
         k = nb
         while k > 0 and high[k - 1]:
