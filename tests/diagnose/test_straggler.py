@@ -274,3 +274,19 @@ def test_straggler_events_are_numbers() -> None:
     assert e.share_before is not None and abs(e.share_before) < 0.05
     # ~40 ms of extra wait on a step of ~0.03 + 0.04 + 0.06 s.
     assert ev.step_ref is not None and abs(e.share - 0.04 / ev.step_ref) < 0.08
+
+
+def test_short_two_rank_run_with_a_straggler_from_mid_run() -> None:
+    # 200 steps, rank 1 computes 4.5x slower from step 124: 38% of the run, which 10-step
+    # blocks cut into too few blocks to beat chance with two ranks; 5-step blocks do not
+    run = ddp_run(ranks=2, n=200, fwd_s=0.004, rest_s=0.001, slow_rank=1, compute_factor=4.5,
+                  onset=124, seed=3)
+    found = [f for f in stragglers(run) if f.level >= 1]
+    assert len(found) == 1 and found[0].rank == 1
+    assert 110 <= (found[0].onset_step or 0) <= 135
+
+
+def test_short_two_rank_runs_with_equal_ranks_stay_quiet() -> None:
+    for seed in range(8):
+        run = ddp_run(ranks=2, n=200, fwd_s=0.004, rest_s=0.001, noise=0.15, seed=seed)
+        assert not [f for f in stragglers(run) if f.level >= 1], seed

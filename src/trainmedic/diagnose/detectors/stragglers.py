@@ -42,7 +42,7 @@ p = 1/R, a Bonferroni bound: the rank tested is the one with the highest median)
 <= this."""
 
 _STRAGGLER_MAX_BLOCKS = 20
-#: Change-point search: at most this many blocks of common steps (>= 10 steps each where the
+#: Change-point search: at most this many blocks of common steps (>= 5 steps each where the
 #: run allows), and the slow stretch must cover >= this share of them (and >= 5 blocks).
 _ONSET_MAX_BLOCKS = 50
 ONSET_MIN_STRETCH = 0.2
@@ -216,7 +216,20 @@ def _onsets(run: Run, metric: str, ranks: list[int], step_ref: float | None,
     common, mat = _common(per)
     if common.size < 20:
         return []
-    nb = min(_ONSET_MAX_BLOCKS, max(5, common.size // 10))
+    # Blocks of >= 10 common steps, then (when that finds nothing) of >= 5: a stretch of the
+    # minimum length (20% of the blocks) must hold enough blocks to beat chance - 8 all-slow
+    # blocks for two ranks (2 x 2^-8 < 1%) - which 10-step blocks cannot give a 200-step run.
+    for per_block in (10, 5):
+        out = _onset_events(metric, per, common, mat, step_ref, floor_s, per_block)
+        if out:
+            return out
+    return []
+
+
+def _onset_events(metric: str, per: dict[int, Trace], common: np.ndarray, mat: np.ndarray,
+                  step_ref: float | None, floor_s: float,
+                  per_block: int) -> list[StragglerEvent]:
+    nb = min(_ONSET_MAX_BLOCKS, max(5, common.size // per_block))
     b = common.size // nb
     nb = common.size // b
     grid = mat[:, : nb * b].reshape(len(per), nb, b)
