@@ -120,3 +120,23 @@ def test_a_model_that_learned_and_converged_is_not_a_collapse() -> None:
     loss = (math.log(4) - 0.4) * np.exp(-s / 15) + 0.4 + rng.normal(0, 0.01, n)
     val = (math.log(4) - 0.45) * np.exp(-s[9::10] / 15) + 0.45
     assert _loud(_run(loss, val, every=10)) == []
+
+
+def test_double_softmax_plateau_just_above_its_floor() -> None:
+    # the floor is approached as the first softmax saturates: the plateau sits ~1% above it
+    rng = np.random.default_rng(7)
+    s = np.arange(300)
+    floor = math.log(1 + (K - 1) / math.e)
+    level = floor * 1.01
+    loss = level + (math.log(K) - level) * np.exp(-s / 20) + rng.normal(0, 0.002, 300)
+    f = [f for f in diagnose(_run(loss)).findings if f.symptom == "plateau"]
+    assert f and f[0].severity == "warning" and "softmax applied twice" in f[0].summary
+
+
+def test_a_plateau_well_above_the_double_softmax_floor_is_not_it() -> None:
+    rng = np.random.default_rng(8)
+    s = np.arange(300)
+    level = math.log(1 + (K - 1) / math.e) * 1.05
+    loss = level + (math.log(K) - level) * np.exp(-s / 20) + rng.normal(0, 0.002, 300)
+    f = [f for f in diagnose(_run(loss)).findings if f.symptom == "plateau"]
+    assert not f or "softmax applied twice" not in f[0].summary

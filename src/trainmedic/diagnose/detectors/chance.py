@@ -36,8 +36,12 @@ START_TOL = 0.015
 BELOW_TOL = 0.01
 #: ... while its training loss fell by less than this share (it is not learning either).
 TRAIN_FALL_MAX = 0.10
-#: A plateau at a double-softmax floor is within this share of ln(1 + (k-1)/e).
+#: A plateau at a double-softmax floor is at most this share below ln(1 + (k-1)/e) ...
 FLOOR_TOL = 0.004
+#: ... and at most this share above it: the floor is reached only as the first softmax's
+#: outputs saturate to one-hot, which the optimizer approaches slowly, so a plateau sits
+#: just above it (measured: 0.5-1.8% above on the trained double-softmax runs).
+FLOOR_ABOVE_TOL = 0.02
 #: Largest class count considered.
 MAX_K = 1000
 #: Largest class count read from a run's first loss (the first losses are noisy).
@@ -181,28 +185,25 @@ def collapsed_to_chance(run: Run, train: Trace) -> ChanceEvent | None:
 
 
 def double_softmax_floor(tr: Trace, onset: int) -> ChanceEvent | None:
-    """A plateau at ln(1 + (k-1)/e) (within 0.4%) that the loss never crossed (lowest block
-    median not below it by more than 3 block sigmas), in a run whose first losses sat at ln k
-    for the same k: the loss a softmax applied twice cannot get under."""
+    """A plateau at ln(1 + (k-1)/e) (from 0.4% below to 2% above) that the loss never crossed
+    (lowest block median not below it by more than 3 block sigmas), in a run whose first
+    losses sat at ln k for the same k: the loss a softmax applied twice cannot get under."""
     i = int(np.searchsorted(tr.steps, onset))
     if len(tr) - i < 5:
         return None
     level = median(tr.values[i:])
     if not math.isfinite(level) or not 0 < level < 7.0:
         return None
-    # Invert ln(1 + (k-1)/e) = level for k, then check the nearest integer.
-    k = round(1 + math.e * (math.exp(level) - 1))
-    if not 2 <= k <= MAX_K:
+    # The class count comes from the start (a from-scratch classifier starts at ln k, through
+    # two softmaxes as through one); the plateau must then sit at that k's floor.
+    k = start_classes(tr)
+    if k is None:
         return None
     floor = math.log(1 + (k - 1) / math.e)
-    if abs(level - floor) > FLOOR_TOL * floor:
+    if not -FLOOR_TOL * floor <= level - floor <= FLOOR_ABOVE_TOL * floor:
         return None
     lowest, sig = _lowest(tr)
     if lowest < floor - max(3 * sig, FLOOR_TOL * floor):
-        return None
-    # The same model started at ln k (near-uniform probabilities through two softmaxes): the
-    # class count read from the start must be the floor's, or the match is a coincidence.
-    if start_classes(tr) != k:
         return None
     return ChanceEvent(kind="double_softmax", metric=tr.metric, k=k, landmark=floor,
                        level=level, lowest=lowest, onset_step=onset)
