@@ -159,3 +159,26 @@ def test_classifier_loss_above_uniform_with_an_accuracy_logged_is_a_divergence()
     # the foot of the climb, well before the loss crossed 12.5 nats (~step 100)
     assert f[0].onset_step <= 70 and "an accuracy is logged" in f[0].summary
 
+
+
+def _fairseq_valid(values: list[float], ppl: bool) -> Run:
+    run = Run(source="t")
+    s = np.arange(12854, 12854 + 280 * len(values), 280)[: len(values)]
+    run.add("val_loss", s, np.array(values))
+    if ppl:
+        run.add("valid_ppl", s, np.exp(np.array(values)))
+    return run
+
+
+def test_validation_only_cross_entropy_that_jumps_nats_and_stays_is_a_divergence() -> None:
+    # fairseq valid lines only: 5.99 nats, then a jump to 12.4 that comes back only to ~8.8
+    # (+2.8 nats: 16x the perplexity) - 1.46x the loss, under the generic 1.5x rule
+    vals = [5.99, 12.41, 11.67, 9.24, 8.94, 8.92, 8.83, 8.75, 11.79]
+    f = _loud(_fairseq_valid(vals, ppl=True), "divergence")
+    assert len(f) == 1 and f[0].onset_step == 12854 + 280 and "perplexity" in f[0].summary
+
+
+def test_validation_only_cross_entropy_falling_with_noise_is_quiet() -> None:
+    rng = np.random.default_rng(9)
+    vals = list(6.5 - 0.08 * np.arange(12) + rng.normal(0, 0.05, 12))
+    assert not _loud(_fairseq_valid(vals, ppl=True), "divergence")

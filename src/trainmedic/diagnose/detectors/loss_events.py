@@ -53,6 +53,10 @@ DIVERGE_ERROR_RATIO = 3.0
 #: whatever the noise: a loss that swings wildly while it climbs (gradients that accumulate
 #: without zero_grad) inflates the block-to-block noise until 5 sigmas exceed the climb.
 DIVERGE_ALWAYS_RATIO = 10.0
+#: A cross-entropy (a perplexity or an accuracy is logged) that stays this many nats above its
+#: running minimum is elevated too, when that is less than DIVERGE_RATIO: e times the
+#: perplexity.
+CE_DIVERGE_NATS = 1.0
 
 
 # --------------------------------------------------------------------------- loss_spike
@@ -505,6 +509,7 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
     # Without a training loss, the validation loss is the only curve there is (fairseq's
     # valid lines, an eval-only export): it is judged the same way.
     trs = traces(run, "loss", min_points=8) or traces(run, "val_loss", min_points=8)
+    ce = _ce_reason(run) is not None
     for tr in trs:
         if tr.metric == "loss" and collapsed_to_chance(run, tr) is not None:
             continue  # a rise that ends at ln k is a collapse to chance: flat_loss reports it
@@ -513,7 +518,11 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             out.append(level)
             continue
         t, is_log = log_if_positive(tr.values)
-        bl = blocks(tr.steps, t, max_blocks=200 if len(tr) >= 600 else max(8, len(tr) // 3))
+        # Evaluations are averages over a whole set already: a short validation-only series
+        # is read point by point (blocks of two would merge the best evaluation with the jump).
+        nmax = 200 if len(tr) >= 600 else len(tr) if (tr.metric != "loss" and len(tr) < 24) \
+            else max(8, len(tr) // 3)
+        bl = blocks(tr.steps, t, max_blocks=nmax)
         lv = bl.median
         nb = len(lv)
         if nb < 4:
@@ -523,7 +532,14 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
         sig_b = diff_sigma(lv)
         if is_log:
             progress = max(0.0, float(lv[0] - cummin[-1]))
-            theta = max(math.log(DIVERGE_RATIO), 5.0 * sig_b, 0.1 * progress)
+            ratio_rise = math.log(DIVERGE_RATIO)
+            if ce:
+                # A cross-entropy's damage is in nats: +1 nat multiplies the perplexity by e
+                # whatever the level, while 1.5x of a 6-nat LM loss is +3 nats (20x the
+                # perplexity). The smaller of the two rises counts.
+                ratio_rise = min(ratio_rise, math.log1p(CE_DIVERGE_NATS *
+                                                        math.exp(-float(cummin[-1]))))
+            theta = max(ratio_rise, 5.0 * sig_b, 0.1 * progress)
             theta_trend = max(math.log(DIVERGE_TREND_RATIO), 5.0 * sig_b, 0.1 * progress)
         else:
             scale_abs = max(abs(float(cummin[-1])), 1e-12)
@@ -622,6 +638,9 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             ev.append(Evidence(tr.metric, None, None, None,
                                note=f"a rise may be expected: {legit}"))
         tail = " and ended above where it started" if undone else ""
+        if ce and is_log:
+            nats = float(inv(end_lv)) - float(inv(best))
+            tail += f" (+{nats:.3g} nats: {math.exp(nats):.3g}x the perplexity)"
         verb = "rose steadily" if trend_branch else "rose"
         out.append(Finding(
             symptom="divergence", severity=sev, confidence=conf, onset_step=onset,
