@@ -195,3 +195,27 @@ def test_appended_runs_are_judged_one_by_one() -> None:
 def test_a_restarting_counter_with_the_loss_carrying_on_is_not_split() -> None:
     assert appended_segments(_appended(["ok", "ok"], fresh=False), None) is None
     assert appended_segments(_appended(["ok", "ok"]), None) is not None
+
+
+def _dnabert_like(train_fall: float) -> Run:
+    # 11 evaluations (HF eval every 200 steps): the best at 800, then a noisy rise of ~15%;
+    # the training loss falls `train_fall` times over from step 800 to the end
+    run = Run("memorize")
+    es = np.arange(200, 2201, 200)
+    run.add("val_loss", es, np.array([0.314, 0.255, 0.267, 0.232, 0.303, 0.272, 0.254, 0.283,
+                                      0.294, 0.294, 0.288]))
+    s = np.arange(10, 2201, 10)
+    at_best = 0.18
+    run.add("loss", s, np.where(s <= 800, 0.7 - (0.7 - at_best) * s / 800,
+                                at_best / train_fall ** ((s - 800) / 1400)))
+    return run
+
+
+def test_a_noisy_rise_while_the_training_loss_falls_7x_is_a_warning() -> None:
+    ev = overfit_events(_dnabert_like(7.0), None)
+    assert len(ev) == 1 and ev[0].best_step == 800 and ev[0].severity == "warning"
+
+
+def test_the_same_noisy_rise_without_memorization_stays_info() -> None:
+    ev = overfit_events(_dnabert_like(1.3), None)
+    assert all(e.severity == "info" for e in ev)

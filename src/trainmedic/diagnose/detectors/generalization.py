@@ -65,6 +65,9 @@ OVERFIT_TWO_AFTER_SHARE = 0.25
 #: With only three evaluations (HF's default 3-epoch fine-tune, one eval per epoch): the
 #: first must be the lowest, the next two rise monotonically, and the last is this much higher.
 OVERFIT_THREE_EVAL_RISE = 0.15
+#: A training loss that fell this many times over from the best evaluation to the end is
+#: memorizing: it corroborates a validation rise of >= 10% at >= OVERFIT_MIN_SIGMAS.
+OVERFIT_MEMORIZED_FALL = 3.0
 #: The training loss may rise by at most this much (relative) over the same interval.
 TRAIN_TOLERANCE = 0.02
 #: A validation loss that jumps >= 2x between two evaluations and stays there, with no
@@ -280,7 +283,7 @@ def overfit_event(run: Run, vt: Trace) -> OverfitEvent | None:
     src, turn = (local, m - max(0, m - 3)) if local.size >= 8 else (t, m)
     sig = _diff_noise(src, turn)
     # Whether to report at all (info) uses the plain robust sigma; the warning the cautious one.
-    sig_mad = _diff_noise(local if local.size >= 8 else t, cautious=False)
+    sig_mad = _diff_noise(src, turn, cautious=False)
     rise_raw_d = end_level - float(t[m])
     rise_raw = _rel(rise_raw_d, float(t[m]), is_log)
     if rise_raw < OVERFIT_MIN_RISE or rise_raw_d < OVERFIT_MIN_SIGMAS * sig_mad:
@@ -331,6 +334,15 @@ def _with_severity(ev: OverfitEvent) -> OverfitEvent:
     if long_rise and ev.sigmas >= need:
         strong = strong or ev.rise >= OVERFIT_LONG_WARN_RISE or (
             ev.rise >= OVERFIT_PROGRESS_RISE and ev.given_back >= OVERFIT_PROGRESS_SHARE)
+    # Memorization corroborates a rise the noise alone leaves at 2.5-4 sigmas: the training
+    # loss fell >= 3x over the same steps while the validation loss rose >= 10% for >= a
+    # quarter of the run (>= 3 evaluations after the best).
+    memorized = (ev.train_at_best is not None and ev.train_at_end is not None
+                 and ev.train_at_end > 0 and ev.train_at_best >= OVERFIT_MEMORIZED_FALL *
+                 ev.train_at_end)
+    if memorized and ev.rise >= OVERFIT_WARN_RISE and ev.sigmas >= OVERFIT_MIN_SIGMAS and \
+            ev.n_after >= 3 and ev.share_after >= OVERFIT_TWO_AFTER_SHARE:
+        strong = True
     if ev.n_after < 3 and (ev.rise < OVERFIT_TWO_AFTER_RISE
                            or ev.share_after < OVERFIT_TWO_AFTER_SHARE):
         strong = False
