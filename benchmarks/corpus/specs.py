@@ -601,3 +601,8 @@ import variants  # noqa: E402
 
 VARIANTS: list[str] = []
 variants.extend(SPECS, add, VARIANTS)
+
+# The fourth batch (variants.extend_severity): every original fault run again with its
+# severity changed (milder or harsher), seed + 40; all tune.
+SEVERITY: list[str] = []
+variants.extend_severity(SPECS, add, SEVERITY)

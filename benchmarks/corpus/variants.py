@@ -74,3 +74,78 @@ def extend(specs: list[dict], add: Callable[..., None], names: list[str]) -> Non
         k = len(group) // 2 if len(group) > 1 else _h(group[0]["name"]) % 2
         for i, s in enumerate(group):
             s["split"] = "holdout2" if i < k else "tune"
+
+
+SEVERITY_SEED_OFFSET = 40
+"""Severity variants' seeds are the original's plus this."""
+
+
+def _severity(sp: dict) -> dict | None:
+    """Overrides that change how hard the fault hits (milder or harsher than the original),
+    or None to leave the fault out of this batch. A detector tuned to one severity misses
+    the next; these runs are where that shows."""
+    f, lr = sp["fault"], sp.get("lr", 1e-3)
+    steps = sp.get("steps", 200)
+    harsh = _h(sp["name"]) % 2 == 0   # half the runs harsher, half milder
+    shift = max(5, steps // 12)
+    table: dict[str, dict] = {
+        "lr_high": dict(lr=lr * (3.0 if harsh else 0.3)),
+        "lr_low": dict(lr=3e-7 if harsh else 2e-6),
+        "no_zero_grad": dict(lr=lr * (2.0 if harsh else 0.5)),
+        "double_softmax": dict(lr=lr * (3.0 if harsh else 0.5)),
+        "shuffled_labels": dict(lr=lr * (3.0 if harsh else 0.5)),
+        "wd_high": dict(wd=100.0 if harsh else 10.0),
+        "bn_eval": dict(lr=lr * (2.0 if harsh else 0.5)),
+        "class_sorted": dict(lr=lr * (2.0 if harsh else 0.5)),
+        "accum_not_divided": dict(accum=16 if harsh else 4),
+        "summed_loss": dict(lr=lr * (2.0 if harsh else 0.3)),
+        "frozen": dict(lr=lr * (3.0 if harsh else 0.5)),
+        "bad_init": dict(init_scale=sp.get("init_scale", 100.0) * (3.0 if harsh else 0.3)),
+        "vanishing": dict(depth=sp.get("depth", 16) + (6 if harsh else -4)),
+        "lr_rising": dict(lr=lr * (2.0 if harsh else 0.5)),
+        "warmup_diverge": dict(lr=lr * (2.0 if harsh else 0.6),
+                               warmup=int(sp.get("warmup", 150) * 0.7)),
+        "poisoned_batches": dict(spike_steps=[s + shift for s in sp.get("spike_steps", [])
+                                              if s + shift < steps]),
+        "slow_loader": dict(load_sleep=sp.get("load_sleep", 0.006) * (2.0 if harsh else 0.5)),
+        "periodic_stall": dict(stall_s=(sp.get("stall_s") or 0.2) * (2.0 if harsh else 0.4)),
+        "straggler": dict(straggle_s=sp.get("straggle_s", 0.01) * (2.0 if harsh else 0.5),
+                          straggle_at=int(sp.get("straggle_at", steps // 2) * 0.7)),
+        "throughput_regression": dict(straggle_at=int(sp.get("straggle_at", steps // 2) *
+                                                      (1.3 if harsh else 0.6))),
+        "memory_growth": dict(batch=max(16, sp.get("batch", 64) // 2)),
+        "overfitting": dict(n_train=sp.get("n_train", 64) * (1 if harsh else 2),
+                            steps=int(steps * (1.5 if harsh else 1.0))),
+        "eval_nan": dict(nan_evals=[e + 2 for e in sp.get("nan_evals", [])]),
+        "tiny_loss_jump": dict(spike_steps=[s + shift for s in sp.get("spike_steps", [])
+                                            if s + shift < steps]),
+        "appended_runs": dict(steps=int(steps * 0.7)),
+        "resume_repeat": dict(crash_at=sp.get("crash_at", 200) - shift),
+        "optimizer_copy": dict(steps=int(steps * 1.5)),
+        "nan_filtered": dict(lr=lr * 0.5),
+        "loss_scale_collapse": dict(anchor_at=sp.get("anchor_at", 60) + shift),
+        "dead_relu": dict(opt="sgd" if sp.get("opt") != "sgd" else "adam",
+                          lr=0.05 if sp.get("opt") != "sgd" else 1e-3),
+        "sched_per_batch": dict(lr=lr * (2.0 if harsh else 0.5)),
+    }
+    return table.get(f)
+
+
+def extend_severity(specs: list[dict], add: Callable[..., None], names: list[str]) -> None:
+    """Append, for every fault run now in ``specs`` that is not itself a variant, one run with
+    the fault's severity changed (``_severity``), seed + 40 and the variant's format rule: all
+    in ``tune``."""
+    base = [sp for sp in specs if sp["fault"] != "none" and sp["seed"] < SEED_OFFSET]
+    for sp in base:
+        over = _severity(sp)
+        if over is None:
+            continue
+        kw = {k: v for k, v in sp.items() if k not in DERIVED and k not in ("family", "fault")}
+        kw.update(over)
+        kw["story"] = f"{sp.get('story', '')} [severity variant: {over}]"
+        kw["split"] = "tune"
+        parts = sp["name"].split("-")
+        tag = "sev" + (parts[2] if len(parts) > 4 else "")
+        add(sp["family"], sp["fault"], variant_format(sp), sp["seed"] + SEVERITY_SEED_OFFSET,
+            tag, **kw)
+        names.append(specs[-1]["name"])

@@ -360,6 +360,24 @@ def test_memory_growth() -> None:
     assert f.severity == "warning" and f.metric == "mem_alloc_mb"
 
 
+def test_a_steady_leak_of_60_mb_on_500_mb_warns() -> None:
+    # every step's graph kept in a list: +60 MB over 200 steps (12%), steadily up to the end
+    run = Run("leak")
+    steps = np.arange(200)
+    rng = np.random.default_rng(16)
+    run.add("mem_alloc_mb", steps, 500 + 60 * (steps / 199) ** 1.5 + rng.normal(0, 0.2, 200))
+    f = worst(run_detector("memory_growth", run))
+    assert f.severity == "warning"
+
+
+def test_a_warm_up_climb_that_levels_off_is_no_leak() -> None:
+    run = Run("warm")
+    steps = np.arange(200)
+    rng = np.random.default_rng(17)
+    run.add("mem_alloc_mb", steps, 500 + 80 * (1 - np.exp(-steps / 8)) + rng.normal(0, 0.2, 200))
+    assert not [f for f in run_detector("memory_growth", run) if f.level >= 1]
+
+
 def test_straggler_on_compute_time() -> None:
     run = Run("ddp")
     rng = np.random.default_rng(14)

@@ -22,7 +22,8 @@ __all__ = ["MEMORY_METRICS", "GROWTH_WARN_REL", "GROWTH_INFO_REL"]
 #: mem_peak_mb counts too: a peak that is reset every step (Detectron2's ``max_mem``) or never
 #: reset both stay flat after warm-up in a healthy run and climb with a leak.
 MEMORY_METRICS = ("mem_alloc_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb")
-#: Relative growth after warm-up: warning at >= 20% (and >= 100 MB), info at >= 5% (>= 20 MB).
+#: Relative growth after warm-up: warning at >= 20% (and >= 100 MB) or a steady >= 50 MB, info
+#: at >= 5% (>= 20 MB).
 GROWTH_WARN_REL = 0.20
 GROWTH_WARN_MB = 100.0
 GROWTH_STEADY_MB = 50.0
@@ -35,7 +36,8 @@ def detect_memory_growth(run: Run) -> list[Finding] | NotRun:
     """After skipping the first 10% of points: end level (median of the last 3 of <= 50 block
     medians) minus start level (first 3), with >= 60% of block-to-block moves upward, a
     positive Theil-Sen slope, and >= 15% of the growth in the last quarter (still growing).
-    Warning at >= 20% and >= 100 MB, or >= 50 MB with >= 80% of moves upward; else info."""
+    Warning at >= 20% and >= 100 MB, or >= 50 MB (and >= 5%) with >= 80% of moves upward
+    whatever its share: a leak per step costs with the run's length, not with the base."""
     out: list[Finding] = []
     ran = False
     for metric in MEMORY_METRICS:
@@ -65,9 +67,10 @@ def detect_memory_growth(run: Run) -> list[Finding] | NotRun:
             if up_frac < 0.6 or slope <= 0 or last_q < 0.15 * growth:
                 continue
             # Cost: a climb of >= 20% that is >= 100 MB, or >= 50 MB when it is steady (>= 80%
-            # of moves up: a leak per step, whose cost grows with the run's length).
-            strong = rel >= GROWTH_WARN_REL and (
-                growth >= GROWTH_WARN_MB or (growth >= GROWTH_STEADY_MB and up_frac >= 0.8))
+            # of moves up: a leak per step, whose cost grows with the run's length, however
+            # large the base it sits on).
+            strong = (rel >= GROWTH_WARN_REL and growth >= GROWTH_WARN_MB) or (
+                growth >= GROWTH_STEADY_MB and up_frac >= 0.8)
             sev: Severity = "warning" if strong else "info"
             per_k = slope * 1000.0
             onset = int(s[0])
