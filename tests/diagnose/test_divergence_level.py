@@ -182,3 +182,17 @@ def test_validation_only_cross_entropy_falling_with_noise_is_quiet() -> None:
     rng = np.random.default_rng(9)
     vals = list(6.5 - 0.08 * np.arange(12) + rng.normal(0, 0.05, 12))
     assert not _loud(_fairseq_valid(vals, ppl=True), "divergence")
+
+
+def test_the_last_swing_of_a_loss_that_swings_is_not_a_divergence() -> None:
+    # class-sorted data: each new class block lifts the loss back to ~1-5, then it falls to
+    # ~1e-3 inside the block; the log ends inside a new block, high again
+    rng = np.random.default_rng(10)
+    s = np.arange(200)
+    pos = s % 26
+    loss = np.where(s < 13, 1.36 * np.exp(-s / 3),
+                    3.0 * np.exp(-pos / 2.5) + 1e-3) * np.exp(rng.normal(0, 0.3, 200))
+    loss[185:] = 0.45 * np.exp(rng.normal(0, 0.3, 15))
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    assert not _loud(run, "divergence")

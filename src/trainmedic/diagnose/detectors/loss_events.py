@@ -489,6 +489,19 @@ def _swings_inside(lv: np.ndarray, amp: float) -> bool:
     return len(_zigzag(lv, amp)) - 2 >= 4
 
 
+def _revisited(lv: np.ndarray, k: int, theta: float) -> bool:
+    """Whether the level of the elevated suffix ``lv[k:]`` was reached before it, after the
+    loss had first fallen clearly below it (by ``theta``), and left again downwards: a new
+    swing to an old height, not a rise to where the run never went back to."""
+    level = median(lv[k:])
+    below = np.flatnonzero(lv[:k] < level - theta)
+    if below.size == 0:
+        return False
+    seg = lv[int(below[0]):k]
+    up = np.flatnonzero(seg >= level)
+    return bool(up.size) and bool(np.any(seg[int(up[0]) + 1:] < level - theta))
+
+
 def _cyclic(run: Run, rank: int | None) -> bool:
     from trainmedic.diagnose.detectors.loss_progress import _cyclic_lr
 
@@ -600,6 +613,10 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
                 theil_sen_z(lv[k:])[1] < 2.0:
             # Up and down by as much as it rose, typically under 2x its best, with no upward
             # trend: an oscillation (class-sorted data), not a divergence.
+            continue
+        elif _revisited(lv, k, theta):
+            # The loss was up at this level before, after its descent, and came back down:
+            # the last of its swings (class-sorted data), which `oscillation` reports.
             continue
         # The lowest level before the rise, then the change point between it and the rise.
         kmin = int(np.argmin(lv[:k])) if k > 0 else 0
