@@ -174,6 +174,13 @@ def test_tune_sample_scores_without_crash_and_no_healthy_run_flagged(labels):
     ("resnet-wd_high-ns-s21", {"flat_loss"}, {"divergence", "plateau"}),
     # a loss printed with 4 decimals reaches 0.0000: not frozen weights
     ("mlp-ok-tozero-print-s31", set(), {"plateau"}),
+    # a summed loss blows up early; the validation loss follows: one incident, the val rise
+    # is the divergence seen on the evaluations (a related entry), not overfitting
+    ("mlp-summed_loss-sev-ns-s40", {"divergence"}, {"overfitting"}),
+    # class-sorted data: the loss ends on one more swing up, not a divergence
+    ("gru-class_sorted-sev-ns-s50", {"oscillation"}, {"divergence"}),
+    # a GRU at chance that starts to learn: its gradients grow tenfold as the loss falls
+    ("gru-slow_loader-sev-units-s42", {"input_bound"}, {"exploding_gradients"}),
 ])
 def test_trained_runs_read_as_their_cause(name, loud, quiet):
     sys.path.insert(0, str(CORPUS))

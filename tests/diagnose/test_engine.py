@@ -196,3 +196,4 @@ def test_no_curve_shape_findings_on_nan_masked_losses() -> None:
     assert "nan_masked_in_logs" in symptoms
     assert symptoms["nan_masked_in_logs"].onset_step == 640
     assert not {"plateau", "flat_loss", "oscillation"} & set(symptoms), symptoms
+

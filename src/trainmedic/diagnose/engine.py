@@ -92,7 +92,9 @@ def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
 #: collapsed, the "plateau" of a loss that diverged, the throughput a stalled input lost.
 CONSEQUENCES: dict[str, frozenset[str]] = {
     "lr_schedule_anomaly": frozenset({"plateau", "flat_loss"}),
-    "divergence": frozenset({"plateau", "oscillation"}),
+    # A validation loss that rises after the training loss diverged is the divergence seen on
+    # the evaluations, not memorization.
+    "divergence": frozenset({"plateau", "oscillation", "overfitting"}),
     "nonfinite_loss": frozenset({"plateau", "oscillation", "flat_loss"}),
     "input_bound": frozenset({"throughput_regression", "step_time_outliers"}),
     "straggler": frozenset({"throughput_regression"}),

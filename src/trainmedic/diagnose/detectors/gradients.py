@@ -135,8 +135,10 @@ def _loss_fall(run: Run, rank: int | None) -> tuple[float | None, float | None]:
     return (head - tail) / abs(head), head
 
 
-#: Sustained grad-norm growth is info when the loss fell by this share over the same steps.
-GROWTH_LEARNING_FALL = 0.33
+#: Sustained grad-norm growth is info when the loss fell by this share over the same steps: a
+#: model leaving a plateau (a GRU at chance that starts to learn) grows its gradients tenfold
+#: while the loss falls a quarter (measured on a trained run: 31%), which is learning.
+GROWTH_LEARNING_FALL = 0.2
 
 
 def _loss_fell_since(run: Run, rank: int | None, step: int) -> float | None:

@@ -546,10 +546,11 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
         if is_log:
             progress = max(0.0, float(lv[0] - cummin[-1]))
             ratio_rise = math.log(DIVERGE_RATIO)
-            if ce:
+            if ce and float(cummin[-1]) <= math.log(CE_ABOVE_UNIFORM_NATS):
                 # A cross-entropy's damage is in nats: +1 nat multiplies the perplexity by e
                 # whatever the level, while 1.5x of a 6-nat LM loss is +3 nats (20x the
-                # perplexity). The smaller of the two rises counts.
+                # perplexity). The smaller of the two rises counts. (Only for a mean loss: a
+                # level above ln(262144) nats is a summed one, whose nats mean nothing.)
                 ratio_rise = min(ratio_rise, math.log1p(CE_DIVERGE_NATS *
                                                         math.exp(-float(cummin[-1]))))
             theta = max(ratio_rise, 5.0 * sig_b, 0.1 * progress)
@@ -655,7 +656,7 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             ev.append(Evidence(tr.metric, None, None, None,
                                note=f"a rise may be expected: {legit}"))
         tail = " and ended above where it started" if undone else ""
-        if ce and is_log:
+        if ce and is_log and float(inv(best)) <= CE_ABOVE_UNIFORM_NATS:
             nats = float(inv(end_lv)) - float(inv(best))
             tail += f" (+{nats:.3g} nats: {math.exp(nats):.3g}x the perplexity)"
         verb = "rose steadily" if trend_branch else "rose"
