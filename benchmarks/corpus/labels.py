@@ -277,6 +277,39 @@ def _train_still_falls(view) -> bool:
     return st.mean(tail) < st.mean(near)
 
 
+def _appended_part_symptoms(res: dict, view: dict) -> list[tuple[str, str]]:
+    """flat_loss / overfitting as one part of an appended log shows them (the measured
+    numbers, part by part): flat when its last fifth is > 85% of its first twentieth or at
+    >= 90% of ln C; overfitting when its last evaluation is > 1.2x its lowest, which is not
+    its last, while its training loss at the end is below where it was at that lowest."""
+    out: list[tuple[str, str]] = []
+    chance = view.get("_chance")
+    parts = sorted({r.get("part", 0) for r in res["steps"]})
+    for p in parts:
+        loss = [r["loss"] for r in res["steps"] if r.get("part", 0) == p
+                and math.isfinite(r["loss"])]
+        if len(loss) >= 10:
+            head = st.mean(loss[: max(1, len(loss) // 20)])
+            tail = st.mean(loss[-max(1, len(loss) // 5):])
+            if tail > 0.85 * head or (chance is not None and tail >= 0.9 * chance):
+                out.append(("flat_loss", f"part {p + 1} of the appended runs stayed flat "
+                                         f"(first {head:.4g}, last fifth {tail:.4g})"))
+        ev = [e for e in res["evals"] if e.get("part", 0) == p
+              and e.get("val_loss") is not None and math.isfinite(e["val_loss"])]
+        vals = [e["val_loss"] for e in ev]
+        if len(vals) >= 3:
+            i = vals.index(min(vals))
+            near = [r["loss"] for r in res["steps"] if r.get("part", 0) == p
+                    and r["step"] <= ev[i]["step"] and math.isfinite(r["loss"])][-5:]
+            end = loss[-max(1, len(loss) // 10):] if loss else []
+            if i < len(vals) - 1 and vals[-1] > 1.2 * vals[i] and near and end and \
+                    st.mean(end) < st.mean(near):
+                out.append(("overfitting", f"part {p + 1} of the appended runs overfits (val "
+                                           f"{vals[i]:.4g} at its best, {vals[-1]:.4g} at its "
+                                           f"end)"))
+    return out
+
+
 def label_run(sp: dict, res: dict, view: dict) -> dict:
     faults, notes = [], [sp.get("story", "")]
     if res["kind"] == "ce":   # ln C, in bits where the log reports base-2 losses (fairseq)
@@ -348,6 +381,14 @@ def label_run(sp: dict, res: dict, view: dict) -> dict:
             notes.append(f"median step time {a * 1e3:.2f} ms in the first fifth, "
                          f"{b * 1e3:.2f} ms in the slowest later fifth (machine load, not "
                          f"injected): tolerated.")
+    # runs appended into one file: each is a training of its own, and what one of them shows
+    # (a run that never left chance, a run that overfits) is real data the fault (the
+    # appending) did not cause: tolerated where a part shows it
+    if sp.get("appended"):
+        for sym, why in _appended_part_symptoms(res, view):
+            if not any(f["symptom"] == sym for f in faults + tolerated):
+                tolerated.append({"symptom": sym, "onset_step": None})
+                notes.append(f"{why}: tolerated.")
     # a loss that turned NaN in a format whose logger filters NaN (HF's
     # logging_nan_inf_filter) shows nan_masked_in_logs whatever the fault was: tolerated
     seen = {f["symptom"] for f in faults + tolerated}
