@@ -196,3 +196,25 @@ def test_the_last_swing_of_a_loss_that_swings_is_not_a_divergence() -> None:
     run = Run(source="t")
     run.add("loss", s, loss)
     assert not _loud(run, "divergence")
+
+
+def test_a_loss_that_blows_up_at_its_first_steps_and_never_comes_back() -> None:
+    # SGD lr 15 on a 4-class CNN: 1.37 at step 0, then 5-20 for the rest of the run
+    rng = np.random.default_rng(13)
+    s = np.arange(200)
+    loss = np.where(s == 0, 1.37, 11.0 * np.exp(rng.normal(0, 0.5, 200)))
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    f = _loud(run, "divergence")
+    assert len(f) == 1 and f[0].severity == "error" and f[0].onset_step <= 2
+
+
+def test_a_first_point_below_a_noisy_healthy_descent_is_not_a_blow_up() -> None:
+    # a healthy run whose first logged loss is low by chance and then falls
+    rng = np.random.default_rng(14)
+    s = np.arange(200)
+    loss = (2.0 * np.exp(-s / 50) + 0.3) * np.exp(rng.normal(0, 0.1, 200))
+    loss[0] = 1.0
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    assert not _loud(run, "divergence")

@@ -479,6 +479,41 @@ def _ce_above_uniform(run: Run, tr: Trace) -> Finding | None:
                                       "the lowest loss so far")))
 
 
+#: A loss whose last half sits this many times above its first logged value, and that never
+#: came back within 2x of it after its first few points, blew up at its first steps.
+NEVER_BACK_RATIO = 5.0
+
+
+def _never_back_to_start(run: Run, tr: Trace) -> Finding | None:
+    """The loss jumped within its first few logged points and never came back: the median of
+    its last half is >= 5x its first logged value, and >= 90% of the points after the first
+    5% are >= 2x it. An lr far too high blows a model up at its first steps; the jump is inside
+    the first block, so the running-minimum rule (block medians) cannot see it. Not when a
+    rise may be legitimate (RL, a GAN). Error; onset at the first point >= 2x the first."""
+    if tr.metric != "loss" or len(tr) < 10 or _rise_expected(run):
+        return None
+    v0 = float(tr.values[0])
+    if not (math.isfinite(v0) and v0 > 0):
+        return None
+    late = median(tr.values[len(tr) // 2:])
+    rest = tr.values[max(1, len(tr) // 20):]
+    if not late >= NEVER_BACK_RATIO * v0 or float(np.mean(rest >= 2.0 * v0)) < 0.9:
+        return None
+    first_up = int(np.flatnonzero(tr.values >= 2.0 * v0)[0])
+    if first_up > max(3, len(tr) // 20):
+        return None  # a later climb: the running-minimum rule sees it, with its own onset
+    onset = int(tr.steps[first_up])
+    return Finding(
+        symptom="divergence", severity="error", confidence=0.8, onset_step=onset,
+        end_step=None, rank=tr.rank, metric="loss",
+        summary=(f"loss jumped from {fmt(v0)} at its first logged step to {fmt(late)} (median "
+                 f"of the second half, {late / v0:.3g}x) and never came back within 2x of "
+                 f"where it started: the model blew up in its first steps"),
+        evidence=(Evidence("loss", int(tr.steps[0]), v0, None, note="first logged loss"),
+                  Evidence("loss", int(tr.steps[-1]), late, v0,
+                           note="median of the second half vs the first logged loss")))
+
+
 def _swings_inside(lv: np.ndarray, amp: float) -> bool:
     """Whether an elevated stretch of block medians itself swings up and down (>= 4 reversals
     of at least ``amp``, half the elevation threshold): a loss that keeps falling back towards
@@ -526,7 +561,7 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
     for tr in trs:
         if tr.metric == "loss" and collapsed_to_chance(run, tr) is not None:
             continue  # a rise that ends at ln k is a collapse to chance: flat_loss reports it
-        level = _ce_above_uniform(run, tr)
+        level = _ce_above_uniform(run, tr) or _never_back_to_start(run, tr)
         if level is not None:
             out.append(level)
             continue
