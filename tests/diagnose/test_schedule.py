@@ -120,3 +120,21 @@ def test_warm_restarts_by_design_are_not_cycles() -> None:
     t = np.where(s < 100, s / 100, np.where(s < 300, (s - 100) / 200, (s - 300) / 400))
     lr = 1e-3 * 0.5 * (1 + np.cos(np.pi * t))
     assert _events(_run(lr)) == []
+
+
+def test_a_geometric_rise_is_not_a_warm_up_even_when_the_loss_falls() -> None:
+    # ExponentialLR(gamma=1.02) where 0.98 was meant: x1.02 per step for the whole run; the
+    # loss still falls at the end, as the lr finally gets large enough
+    rng = np.random.default_rng(21)
+    lr = 2e-4 * 1.02 ** np.arange(200)
+    f = [f for f in diagnose(_run(lr, _loss(rng, lr))).findings
+         if f.symptom == "lr_schedule_anomaly"]
+    assert f and f[0].severity == "warning" and "geometrically" in f[0].summary
+
+
+def test_a_linear_warm_up_longer_than_the_run_with_a_falling_loss_stays_info() -> None:
+    rng = np.random.default_rng(22)
+    lr = 1e-3 * (np.arange(300) + 1) / 3000
+    f = [f for f in diagnose(_run(lr, _loss(rng, lr))).findings
+         if f.symptom == "lr_schedule_anomaly"]
+    assert f and f[0].severity == "info" and "geometrically" not in f[0].summary

@@ -39,6 +39,10 @@ RISE_MIN_FRACTION = 0.6
 RISE_RATIO = 2.0
 #: A rise under which the loss still fell by this share over the last 40% is info.
 RISE_HARMLESS_GAIN = 0.05
+#: A rise whose increments grow this many times from its first quarter to its last is
+#: geometric (the lr is multiplied every step: ExponentialLR with gamma > 1), not a warm-up:
+#: linear warm-ups have constant increments and cosine ones shrinking increments at the end.
+RISE_GEOMETRIC_ACCEL = 3.0
 #: Cyclic collapse: the lr falls from >= half its peak to <= 5% of it at least this many
 #: times (a per-epoch CosineAnnealingLR stepped per batch restarts every T_max steps; warm
 #: restarts by design (SGDR) run a handful of cycles, usually growing).
@@ -61,6 +65,9 @@ class ScheduleEvent:
     ``cycles``, the number of cycles."""
     loss_gain_before: float | None = None
     """Relative fall of the loss level from the start to the onset."""
+    per_step_ratio: float | None = None
+    """``rise``: when the lr grew geometrically (its increments grew >= RISE_GEOMETRIC_ACCEL x
+    from the first to the last quarter of the rise), its mean ratio per logged step."""
 
 
 def _loss_gain(run: Run, rank: int | None, lo: int, hi: int) -> float | None:
@@ -152,10 +159,16 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
         moves = int(np.count_nonzero(np.diff(t[k:]) > 1e-9))
         if still and rise_frac >= RISE_MIN_FRACTION and grew >= RISE_RATIO and moves >= 5:
             tail_from = int(last - 0.4 * span)
+            d = np.diff(v[k:])
+            q = max(2, d.size // 4)
+            head_inc, tail_inc = float(np.mean(d[:q])), float(np.mean(d[-q:]))
+            geometric = d.size >= 8 and head_inc > 0 and \
+                tail_inc >= RISE_GEOMETRIC_ACCEL * head_inc
             out.append(ScheduleEvent(
                 kind="rise", onset_step=int(steps[k]), peak_lr=peak,
                 peak_step=int(steps[peak_i]), end_lr=float(v[-1]), fraction=rise_frac,
-                loss_gain_after=_loss_gain(run, tr.rank, tail_from, last)))
+                loss_gain_after=_loss_gain(run, tr.rank, tail_from, last),
+                per_step_ratio=grew ** (1.0 / d.size) if geometric else None))
     return out
 
 
@@ -234,6 +247,13 @@ def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
                     f"; over the last 40% of the run the loss changed by "
                     f"{-100 * ev.loss_gain_after:+.1f}%: the rising lr is costing progress")
     rise_sev: Severity = "info" if (partial or harmless) else "warning"
+    if ev.per_step_ratio is not None:
+        # Not a warm-up at all, whatever the loss did: the lr is multiplied every step.
+        summary += (f"; it grows geometrically, x{ev.per_step_ratio:.4g} per logged step (its "
+                    f"increments grew >= {RISE_GEOMETRIC_ACCEL:g}x from the first quarter of "
+                    f"the rise to the last): an ExponentialLR with gamma > 1, a decay factor "
+                    f"inverted, or an lr range test")
+        rise_sev = "warning"
     return Finding(symptom="lr_schedule_anomaly", severity=rise_sev,
                    confidence=0.4 if rise_sev == "info" else 0.75,
                    onset_step=ev.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank,
