@@ -140,3 +140,25 @@ def test_a_plateau_well_above_the_double_softmax_floor_is_not_it() -> None:
     loss = level + (math.log(K) - level) * np.exp(-s / 20) + rng.normal(0, 0.002, 300)
     f = [f for f in diagnose(_run(loss)).findings if f.symptom == "plateau"]
     assert not f or "softmax applied twice" not in f[0].summary
+
+
+def test_a_model_that_never_beat_its_first_loss_is_flat() -> None:
+    # Adam at lr 0.3 on a GRU: the loss thrashes around and above its first value (1.35, near
+    # ln 4 but not within 1.5%), the validation loss never gets below it
+    rng = np.random.default_rng(30)
+    n = 200
+    loss = 1.35 * np.exp(np.abs(rng.normal(0, 0.15, n)))
+    loss[0] = 1.35
+    val = 1.37 * np.exp(np.abs(rng.normal(0, 0.1, 8)))
+    f = [f for f in diagnose(_run(loss, val)).findings if f.symptom == "flat_loss"]
+    assert f and f[0].severity == "warning" and "never got better" in f[0].summary
+
+
+def test_a_fine_tune_that_improves_a_little_on_its_first_loss_is_quiet() -> None:
+    # starts at 1.70 (pretrained), train settles 8% lower, val 5% lower: it learned
+    rng = np.random.default_rng(31)
+    n = 120
+    s = np.arange(n)
+    loss = 1.70 - 0.14 * (1 - np.exp(-s / 20)) + rng.normal(0, 0.01, n)
+    val = 1.62 + rng.normal(0, 0.002, n // 25)
+    assert _loud(_run(loss, val)) == []

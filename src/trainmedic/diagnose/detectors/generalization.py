@@ -283,7 +283,10 @@ def overfit_event(run: Run, vt: Trace) -> OverfitEvent | None:
     src, turn = (local, m - max(0, m - 3)) if local.size >= 8 else (t, m)
     sig = _diff_noise(src, turn)
     # Whether to report at all (info) uses the plain robust sigma; the warning the cautious one.
-    sig_mad = _diff_noise(src, turn, cautious=False)
+    # (With and without the best evaluation's own second differences, the lower: a sharp
+    # minimum inflates the MAD of a handful of differences, and so does a curve still bending
+    # near its first points; whichever the event is, it should not count as noise.)
+    sig_mad = min(_diff_noise(src, turn, cautious=False), _diff_noise(src, cautious=False))
     rise_raw_d = end_level - float(t[m])
     rise_raw = _rel(rise_raw_d, float(t[m]), is_log)
     if rise_raw < OVERFIT_MIN_RISE or rise_raw_d < OVERFIT_MIN_SIGMAS * sig_mad:

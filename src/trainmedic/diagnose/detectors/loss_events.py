@@ -519,7 +519,7 @@ def _swings_inside(lv: np.ndarray, amp: float) -> bool:
     of at least ``amp``, half the elevation threshold): a loss that keeps falling back towards
     its best and climbing again (class-sorted data, an lr at the edge of stability)
     oscillates."""
-    from trainmedic.diagnose.detectors.loss_progress import _zigzag
+    from trainmedic.diagnose.detectors.oscillation import _zigzag
 
     return len(_zigzag(lv, amp)) - 2 >= 4
 
@@ -538,7 +538,7 @@ def _revisited(lv: np.ndarray, k: int, theta: float) -> bool:
 
 
 def _cyclic(run: Run, rank: int | None) -> bool:
-    from trainmedic.diagnose.detectors.loss_progress import _cyclic_lr
+    from trainmedic.diagnose.detectors.oscillation import _cyclic_lr
 
     return _cyclic_lr(run, rank)
 

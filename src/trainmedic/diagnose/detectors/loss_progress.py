@@ -1,8 +1,8 @@
-"""Detectors for how the loss progresses: not at all (flat), then not any more (plateau), or
-back and forth (oscillation).
+"""Detectors for how the loss progresses: not at all (flat) or not any more (plateau); back
+and forth is ``oscillation.py``'s.
 
-All three look at block medians in log space (for positive losses), so the per-point noise
-of a small-batch loss is averaged out before any level is compared.
+Both look at block medians in log space (for positive losses), so the per-point noise of a
+small-batch loss is averaged out before any level is compared.
 """
 
 from __future__ import annotations
@@ -280,7 +280,66 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
             out = [f for f in out if f.rank != tr.rank]
             out.append(_chance_finding(stuck, tr) if stuck.kind == "chance"
                        else _collapse_finding(stuck, tr))
+            continue
+        if any(f.rank == tr.rank and f.level >= 1 for f in out):
+            continue
+        unbeaten = _never_beat_first(run, tr)
+        if unbeaten is not None:
+            out = [f for f in out if f.rank != tr.rank]
+            out.append(unbeaten)
     return out
+
+
+#: Never beat its own first loss: the validation loss's best (running median of 3) is at
+#: least this share of the first training loss ...
+UNBEATEN_VAL = 0.97
+#: ... and the training loss's lowest block median at least this share of it ...
+UNBEATEN_TRAIN = 0.93
+#: ... but not this far above it (a loss that blew up is a divergence's).
+UNBEATEN_MAX = 1.3
+
+
+def _never_beat_first(run: Run, tr: Trace) -> Finding | None:
+    """The model never got better than it was at its first step: over >= 30 training points
+    and >= 5 evaluations, the validation loss's best running median of 3 is >= 97% of the
+    first training loss (the lower of the first point and the median of the first three), and
+    the training loss's lowest block median is >= 93% of it (and neither above 1.3x: that is a
+    blow-up). A from-scratch model starts at chance, so this is "never beat chance" without
+    knowing the class count; a fine-tune starts at its pretrained loss, and one that never
+    improves on it did not learn either. An lr so high that the model thrashes, labels
+    detached from the inputs, weights decayed to zero. Not on a log that starts late (a
+    resume). Warning."""
+    if len(tr) < 30 or tr.steps[0] > max(10 * tr.interval, 0.2 * max(1, int(tr.steps[-1]))):
+        return None
+    val = Trace.of(run, "val_loss", tr.rank) or Trace.of(run, "val_loss", None)
+    if val is None or len(val) < 5:
+        return None
+    first = min(float(tr.values[0]), median(tr.values[:3]))
+    if not first > 0:
+        return None
+    best_val = min(median(val.values[i:i + 3]) for i in range(len(val) - 2))
+    bl = blocks(tr.steps, tr.values, max_blocks=min(50, max(3, len(tr) // 3)))
+    best_train = float(bl.median.min())
+    rv, rt = best_val / first, best_train / first
+    if not (UNBEATEN_VAL <= rv <= UNBEATEN_MAX and UNBEATEN_TRAIN <= rt <= UNBEATEN_MAX):
+        return None
+    return Finding(
+        symptom="flat_loss", severity="warning", confidence=0.7,
+        onset_step=int(tr.steps[0]), end_step=int(tr.steps[-1]), rank=tr.rank,
+        metric="val_loss",
+        summary=(f"the model never got better than at its first step: the validation loss's "
+                 f"best ({fmt(best_val)}) is {100 * rv:.0f}% of the first training loss "
+                 f"({fmt(first)}) and the training loss never got more than "
+                 f"{100 * (1 - rt):.0f}% below it, over {len(tr)} logged points (an lr so "
+                 f"high the model thrashes, labels detached from the inputs, or weights "
+                 f"decayed to zero)"),
+        evidence=(Evidence("loss", int(tr.steps[0]), first, None,
+                           note="first training loss (the lower of the first point and the "
+                                "median of the first three)"),
+                  Evidence("val_loss", None, best_val, first,
+                           note="lowest running median of 3 evaluations vs the first loss"),
+                  Evidence("loss", None, best_train, first,
+                           note="lowest block median of the training loss vs the first")))
 
 
 def _collapse_finding(ev: ChanceEvent, tr: Trace) -> Finding:
@@ -468,134 +527,3 @@ def _pinned_eval(run: Run, rank: int | None) -> tuple[int, float] | None:
         if len(v) - k >= 3 and k >= 1:
             return int(val.steps[k]), float(v[-1])
     return None
-
-
-# --------------------------------------------------------------------------- oscillation
-def _zigzag(x: np.ndarray, amp: float) -> list[int]:
-    """Indices of alternating extrema whose successive differences are all >= ``amp``."""
-    piv = [0]
-    direction = 0
-    for i in range(1, len(x)):
-        d = x[i] - x[piv[-1]]
-        if direction == 0:
-            if abs(d) >= amp:
-                direction = 1 if d > 0 else -1
-                piv.append(i)
-        elif direction > 0:
-            if x[i] > x[piv[-1]]:
-                piv[-1] = i
-            elif x[piv[-1]] - x[i] >= amp:
-                direction = -1
-                piv.append(i)
-        else:
-            if x[i] < x[piv[-1]]:
-                piv[-1] = i
-            elif x[i] - x[piv[-1]] >= amp:
-                direction = 1
-                piv.append(i)
-    return piv
-
-
-#: Oscillation: the median swing must also span this share of the starting loss level.
-OSC_MIN_LINEAR_SHARE = 0.05
-#: Oscillation: swings of this ratio repeated >= 6 times are a warning too, when the swinging
-#: stretch has no trend (|robust slope| < 3 standard errors): a noisy loss still falling
-#: fast also zig-zags, a model that forgets and relearns goes nowhere.
-OSC_REPEATED_RATIO = 1.5
-OSC_STATIONARY_Z = 3.0
-
-
-def _cyclic_lr(run: Run, rank: int | None) -> bool:
-    """True when the logged lr itself swings up and down by >= 2x at least twice (warm
-    restarts, cyclical lr), so a loss that follows it is not a fault."""
-    lr = Trace.of(run, "lr", rank) or Trace.of(run, "lr", None)
-    if lr is None or len(lr) < 10 or bool(np.any(lr.values <= 0)):
-        return False
-    lv = blocks(lr.steps, np.log(lr.values), max_blocks=200).median
-    return len(_zigzag(lv, math.log(2.0))) - 2 >= 2
-
-
-@register_detector("oscillation", requires=("loss",))
-def detect_oscillation(run: Run) -> list[Finding] | NotRun:
-    """Block medians (>= 3 points each, >= 10 blocks) swing up and down: >= 4 reversals each
-    of at least max(30%, 6 block sigmas), with a net move across them of at most half the
-    distance travelled (a falling trend with bounces is not an oscillation). Swings of >= 2x
-    (>= 4 reversals) are a warning; smaller ones need >= 6 reversals and are info; and any of
-    them is info when the logged lr itself cycles (>= 2 reversals of >= 2x)."""
-    out: list[Finding] = []
-    trs = traces(run, "loss", min_points=30)
-    for tr in trs:
-        n = len(tr)
-        t, is_log = log_if_positive(tr.values)
-        bl = blocks(tr.steps, t, size=max(3, math.ceil(n / 200)))
-        lv = bl.median
-        if len(lv) < 10:
-            continue
-        # Point noise from first differences (a trend is negligible point to point); the
-        # MAD inside 3-point blocks would be biased low.
-        sig_point = diff_sigma(t)
-        sig_block = 1.2533 * sig_point / math.sqrt(bl.size)
-        if is_log:
-            amp = max(math.log(1.3), 6.0 * sig_block)
-        else:
-            amp = max(0.3 * median(np.abs(lv)), 6.0 * sig_block)
-        if not amp > 0:
-            continue  # a constant loss (e.g. exactly 0.0 on every row) cannot swing
-        piv = _zigzag(lv, amp)
-        reversals = len(piv) - 2
-        if reversals < 4:
-            continue
-        swings = np.abs(np.diff(lv[piv]))
-        # A trend with bounces is not an oscillation: the net move across the swinging
-        # stretch must be at most half of the distance travelled.
-        if abs(float(lv[piv[-1]] - lv[piv[0]])) > 0.5 * float(swings.sum()):
-            continue
-        med_swing = median(swings)
-        if not med_swing > 0:
-            continue
-        # Isolated spikes also zig-zag (up, down, up, down) but spend little time high: an
-        # oscillation spends >= 20% of its swinging stretch in the upper half of its swings.
-        seg = lv[piv[0]: piv[-1] + 1]
-        mid = 0.5 * (median(lv[piv[1::2]]) + median(lv[piv[0::2]]))
-        if float(np.mean(seg > mid)) < 0.2 and float(np.mean(seg < mid)) > 0.8:
-            continue
-        big = math.exp(med_swing) >= 2.0 if is_log else med_swing >= median(np.abs(lv))
-        if big and is_log:
-            # Cost in the loss's own units: swings of a loss that already fell to ~0 (a 7x
-            # swing between 0.004 and 0.03 after starting at 1.6) are the relative noise of a
-            # tiny number, not a lost run. The swings must span >= 5% of the starting level.
-            lo_hi = np.exp(lv[piv])
-            swing_lin = median(np.abs(np.diff(lo_hi)))
-            start = float(np.exp(median(lv[: max(1, len(lv) // 10)])))
-            if swing_lin < OSC_MIN_LINEAR_SHARE * start:
-                big = False
-        # Cost: swings of >= 2x four times, or of >= 1.5x six times or more (the model loses
-        # and relearns a third of its loss again and again), are a warning.
-        # Both need a swinging stretch without trend: a noisy loss still falling fast bounces
-        # too (a small-batch LSTM's per-step loss swings 3x on its way down).
-        stationary = abs(theil_sen_z(lv[piv[0]: piv[-1] + 1])[1]) < OSC_STATIONARY_Z
-        repeated = reversals >= 6 and (math.exp(med_swing) >= OSC_REPEATED_RATIO if is_log
-                                       else med_swing >= 0.5 * median(np.abs(lv)))
-        sev: Severity = "warning" if stationary and ((big and reversals >= 4) or repeated) \
-            else "info"
-        if not big and reversals < 6:
-            continue
-        cyclic = _cyclic_lr(run, tr.rank)
-        if cyclic:
-            sev = "info"  # the schedule itself cycles (SGDR, CLR): swings are by design
-        onset = int(bl.first_step[piv[1]])
-        swing_txt = f"{math.exp(med_swing):.2f}x" if is_log else fmt(med_swing)
-        out.append(Finding(
-            symptom="oscillation", severity=sev, confidence=0.6, onset_step=onset,
-            end_step=int(bl.last_step[piv[-1]]), rank=tr.rank, metric="loss",
-            summary=(f"loss level swung up and down {reversals} times by a median "
-                     f"{swing_txt} (block medians of {bl.size} points)"),
-            evidence=(Evidence("loss", onset, None, None,
-                               note=f"{reversals} reversals of block medians, each move "
-                                    f">= {math.exp(amp) if is_log else amp:.3g}"
-                                    f"{'x' if is_log else ''}; threshold = max(30%, 6 block "
-                                    f"sigmas)" + ("; lr follows a cyclic schedule, so "
-                                                  "swings are expected" if cyclic else "")),)))
-    if not trs:
-        return NotRun("needs at least 30 finite loss points")
-    return out
