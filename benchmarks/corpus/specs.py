@@ -606,3 +606,8 @@ variants.extend(SPECS, add, VARIANTS)
 # severity changed (milder or harsher), seed + 40; all tune.
 SEVERITY: list[str] = []
 variants.extend_severity(SPECS, add, SEVERITY)
+
+# The fifth batch (variants.extend_healthy): every original healthy run twice more, seeds +60
+# and +80, formats redrawn; all tune.
+HEALTHY: list[str] = []
+variants.extend_healthy(SPECS, add, HEALTHY)

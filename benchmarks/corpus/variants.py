@@ -149,3 +149,25 @@ def extend_severity(specs: list[dict], add: Callable[..., None], names: list[str
         add(sp["family"], sp["fault"], variant_format(sp), sp["seed"] + SEVERITY_SEED_OFFSET,
             tag, **kw)
         names.append(specs[-1]["name"])
+
+
+HEALTHY_SEED_OFFSETS = (60, 80)
+"""Seeds of the extra healthy runs: the original's plus each of these."""
+
+
+def extend_healthy(specs: list[dict], add: Callable[..., None], names: list[str]) -> None:
+    """Append, for every original healthy run, one more run per offset in
+    HEALTHY_SEED_OFFSETS (new seed, a format drawn as ``variant_format`` does but keyed by the
+    offset too): all in ``tune``. No healthy run may be flagged, and a handful per family is
+    too few to show what a detector mistakes for a fault."""
+    base = [sp for sp in specs if sp["fault"] == "none" and sp["seed"] < SEED_OFFSET]
+    for off in HEALTHY_SEED_OFFSETS:
+        for sp in base:
+            kw = {k: v for k, v in sp.items()
+                  if k not in DERIVED and k not in ("family", "fault")}
+            kw["split"] = "tune"
+            parts = sp["name"].split("-")
+            tag = f"{parts[2] if len(parts) > 4 else ''}h{off}"
+            fmt = variant_format({**sp, "name": f"{sp['name']}#{off}"})
+            add(sp["family"], "none", fmt, sp["seed"] + off, tag, **kw)
+            names.append(specs[-1]["name"])

@@ -37,14 +37,14 @@ FAMILY_GROUP = {"mlp": "mlp", "mlp_deep": "mlp", "cnn": "cnn_bn", "resnet": "res
 
 
 def _added() -> set[str]:
-    """The second, third and fourth batches of runs (``specs.ADDED`` and ``specs.SEVERITY``,
-    tune-only by declaration, and ``specs.VARIANTS``, drawn into tune and holdout2 by
+    """The second to fifth batches of runs (``specs.ADDED``, ``specs.SEVERITY`` and
+    ``specs.HEALTHY``, tune-only by declaration, and ``specs.VARIANTS``, drawn into tune and holdout2 by
     ``variants.extend``): outside the stratified hash draw of the first batch and outside the
     fixed regression sample below."""
     sys.path.insert(0, str(CORPUS))
-    from specs import ADDED, SEVERITY, VARIANTS
+    from specs import ADDED, HEALTHY, SEVERITY, VARIANTS
 
-    return set(ADDED) | set(VARIANTS) | set(SEVERITY)
+    return set(ADDED) | set(VARIANTS) | set(SEVERITY) | set(HEALTHY)
 
 
 def _variants() -> set[str]:

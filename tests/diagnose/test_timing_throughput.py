@@ -33,16 +33,30 @@ def test_epoch_times_that_rise_and_stay(n: int, at: int, rise: float) -> None:
     run.add("step_time_s", np.arange(1, n + 1), v)
     (e,) = throughput_events(run)[0]
     assert abs(e.onset - (at + 1)) <= max(1, n // 20)
-    assert abs(e.change - (rise - 1)) < 0.05 and e.severity == "warning"
+    assert abs(e.change - (rise - 1)) < 0.05
+    # a third of the throughput lost (time up >= 50%) is a warning; less is info (load on a
+    # shared host moves healthy runs by 20-60%)
+    assert e.severity == ("warning" if rise >= 1.5 else "info")
 
 
 def test_per_epoch_samples_per_s_drop() -> None:
     v = 900.0 * jitter(20, 0.02, 1)
-    v[12:] *= 0.7
+    v[12:] *= 0.6
     run = Run("epochs")
     run.add("samples_per_s", np.arange(20), v)
     (f,) = run_detector("throughput_regression", run)
     assert f.severity == "warning" and f.onset_step == 12 and f.metric == "samples_per_s"
+
+
+def test_thirty_percent_slower_steps_are_info() -> None:
+    # a co-located job takes part of the core for the second half: 30% slower, not a third of
+    # the throughput lost
+    v = 0.005 * jitter(400, 0.05, 3)
+    v[200:] *= 1.3
+    run = Run("shared")
+    run.add("step_time_s", np.arange(400), v)
+    (f,) = run_detector("throughput_regression", run)
+    assert f.severity == "info"
 
 
 def test_ten_percent_slower_epochs_are_info() -> None:
@@ -115,7 +129,7 @@ def test_throughput_drop_from_an_input_stall_is_one_incident() -> None:
 def test_throughput_drop_without_a_data_wait_rise_stays_its_own_finding() -> None:
     n = 1000
     step = 0.1 * jitter(n, 0.03, 8)
-    step[500:] *= 1.4  # e.g. throttling: compute slows, the loader does not
+    step[500:] *= 1.6  # e.g. throttling: compute slows, the loader does not
     run = Run("slow")
     steps = np.arange(n)
     run.add("data_time_s", steps, 0.002 * jitter(n, 0.3, 9))

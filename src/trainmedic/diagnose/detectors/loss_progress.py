@@ -510,6 +510,21 @@ def frozen_from_start(run: Run, rank: int | None) -> tuple[int, float] | None:
     return frozen if frozen[0] <= int(val.steps[1]) else None
 
 
+#: Identical evaluations say "frozen" only when the logged digits could show a change this
+#: small relative to the level (a converged model's evaluations still move by ~1e-4 of it).
+PINNED_MIN_RESOLUTION = 1e-5
+
+
+def _resolution(v: np.ndarray) -> float:
+    """The step of the logger's rounding: 10**-d for the fewest decimals d <= 8 that write every
+    value exactly (a print log's "Val Loss: 0.1055" has 4), else 0."""
+    for d in range(9):
+        scaled = v * 10.0 ** d
+        if bool(np.all(np.abs(scaled - np.round(scaled)) <= 1e-6 * np.abs(scaled))):
+            return 10.0 ** -d
+    return 0.0
+
+
 def _pinned_eval(run: Run, rank: int | None) -> tuple[int, float] | None:
     """(first step, value) of a run of >= 3 identical validation losses that lasts to the last
     evaluation, while the eval had moved before it. A run of zeros is not frozen: it is a
@@ -519,8 +534,8 @@ def _pinned_eval(run: Run, rank: int | None) -> tuple[int, float] | None:
         if val is None or len(val) < 4:
             continue
         v = val.values
-        if v[-1] == 0.0:
-            continue
+        if v[-1] == 0.0 or _resolution(v) > PINNED_MIN_RESOLUTION * abs(float(v[-1])):
+            continue  # at or below what the logger's rounding can show
         k = len(v) - 1
         while k > 0 and abs(v[k - 1] - v[-1]) <= 1e-6 * max(abs(v[-1]), 1e-12):
             k -= 1
