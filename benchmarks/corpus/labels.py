@@ -338,9 +338,14 @@ def label_run(sp: dict, res: dict, view: dict) -> dict:
     # no fault was injected (a healthy run trained past its best): tolerated where it is seen
     vals = _fin(_vs(view, "val_loss"))
     blown = any(f["symptom"] in ("divergence", "nonfinite_loss") for f in faults)
+    # (the rise: the last evaluation > 1.2x the lowest, or the median of the last quarter of
+    # the evaluations >= 1.1x it - a 10% worse validation loss held to the end)
+    q = max(2, len(vals) // 4)
+    held = len(vals) >= 8 and vals.index(min(vals)) < len(vals) - q and \
+        st.median(vals[-q:]) >= 1.1 * min(vals)
     if len(vals) >= 4 and not blown and \
             not any(f["symptom"] == "overfitting" for f in faults) and \
-            vals[-1] > 1.2 * min(vals) and vals.index(min(vals)) < len(vals) - 1 and \
+            (vals[-1] > 1.2 * min(vals) or held) and vals.index(min(vals)) < len(vals) - 1 and \
             "overfitting" not in sp.get("tolerate", []) and _train_still_falls(view):
         x, rng = onset_overfit(view)
         tolerated.append({"symptom": "overfitting", "onset_step": x, "onset_range": list(rng)})

@@ -38,7 +38,9 @@ OVERFIT_MIN_RISE = 0.01
 OVERFIT_MIN_SIGMAS = 2.5
 #: Warning (cost): the late level is >= 10% above the smoothed best level ...
 OVERFIT_WARN_RISE = 0.10
-#: ... or >= 5% when it is held for at least half the run over >= 8 evaluations.
+#: ... or >= 5% when it is held for at least half the run over >= 8 evaluations (a public
+#: YOLO fine-tune whose validation loss sat 5% above its epoch-2 best for 100 epochs is a
+#: problem case; healthy RMSprop runs drift 10-12% up too, and that is overfitting as well).
 OVERFIT_LONG_WARN_RISE = 0.05
 OVERFIT_LONG_SHARE = 0.5
 OVERFIT_LONG_MIN_AFTER = 8
