@@ -162,3 +162,15 @@ def test_a_fine_tune_that_improves_a_little_on_its_first_loss_is_quiet() -> None
     loss = 1.70 - 0.14 * (1 - np.exp(-s / 20)) + rng.normal(0, 0.01, n)
     val = 1.62 + rng.normal(0, 0.002, n // 25)
     assert _loud(_run(loss, val)) == []
+
+
+def test_evaluations_identical_at_a_print_logs_four_decimals_are_not_frozen() -> None:
+    # "Val Loss: 0.1055" at every evaluation of a converged autoencoder: the change is below
+    # the logger's 4 decimals, not frozen weights
+    rng = np.random.default_rng(32)
+    s = np.arange(300)
+    loss = np.round(0.33 * np.exp(-s / 30) + 0.104 + rng.normal(0, 0.001, 300), 4)
+    val = np.round(np.r_[0.2723, 0.1153, 0.1074, 0.1064, 0.106, 0.1058, 0.1057, 0.1056,
+                         [0.1055] * 4], 4)
+    run = _run(loss, val)
+    assert not [f for f in diagnose(run).findings if f.level >= 1]

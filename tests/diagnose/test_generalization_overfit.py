@@ -219,3 +219,15 @@ def test_a_noisy_rise_while_the_training_loss_falls_7x_is_a_warning() -> None:
 def test_the_same_noisy_rise_without_memorization_stays_info() -> None:
     ev = overfit_events(_dnabert_like(1.3), None)
     assert all(e.severity == "info" for e in ev)
+
+
+def test_a_training_loss_logged_as_zero_shows_no_memorization() -> None:
+    # HF rounds the training loss to 4 decimals: a regression at 1e-6 logs 0.0 throughout;
+    # its validation loss drifts at the precision's edge
+    run = Run("zeros")
+    es = np.arange(25, 301, 25)
+    run.add("val_loss", es, np.array([2.2, 1.7, 1.35, 1.4, 1.76, 1.86, 1.69, 1.73, 2.15, 2.84,
+                                      1.98, 2.43]) * 1e-6)
+    s = np.arange(5, 301, 5)
+    run.add("loss", s, np.zeros(s.size))
+    assert all(e.severity == "info" for e in overfit_events(run, None))

@@ -72,3 +72,27 @@ def test_gradients_that_grow_15x_while_the_loss_does_not_fall_explode() -> None:
         * np.exp(rng.normal(0, 0.2, 120))
     loss = 0.9 + rng.normal(0, 0.01, 120)
     assert _loud(_run(g, loss), "exploding_gradients")
+
+
+def _spike_run(reaction: float) -> Run:
+    # a GRU near chance: one grad-norm spike of ~15x at step 52; the loss jumps `reaction`x
+    # for two points, then is back and keeps falling
+    rng = np.random.default_rng(13)
+    s = np.arange(200)
+    g = 0.2 * np.exp(rng.normal(0, 0.2, 200))
+    g[52] = 3.2
+    loss = 1.386 - 0.3 * (s > 60) * (1 - np.exp(-(s - 60).clip(0) / 40)) \
+        + rng.normal(0, 0.01, 200)
+    loss[52:54] *= reaction
+    return _run(g, loss)
+
+
+def test_a_grad_spike_the_loss_shakes_off_is_info() -> None:
+    assert not _loud(_spike_run(1.3), "exploding_gradients")
+
+
+def test_a_grad_spike_that_doubles_the_loss_warns_even_if_it_recovers() -> None:
+    # a bad batch: one incident at warning, the grad spike in it (root or folded)
+    loud = [f for f in diagnose(_spike_run(2.4)).findings if f.level >= 1]
+    assert len(loud) == 1 and loud[0].onset_step == 52
+    assert "exploding_gradients" in {loud[0].symptom, *(r.symptom for r in loud[0].related)}

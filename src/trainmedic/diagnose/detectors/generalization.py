@@ -353,6 +353,11 @@ def _with_severity(ev: OverfitEvent) -> OverfitEvent:
         strong = False
     if not ev.train_logged and ev.abrupt_jump >= ABRUPT_JUMP:
         strong = False
+    if ev.train_at_best == 0.0 and ev.train_at_end == 0.0:
+        # A training loss logged as exactly 0 is below the logger's rounding (HF's 4
+        # decimals): it shows neither memorization nor its absence, and a validation loss
+        # that small drifts at the precision's edge. At most info.
+        strong = False
     sev: Severity = "warning" if strong else "info"
     return OverfitEvent(**{**ev.__dict__, "severity": sev})
 

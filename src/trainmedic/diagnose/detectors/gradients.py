@@ -89,6 +89,31 @@ def _loss_reacted(run: Run, rank: int | None, step: int, horizon: int) -> tuple[
     return False, f"loss stayed at {fmt(peak)} vs median {fmt(ref)} just before"
 
 
+#: A loss that reacted to a gradient spike mildly (its peak under 1.5x the level before) and
+#: is back within this many logged points after the reaction window (median within 5% of the
+#: level before) shook it off.
+RECOVERY_POINTS = 5
+MILD_REACTION_RATIO = 1.5
+
+
+def _loss_recovered(run: Run, rank: int | None, step: int, horizon: int) -> bool:
+    """Whether the loss shook off its reaction at ``step``: its peak within ``horizon`` steps
+    under MILD_REACTION_RATIO x the median of the 20 points before, and the median of the
+    RECOVERY_POINTS logged points after the reaction window within 5% of that median. A bad
+    batch that doubles the loss is worth a warning even when the next step is fine."""
+    lt = Trace.of(run, "loss", rank) or Trace.of(run, "loss", None)
+    if lt is None:
+        return False
+    i = int(np.searchsorted(lt.steps, step, side="left"))
+    j = int(np.searchsorted(lt.steps, step + horizon, side="right"))
+    after = lt.values[j: j + RECOVERY_POINTS]
+    if i < 3 or after.size < RECOVERY_POINTS:
+        return False
+    ref = median(lt.values[max(0, i - 20):i])
+    peak = float(np.max(lt.values[i:max(j, i + 1)]))
+    return ref > 0 and peak < MILD_REACTION_RATIO * ref and median(after) <= 1.05 * ref
+
+
 def _flank_start(first_step: np.ndarray, level: np.ndarray, j: int, early: float) -> int:
     """Where a rising log-level flank left the early level.
 
@@ -274,10 +299,17 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
         reactions = [(int(i), *_loss_reacted(run, g.rank, int(steps[i]), horizon))
                      for i in order[:10]]
         any_react = any(r for _, r, _ in reactions)
+        # A reaction the loss shook off within a few logged points (a clipped step on a
+        # recurrent net leaving a plateau) did no lasting harm: info, like a loss spike that
+        # came straight back.
+        lasting = [int(i) for i, r, _ in reactions
+                   if r and not _loss_recovered(run, g.rank, int(steps[i]), horizon)]
         med_all = median(pos)
-        sev = "warning" if any_react else "info"
+        sev = "warning" if lasting else "info"
         listed = ", ".join(f"{fmt(float(pos[i]))} at step {int(steps[i])}" for i in order[:3])
-        react_txt = ("the loss reacted" if any_react else
+        react_txt = ("the loss reacted" if lasting else
+                     f"the loss reacted mildly and was back within {RECOVERY_POINTS} logged "
+                     f"points (info: no lasting harm)" if any_react else
                      "the loss did not react (info: a clipped or Adam-normalized step)")
         ev = [Evidence("grad_norm", int(steps[i]), float(pos[i]), float(math.exp(ref[i])),
                        note="median of the previous 50 logged points; " + why)
