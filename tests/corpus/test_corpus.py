@@ -38,9 +38,9 @@ FAMILY_GROUP = {"mlp": "mlp", "mlp_deep": "mlp", "cnn": "cnn_bn", "resnet": "res
 
 def _added() -> set[str]:
     """The second to fifth batches of runs (``specs.ADDED``, ``specs.SEVERITY`` and
-    ``specs.HEALTHY``, tune-only by declaration, and ``specs.VARIANTS``, drawn into tune and holdout2 by
-    ``variants.extend``): outside the stratified hash draw of the first batch and outside the
-    fixed regression sample below."""
+    ``specs.HEALTHY``, tune-only by declaration, and ``specs.VARIANTS``, drawn into tune and
+    holdout2 by ``variants.extend``): outside the stratified hash draw of the first batch and
+    outside the fixed regression sample below."""
     sys.path.insert(0, str(CORPUS))
     from specs import ADDED, HEALTHY, SEVERITY, VARIANTS
 
