@@ -379,6 +379,12 @@ def label_run(sp: dict, res: dict, view: dict) -> dict:
         k = len(t) // 3   # ... or the last third 1.5x slower than the first third
         if st.median(t[-k:]) > 1.5 * st.median(t[:k]):
             a, b = st.median(t[:k]), st.median(t[-k:])
+        # ... or, from some step to the end (>= 5% of the run), >= 30% slower than before it
+        tail_min = max(5, len(t) // 20)
+        for cut in range(max(3, len(t) // 10), len(t) - tail_min + 1, max(1, len(t) // 100)):
+            before_c, after_c = st.median(t[:cut]), st.median(t[cut:])
+            if after_c > 1.3 * before_c and after_c / before_c > b / max(a, 1e-12):
+                a, b = before_c, after_c
         if b > 1.3 * a and not any(f["symptom"] in ("throughput_regression", "straggler")
                                    for f in faults) and \
                 "throughput_regression" not in sp.get("tolerate", []):

@@ -607,7 +607,7 @@ variants.extend(SPECS, add, VARIANTS)
 SEVERITY: list[str] = []
 variants.extend_severity(SPECS, add, SEVERITY)
 
-# The fifth batch (variants.extend_healthy): every original healthy run twice more, seeds +60
-# and +80, formats redrawn; all tune.
+# The fifth batch (variants.extend_healthy): every original healthy run four times more, seeds
+# +60, +80, +100 and +120, formats redrawn; all tune.
 HEALTHY: list[str] = []
 variants.extend_healthy(SPECS, add, HEALTHY)

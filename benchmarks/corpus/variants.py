@@ -151,7 +151,7 @@ def extend_severity(specs: list[dict], add: Callable[..., None], names: list[str
         names.append(specs[-1]["name"])
 
 
-HEALTHY_SEED_OFFSETS = (60, 80)
+HEALTHY_SEED_OFFSETS = (60, 80, 100, 120)
 """Seeds of the extra healthy runs: the original's plus each of these."""
 
 

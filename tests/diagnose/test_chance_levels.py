@@ -174,3 +174,21 @@ def test_evaluations_identical_at_a_print_logs_four_decimals_are_not_frozen() ->
                          [0.1055] * 4], 4)
     run = _run(loss, val)
     assert not [f for f in diagnose(run).findings if f.level >= 1]
+
+
+def test_a_fine_tune_whose_validation_loss_still_creeps_down_never_beat_nothing() -> None:
+    # a converged pretrained model, small lr: train hovers within 7% of its first loss and the
+    # validation loss creeps down 1.3% over five evaluations - slow, but still learning; the
+    # same evaluations out of order (no improvement at the end) are "never beat its first"
+    from trainmedic.diagnose.detectors.loss_progress import _never_beat_first
+    from trainmedic.diagnose.trace import Trace
+
+    rng = np.random.default_rng(33)
+    loss = 1.55 + rng.normal(0, 0.01, 120)
+    loss[:3] = [1.671, 1.609, 1.60]
+    for val, flagged in (([1.582, 1.574, 1.567, 1.563, 1.562], False),
+                         ([1.574, 1.563, 1.582, 1.562, 1.567], True)):
+        run = _run(loss, np.array(val), every=24)
+        tr = Trace.of(run, "loss")
+        assert tr is not None
+        assert (_never_beat_first(run, tr) is not None) == flagged, val

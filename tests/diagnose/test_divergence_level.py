@@ -218,3 +218,21 @@ def test_a_first_point_below_a_noisy_healthy_descent_is_not_a_blow_up() -> None:
     run = Run(source="t")
     run.add("loss", s, loss)
     assert not _loud(run, "divergence")
+
+
+def test_a_late_training_loss_rise_while_validation_keeps_falling_is_info() -> None:
+    # a GRU's batch loss bounces 1.7x over the last 10% while the validation loss, averaged
+    # over a whole set, keeps improving: noise, not a model getting worse
+    rng = np.random.default_rng(15)
+    s = np.arange(200)
+    loss = (1.25 * np.exp(-s / 30) + 0.145) * np.exp(rng.normal(0, 0.05, 200))
+    loss[180:] *= 1.67
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    es = s[24::25]
+    run.add("val_loss", es, 1.2 * np.exp(-es / 35) + 0.19)
+    assert not _loud(run, "divergence")
+    run2 = Run(source="t")
+    run2.add("loss", s, loss)
+    run2.add("val_loss", es, np.where(es < 180, 1.2 * np.exp(-es / 35) + 0.19, 0.4))
+    assert _loud(run2, "divergence")

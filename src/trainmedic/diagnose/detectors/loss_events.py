@@ -524,6 +524,27 @@ def _swings_inside(lv: np.ndarray, amp: float) -> bool:
     return len(_zigzag(lv, amp)) - 2 >= 4
 
 
+def _val_kept_falling(run: Run, tr: Trace, onset: int) -> str:
+    """Why a training-loss rise from ``onset`` is not the model diverging ("" when it may
+    be): a validation loss with an evaluation after the onset whose last is below its level
+    at the onset (the evaluation before it) (the evaluation, averaged over a whole set, kept improving while the
+    batches' loss rose: noise or harder batches, not a model getting worse)."""
+    if tr.metric != "loss":
+        return ""
+    val = Trace.of(run, "val_loss", tr.rank) or Trace.of(run, "val_loss", None)
+    if val is None:
+        return ""
+    i = int(np.searchsorted(val.steps, onset))
+    if i < 1 or len(val) - i < 1:
+        return ""
+    at_onset = float(val.values[i - 1])
+    last = float(val.values[-1])
+    if not (math.isfinite(last) and last < at_onset):
+        return ""
+    return (f"the validation loss kept falling over the same steps ({fmt(at_onset)} -> "
+            f"{fmt(last)})")
+
+
 def _revisited(lv: np.ndarray, k: int, theta: float) -> bool:
     """Whether the level of the elevated suffix ``lv[k:]`` was reached before it, after the
     loss had first fallen clearly below it (by ``theta``), and left again downwards: a new
@@ -669,7 +690,8 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             undone = end_lv >= float(lv[0]) and float(lv[0]) > best
         sev: Severity = "error" if (ratio >= DIVERGE_ERROR_RATIO or undone) else "warning"
         legit = _rise_expected(run) or (
-            _epoch_sawtooth(run, tr, t, onset) if trend_branch else "")
+            _epoch_sawtooth(run, tr, t, onset) if trend_branch else "") or (
+            _val_kept_falling(run, tr, onset) if ratio < DIVERGE_ERROR_RATIO else "")
         if legit:
             sev = "info"
         conf = float(min(1.0, 0.55 + 0.1 * math.log2(max(ratio, 1.0)) + 0.02 * n_blocks))

@@ -308,7 +308,8 @@ def _never_beat_first(run: Run, tr: Trace) -> Finding | None:
     knowing the class count; a fine-tune starts at its pretrained loss, and one that never
     improves on it did not learn either. An lr so high that the model thrashes, labels
     detached from the inputs, weights decayed to zero. Not on a log that starts late (a
-    resume). Warning."""
+    resume), nor when the validation loss is still improving at the end (its last three
+    evaluations never rise, and the last is below the first). Warning."""
     if len(tr) < 30 or tr.steps[0] > max(10 * tr.interval, 0.2 * max(1, int(tr.steps[-1]))):
         return None
     val = Trace.of(run, "val_loss", tr.rank) or Trace.of(run, "val_loss", None)
@@ -318,6 +319,9 @@ def _never_beat_first(run: Run, tr: Trace) -> Finding | None:
     if not first > 0:
         return None
     best_val = min(median(val.values[i:i + 3]) for i in range(len(val) - 2))
+    v3 = val.values[-3:]
+    if float(v3[0]) >= float(v3[1]) >= float(v3[2]) and float(v3[2]) < float(val.values[0]):
+        return None  # still improving at the end, however slowly (a fine-tune near its floor)
     bl = blocks(tr.steps, tr.values, max_blocks=min(50, max(3, len(tr) // 3)))
     best_train = float(bl.median.min())
     rv, rt = best_val / first, best_train / first
