@@ -526,9 +526,9 @@ def _swings_inside(lv: np.ndarray, amp: float) -> bool:
 
 def _val_kept_falling(run: Run, tr: Trace, onset: int) -> str:
     """Why a training-loss rise from ``onset`` is not the model diverging ("" when it may
-    be): a validation loss with an evaluation after the onset whose last is below its level
-    at the onset (the evaluation before it) (the evaluation, averaged over a whole set, kept improving while the
-    batches' loss rose: noise or harder batches, not a model getting worse)."""
+    be): a validation loss with an evaluation after the onset, whose last is below its level
+    at the onset (the evaluation before it). Averaged over a whole set, it kept improving
+    while the batches' loss rose: noise or harder batches, not a model getting worse."""
     if tr.metric != "loss":
         return ""
     val = Trace.of(run, "val_loss", tr.rank) or Trace.of(run, "val_loss", None)
