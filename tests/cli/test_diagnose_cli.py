@@ -179,3 +179,38 @@ def test_no_recognised_loss_is_never_green(tmp_path: Path,
     # With the mapping the run is judged.
     assert main(["diagnose", str(f), "--map", "loss=my_objective_value"]) == 0
     assert "No problems found" in capsys.readouterr().out
+
+
+def test_map_to_an_unknown_canonical_name_is_refused_listing_the_known_ones(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write_csv(tmp_path / "metrics.csv", healthy_rows(), header="step,my_objective")
+    assert main(["diagnose", str(f), "--map", "training_loss=my_objective"]) == 2
+    err = capsys.readouterr().err
+    assert "'training_loss' is not a canonical metric name" in err
+    assert "loss, val_loss, grad_norm" in err
+
+
+def test_map_to_an_evaluation_set_is_accepted(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "metrics.csv"
+    p.write_text("step,loss,holdout_score\n" + "".join(
+        f"{s},{2.0 * math.exp(-s / 150) + 0.5},{2.1 * math.exp(-s / 150) + 0.6}\n"
+        for s in range(0, 400, 10)))
+    assert main(["diagnose", str(p), "--json", "--map", "val_loss/holdout=holdout_score"]) == 0
+    assert "val_loss/holdout" in json.loads(capsys.readouterr().out)["metrics_seen"]
+
+
+def test_a_reader_that_goes_away_is_exit_141_not_findings(tmp_path: Path) -> None:
+    # `trainmedic diagnose ... | head -1`: rich's own broken-pipe handling exits 1, which means
+    # findings; the CLI says the pipe closed instead (128 + SIGPIPE), with nothing on stderr
+    f = write_csv(tmp_path / "metrics.csv", healthy_rows())
+    p = subprocess.Popen([sys.executable, "-m", "trainmedic.cli.main", "diagnose", str(f),
+                          "-v"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "COLUMNS": "100"})
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.read(1)
+    p.stdout.close()
+    rc = p.wait(timeout=120)
+    err = p.stderr.read().decode()
+    assert rc in (0, 141), err
+    assert "Traceback" not in err and "Exception ignored" not in err

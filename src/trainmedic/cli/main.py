@@ -1,7 +1,8 @@
 """The ``trainmedic`` command: a click group with one module per subcommand.
 
 Exit codes (DESIGN.md): 0 ran and nothing at or above ``--fail-on``; 1 findings at or above it;
-2 bad usage or unreadable input, with one line on stderr naming the file and what was expected.
+2 bad usage or unreadable input, with one line on stderr naming the file and what was expected;
+141 when the reader of stdout went away (``trainmedic diagnose ... | head``).
 An unexpected internal error prints one line too (exit 3); set ``TRAINMEDIC_DEBUG=1`` to see
 the traceback.
 """
@@ -20,6 +21,7 @@ __all__ = ["cli", "main"]
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
+EXIT_BROKEN_PIPE = 141
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -78,8 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("trainmedic: interrupted", err=True)
         return 130
     except BrokenPipeError:
-        # `trainmedic diagnose ... | head`: the reader went away; nothing left to say.
-        return 0
+        # `trainmedic diagnose ... | head`: the reader went away; nothing left to say. 141
+        # (128 + SIGPIPE) as the shell reports a tool killed by a closed pipe: neither 0 (the
+        # report was not all read) nor 1, which means findings. stdout goes to /dev/null so
+        # the interpreter's last flush does not fail on the closed pipe too.
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: never a traceback
         if debug:
             raise
@@ -90,6 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_INTERNAL
     return rc if isinstance(rc, int) else 0
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # no real stdout (a test runner's capture): nothing to flush into a pipe
 
 
 def _one_line(text: str) -> str:

@@ -26,8 +26,25 @@ def parse_mapping(items: Iterable[str]) -> dict[str, str]:
             )
         if canonical in mapping:
             raise click.BadParameter(f"{canonical!r} is mapped twice", param_hint="--map")
+        if not _known_canonical(canonical):
+            from trainmedic.run.names import CANONICAL
+
+            raise click.BadParameter(
+                f"{canonical!r} is not a canonical metric name; expected one of "
+                f"{', '.join(CANONICAL)} (or val_loss/<set> for an evaluation set), e.g. "
+                f"--map loss=train/loss_step",
+                param_hint="--map",
+            )
         mapping[canonical] = source
     return mapping
+
+
+def _known_canonical(name: str) -> bool:
+    """A canonical name of DESIGN.md, or ``val_loss/<set>`` (one evaluation set of several)."""
+    from trainmedic.run.names import CANONICAL
+
+    head, sep, rest = name.partition("/")
+    return name in CANONICAL or (head == "val_loss" and bool(sep) and bool(rest))
 
 
 def exit_code_for(worst_level: int, fail_on: str) -> int:

@@ -115,6 +115,20 @@ def _finding_block(f: Finding, index: int, metrics_seen: list[str],
     return head, Padding(Text(f.summary), (0, 0, 0, 3)), grid
 
 
+def _stdout_console() -> Console:
+    """A console on stdout whose broken pipe (``trainmedic diagnose | head``) is a
+    ``BrokenPipeError`` for the CLI to map: rich's own handling exits with status 1, which the
+    CLI's exit codes reserve for findings."""
+    from rich.console import Console
+
+    class _PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _PipeConsole(highlight=False)
+
+
 def render_terminal(diagnosis: Diagnosis, run: Run | None = None, *,
                     console: Console | None = None, verbose: bool = False) -> None:
     """Print the report for ``diagnosis`` to ``console`` (stdout when None).
@@ -127,7 +141,7 @@ def render_terminal(diagnosis: Diagnosis, run: Run | None = None, *,
     from rich.table import Table
     from rich.text import Text
 
-    con = console if console is not None else Console(highlight=False)
+    con = console if console is not None else _stdout_console()
     info = summarize_run(diagnosis, run)
 
     con.print(Rule(Text("trainmedic diagnosis", style="bold"), align="left"))
