@@ -136,7 +136,6 @@ def render_terminal(diagnosis: Diagnosis, run: Run | None = None, *,
     ``run`` (optional) adds the steps covered, the point count and the importers' notes to the
     header. ``verbose`` shows every evidence item, cause and intervention instead of the top ones.
     """
-    from rich.console import Console
     from rich.rule import Rule
     from rich.table import Table
     from rich.text import Text
