@@ -197,3 +197,64 @@ def test_no_curve_shape_findings_on_nan_masked_losses() -> None:
     assert symptoms["nan_masked_in_logs"].onset_step == 640
     assert not {"plateau", "flat_loss", "oscillation"} & set(symptoms), symptoms
 
+
+
+def test_a_user_detector_with_a_namespaced_code_runs_and_reports() -> None:
+    # the README's extension point: your own code, namespaced, with its one-line meaning
+    from trainmedic.diagnose.registry import meaning
+    from trainmedic.report import render_terminal, to_json
+
+    def token_drop(run: Run) -> list[Finding] | NotRun:
+        tr = run.get("tokens_per_s")
+        assert tr is not None
+        low = int(np.argmax(tr.values < 500))
+        return [Finding(symptom="acme.token_drop", severity="warning", confidence=0.9,
+                        onset_step=int(tr.steps[low]), end_step=None, rank=None,
+                        metric="tokens_per_s", summary="tokens/s fell under the 500 floor")]
+
+    register_detector("acme.token_drop", requires=("tokens_per_s",),
+                      doc="tokens per second fell below the cluster's floor")(token_drop)
+    try:
+        assert meaning("acme.token_drop") == "tokens per second fell below the cluster's floor"
+        run = Run("user")
+        s = np.arange(100)
+        run.add("loss", s, 2.0 * np.exp(-s / 30) + 0.5)
+        run.add("tokens_per_s", s, np.where(s < 60, 900.0, 400.0))
+        d = diagnose(run)
+        f = next(f for f in d.findings if f.symptom == "acme.token_drop")
+        assert f.onset_step == 60 and f.severity == "warning"
+        assert '"acme.token_drop"' in to_json(d)
+        render_terminal(d, run)  # renders without a lookup of the code's meaning failing
+        # without the metric, the user's check is listed as not run, like a built-in one
+        d2 = diagnose(Run("no-tokens"))
+        assert any(c.symptom == "acme.token_drop" for c in d2.checks_not_run)
+    finally:
+        unregister_detector("acme.token_drop")
+    assert meaning("acme.token_drop") is None
+
+
+@pytest.mark.parametrize("code,doc", [("token_drop", "x"), ("Acme.Token", "x"),
+                                      ("acme.token_drop", None), ("acme.token_drop", " "),
+                                      ("acme.loss.spike", "x")])
+def test_user_codes_must_be_namespaced_and_documented(code: str, doc: str | None) -> None:
+    with pytest.raises(RegistryError):
+        register_detector(code, doc=doc)(lambda run: [])
+
+
+def test_docs_say_where_every_code_is_detected() -> None:
+    # docs/symptoms.md's table names each built-in code's detector module and function
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "symptoms.md").read_text()
+    section = doc.split("## Every code and where it is detected", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| [^|]+ \| (.+?) \|$", section, flags=re.M))
+    reg = {d.symptom: d for d in detectors()}
+    assert set(rows) == set(SYMPTOMS)
+    for code in SYMPTOMS:
+        d = reg.get(code)
+        if d is None:
+            assert rows[code] == "no built-in detector yet", code
+        else:
+            path = "src/" + d.fn.__module__.replace(".", "/") + ".py"
+            assert rows[code] == f"`{path}` (`{d.fn.__name__}`)", code

@@ -8,6 +8,7 @@ twice is an error, as in ``torch.utils.flop_counter.register_flop_formula``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ from trainmedic.errors import RegistryError
 from trainmedic.run.series import Run
 
 __all__ = ["NotRun", "Detector", "register_detector", "detectors", "get_detector",
-           "SYMPTOMS"]
+           "SYMPTOMS", "USER_SYMPTOMS", "meaning"]
 
 #: Every symptom code with a one-line meaning. The codes keep their meaning (DESIGN.md); a new
 #: code is added here, with its evidence rule in docs/symptoms.md, before a detector emits it.
@@ -76,20 +77,50 @@ class Detector:
 _REGISTRY: dict[str, Detector] = {}
 
 
+#: Codes registered by users (``<namespace>.<code>``) with their one-line meaning.
+USER_SYMPTOMS: dict[str, str] = {}
+
+#: A user code: a namespace and a code, lower-case words joined by ``_``, split by one dot
+#: (``acme.token_drop``). Built-in codes have no dot, so a user code never shadows one.
+_USER_CODE = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$")
+
+
+def meaning(symptom: str) -> str | None:
+    """The one-line meaning of a built-in or user-registered symptom code (None if unknown)."""
+    return SYMPTOMS.get(symptom) or USER_SYMPTOMS.get(symptom)
+
+
 def register_detector(symptom: str, *, requires: tuple[str, ...] = (),
-                      requires_any: tuple[str, ...] = ()) -> Callable[[DetectFn], DetectFn]:
+                      requires_any: tuple[str, ...] = (),
+                      doc: str | None = None) -> Callable[[DetectFn], DetectFn]:
     """Register ``fn`` as the detector for ``symptom``.
 
-    Raises ``RegistryError`` if the symptom is unknown (add it to ``SYMPTOMS`` first) or a
-    detector for it is already registered.
+    ``symptom`` is a built-in code (``SYMPTOMS``) or your own, namespaced as
+    ``<namespace>.<code>`` (``acme.token_drop``) with ``doc``, its one-line meaning::
+
+        @register_detector("acme.token_drop", requires=("tokens_per_s",),
+                           doc="tokens per second fell below the cluster's floor")
+        def token_drop(run: Run) -> list[Finding] | NotRun: ...
+
+    Raises ``RegistryError`` if a built-in-looking code is unknown (built-in codes are added
+    to ``SYMPTOMS`` and docs/symptoms.md first), if a user code is malformed or has no
+    ``doc``, or if a detector for the code is already registered.
     """
 
     def deco(fn: DetectFn) -> DetectFn:
         if symptom not in SYMPTOMS:
-            raise RegistryError(
-                f"unknown symptom code {symptom!r}: add it to SYMPTOMS and docs/symptoms.md "
-                f"with its evidence rule before registering a detector for it"
-            )
+            if not _USER_CODE.match(symptom):
+                raise RegistryError(
+                    f"unknown symptom code {symptom!r}: your own codes are namespaced, "
+                    f"'<namespace>.<code>' in lower case (e.g. 'acme.token_drop'); a built-in "
+                    f"code is added to SYMPTOMS and docs/symptoms.md with its evidence rule "
+                    f"first"
+                )
+            if not (doc and doc.strip()):
+                raise RegistryError(
+                    f"user symptom code {symptom!r} needs doc=, its one-line meaning (shown "
+                    f"in reports), e.g. doc='tokens per second fell below the floor'"
+                )
         if symptom in _REGISTRY:
             old = _REGISTRY[symptom].fn
             raise RegistryError(
@@ -97,6 +128,8 @@ def register_detector(symptom: str, *, requires: tuple[str, ...] = (),
                 f"({old.__module__}.{old.__qualname__}); unregister it or pick another code"
             )
         _REGISTRY[symptom] = Detector(symptom, tuple(requires), tuple(requires_any), fn)
+        if symptom not in SYMPTOMS and doc:
+            USER_SYMPTOMS[symptom] = " ".join(doc.split())
         return fn
 
     return deco
@@ -105,6 +138,7 @@ def register_detector(symptom: str, *, requires: tuple[str, ...] = (),
 def unregister_detector(symptom: str) -> None:
     """Remove a registered detector (for tests and for users replacing a built-in)."""
     _REGISTRY.pop(symptom, None)
+    USER_SYMPTOMS.pop(symptom, None)
 
 
 def detectors() -> list[Detector]:
