@@ -7,6 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from report_samples import sample_diagnosis, sample_run
 
@@ -30,11 +31,13 @@ def _script():
     return mod
 
 
-def test_report_renders_in_chromium(tmp_path) -> None:
+@pytest.mark.parametrize("width", [1400, 800])
+def test_report_renders_in_chromium(tmp_path, width: int) -> None:
     shot = _script()
     html = write_html(sample_diagnosis(), sample_run(), tmp_path / "report.html")
     png = tmp_path / "report.png"
-    assert shot.main([str(html), "--out", str(png), "--height", "1400"]) == 0
+    assert shot.main([str(html), "--out", str(png), "--width", str(width),
+                      "--height", "1400"]) == 0
     assert png.stat().st_size > 10_000
     assert shot.blank_reason(png) is None
 
@@ -57,7 +60,8 @@ document.body.setAttribute('data-probe',s.querySelector('.readout').textContent+
 
 
 def test_hover_readout_script_runs(tmp_path) -> None:
-    """The inline JS works in a real browser: a mouse move shows the step under the cursor."""
+    """The inline JS works in a real browser: a mouse move shows the step under the cursor and
+    each line's data value there (not the mouse's height)."""
     import re
     import subprocess
 
@@ -70,7 +74,15 @@ def test_hover_readout_script_runs(tmp_path) -> None:
                           f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,2000",
                           "--dump-dom", probe.as_uri()],
                          capture_output=True, text=True, timeout=60, check=False)
-    found = re.search(r'data-probe="step ([\d,]+) +y = ([-\d.e+]+)\|visible"', res.stdout)
+    found = re.search(r'data-probe="step ([\d,]+): (\S+) ([-\d.e+]+)[^"|]*\|visible"',
+                      res.stdout)
     assert found, res.stdout[-500:] + res.stderr[-500:]
     step = int(found.group(1).replace(",", ""))
     assert 500 < step < 1500  # the middle of a 0-1,999 axis, give or take the margins
+    # the value shown is the series' own value at that step (5 significant digits)
+    run = sample_run()
+    label = found.group(2)
+    series = run.get(label) if run.get(label) is not None else run.get("loss")
+    assert series is not None
+    i = int(np.argmin(np.abs(series.steps - step)))
+    assert float(found.group(3)) == pytest.approx(float(series.values[i]), rel=1e-3)

@@ -233,3 +233,43 @@ def test_band_outside_the_plotted_steps_stays_inside_the_plot() -> None:
     assert len(rects) == 2
     for x, w in rects:
         assert left <= float(x) and float(x) + float(w) <= right + 0.1
+
+
+def test_a_finding_without_an_end_is_shaded_to_the_end_of_the_run() -> None:
+    # a divergence that stayed up (end_step None) spans from its onset to the last step, not
+    # a 2-unit line at its onset
+    run = sample_run(1000, nan_at=None, spike_at=10)
+    f = Finding("divergence", "error", 0.9, 400, "loss rose and stayed up",
+                (Evidence("loss", 400, 3.0, 1.0),), end_step=None, metric="loss")
+    html = render_html(Diagnosis(source="x", metrics_seen=run.metrics(), findings=[f]), run)
+    loss_svg = html[html.index('id="plot-loss"'):]
+    loss_svg = loss_svg[:loss_svg.index("</svg>")]
+    rect = re.search(r'<g class="band band-error"><title>[^<]*</title><rect x="([\d.]+)" '
+                     r'y="[\d.]+" width="([\d.]+)"', loss_svg)
+    assert rect, loss_svg[:800]
+    x, width = float(rect.group(1)), float(rect.group(2))
+    assert width > 500 and x + width > 900  # from step 400 to 999 on a ~1000-unit axis
+
+
+def test_samples_and_tokens_per_second_get_their_own_axes() -> None:
+    run = sample_run(200, nan_at=None, spike_at=10)
+    s = np.arange(200)
+    run.add("samples_per_s", s, np.full(200, 32.0))
+    run.add("tokens_per_s", s, np.full(200, 65536.0))
+    html = render_html(Diagnosis(source="x", metrics_seen=run.metrics()), run)
+    assert 'id="plot-samples_per_s"' in html and 'id="plot-tokens_per_s"' in html
+
+
+def test_lines_carry_their_data_for_the_hover_readout() -> None:
+    run = sample_run(300, nan_at=None, spike_at=10)
+    html = render_html(Diagnosis(source="x", metrics_seen=run.metrics()), run)
+    m = re.search(r'<path class="line s0" d="[^"]+" data-label="loss" data-s="([^"]+)" '
+                  r'data-v="([^"]+)"', html)
+    assert m
+    steps = [int(v) for v in m.group(1).split(",")]
+    vals = [float(v) for v in m.group(2).split(",")]
+    loss = run.get("loss")
+    assert loss is not None and len(steps) == len(vals)
+    for st, v in zip(steps[::37], vals[::37], strict=True):
+        i = int(np.searchsorted(loss.steps, st))
+        assert v == pytest.approx(float(loss.values[i]), rel=1e-4)

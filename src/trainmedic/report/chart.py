@@ -173,7 +173,9 @@ def _path(xs: np.ndarray, ys: np.ndarray) -> str:
 def render_chart(chart: Chart, *, chart_id: str = "") -> str:
     """The SVG markup of ``chart``."""
     w, h = chart.width, chart.height
-    left, right, top, bottom = 62.0, w - 14.0, 24.0, h - 24.0
+    # Margins and font sizes (the page's CSS) are in viewBox units, which scale with the
+    # page: 15-unit ticks stay ~11 px on an 800 px window and ~15 px at 1400 px.
+    left, right, top, bottom = 72.0, w - 14.0, 26.0, h - 28.0
     x0, x1 = chart.x_range
     if x1 <= x0:
         x0, x1 = x0 - 1, x1 + 1
@@ -201,10 +203,10 @@ def render_chart(chart: Chart, *, chart_id: str = "") -> str:
         out.append(f'<line class="grid" x1="{left:g}" x2="{right:g}" y1="{ty:.1f}" '
                    f'y2="{ty:.1f}"/><text class="tick" x="{left - 6:g}" y="{ty + 4:.1f}" '
                    f'text-anchor="end">{label}</text>')
-    for t in nice_ticks(x0, x1, 8):
+    for t in nice_ticks(x0, x1, 6):
         tx = float(xs(np.array(t)))
         out.append(f'<line class="grid" x1="{tx:.1f}" x2="{tx:.1f}" y1="{top:g}" '
-                   f'y2="{bottom:g}"/><text class="tick" x="{tx:.1f}" y="{bottom + 16:g}" '
+                   f'y2="{bottom:g}"/><text class="tick" x="{tx:.1f}" y="{bottom + 20:g}" '
                    f'text-anchor="middle">{_fmt_step_tick(t)}</text>')
     out.append(f'<rect class="frame" x="{left:g}" y="{top:g}" width="{right - left:g}" '
                f'height="{bottom - top:g}"/>')
@@ -232,8 +234,8 @@ def render_chart(chart: Chart, *, chart_id: str = "") -> str:
     labels: list[str] = []
     row_ends: list[float] = []
     for band, bx0, _ in geometry:
-        # Text is ~6.5 viewBox units per character at the page's font size.
-        text_w = 6.5 * len(band.label) + 6
+        # Text is ~8 viewBox units per character at the band labels' font size.
+        text_w = 8.0 * len(band.label) + 6
         lx = max(left, min(bx0 + 3, right - text_w))
         row = next((i for i, end in enumerate(row_ends) if end < lx), len(row_ends))
         if row == len(row_ends):
@@ -252,7 +254,13 @@ def render_chart(chart: Chart, *, chart_id: str = "") -> str:
         cls = f"s{ln.colour % 8}"
         d = _path(px, py)
         if d:
-            out.append(f'<path class="line {cls}" d="{d}"><title>{escape(ln.label)}</title></path>')
+            # The drawn points' steps and values, for the hover readout to show the data (not
+            # the mouse's height): 5 significant digits, as many points as the path has.
+            data_s = ",".join(str(int(v)) for v in ds.tolist())
+            data_v = ",".join(f"{v:.5g}" for v in dv.tolist())
+            out.append(f'<path class="line {cls}" d="{d}" data-label="{escape(ln.label)}" '
+                       f'data-s="{data_s}" data-v="{data_v}"><title>{escape(ln.label)}'
+                       f'</title></path>')
         if len(ds) <= _DOTS_UP_TO:
             ok = np.isfinite(py)
             dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.6"/>'

@@ -45,7 +45,10 @@ PLOT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("step and data time (s)", ("step_time_s", "data_time_s", "compute_time_s", "comm_time_s")),
     ("memory (MB)", ("mem_alloc_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb")),
     ("loss scale", ("loss_scale",)),
-    ("throughput", ("samples_per_s", "tokens_per_s")),
+    # One axis per unit: samples/s and tokens/s differ by the sequence length (x1000s), so on
+    # one axis the smaller one is a flat line at 0.
+    ("samples per second", ("samples_per_s",)),
+    ("tokens per second", ("tokens_per_s",)),
     ("parameter norm", ("param_norm",)),
     ("update ratio", ("update_ratio",)),
     ("GPU utilization", ("gpu_util",)),
@@ -98,7 +101,7 @@ border-radius:10px}.badge.error{background:var(--error)}.badge.warning{backgroun
 .sw{display:inline-block;width:14px;height:3px;vertical-align:middle;margin-right:5px}
 .sw.nf{height:0;width:0;border:6px solid transparent;border-top:9px solid var(--error);
 border-bottom:0}
-svg.chart{width:100%;height:auto;display:block;font-size:12px}
+svg.chart{width:100%;height:auto;display:block;font-size:15px}
 .chart .grid{stroke:#e6e9ec;stroke-width:1}.chart .frame{fill:none;stroke:#afb8c1}
 .chart .tick{fill:var(--muted)}.chart .scale{fill:var(--muted);font-style:italic}
 .chart .line{fill:none;stroke-width:1.4;stroke-linejoin:round}
@@ -107,7 +110,7 @@ svg.chart{width:100%;height:auto;display:block;font-size:12px}
 .chart .band-error rect{fill:var(--error);stroke:var(--error)}
 .chart .band-warning rect{fill:#d4a72c;stroke:#d4a72c}
 .chart .band-info rect{fill:var(--info);stroke:var(--info);fill-opacity:.07}
-.chart .band-label{font-size:11px;font-weight:600;paint-order:stroke;stroke:#fff;
+.chart .band-label{font-size:14px;font-weight:600;paint-order:stroke;stroke:#fff;
 stroke-width:3px}
 .chart .band-error .band-label{fill:var(--error)}.chart .band-warning .band-label{fill:#9a6700}
 .chart .band-info .band-label{fill:var(--info)}
@@ -139,7 +142,15 @@ if(p.x<l||p.x>rr||p.y<t||p.y>b){hide();return;}
 var step=+d.x0+(p.x-l)/(rr-l)*(d.x1-d.x0),y=+d.y0+(b-p.y)/(b-t)*(d.y1-d.y0);
 if(d.log==='1')y=Math.pow(10,y);
 c.setAttribute('x1',p.x);c.setAttribute('x2',p.x);c.setAttribute('visibility','visible');
-r.textContent='step '+Math.round(step).toLocaleString()+'   y = '+y.toPrecision(4);});});
+var parts=[],at=Math.round(step);
+s.querySelectorAll('path.line').forEach(function(ln){
+if(!ln._s){ln._s=ln.dataset.s.split(',').map(Number);ln._v=ln.dataset.v.split(',');}
+var a=ln._s,lo=0,hi=a.length-1;if(hi<0)return;
+while(lo<hi){var mid=(lo+hi)>>1;if(a[mid]<step)lo=mid+1;else hi=mid;}
+if(lo>0&&step-a[lo-1]<a[lo]-step)lo--;
+if(parts.length===0)at=a[lo];parts.push(ln.dataset.label+' '+ln._v[lo]);});
+r.textContent=parts.length?'step '+at.toLocaleString()+': '+parts.join('   '):
+'step '+Math.round(step).toLocaleString()+'   y = '+y.toPrecision(4);});});
 """
 
 
@@ -203,7 +214,9 @@ class _Page:
         for i, f in enumerate(self.findings, 1):
             if f.onset_step is None or not (_finding_metrics(f) & present):
                 continue
-            end = f.end_step if f.end_step is not None else f.onset_step
+            # No end step: the finding holds to the end of the run (a divergence that stayed
+            # up, a data wait over the whole run): shaded to the end, not a line at its onset.
+            end = f.end_step if f.end_step is not None else int(self.x_range[1])
             label = f"{i} {f.symptom}" + (f" r{f.rank}" if f.rank is not None else "")
             bands.append(Band(f.onset_step, end, label, f.severity,
                               f"{f.symptom} ({fmt_span(f)}): {f.summary}", self.ids[id(f)]))
