@@ -188,7 +188,7 @@ def test_a_failed_start_leaves_nothing_behind(tmp_path: pathlib.Path,
         raise RuntimeError("boom")
 
     # Fails after the store, the optimizer hooks and the forward clock are set up.
-    monkeypatch.setattr(watcher_mod.Watcher, "_stop_file_path", broken)
+    monkeypatch.setattr(watcher_mod, "stop_file_path", broken)
     with pytest.raises(RuntimeError, match="boom"):
         watch(model, opt, run_dir=tmp_path)
     monkeypatch.undo()
@@ -479,7 +479,8 @@ def test_a_new_run_from_step_0_on_a_used_run_dir_is_refused(tmp_path: pathlib.Pa
     with watch(model, opt, run_dir=tmp_path, alert_every=None, meta={"cfg": "A"}) as w:
         for s in range(5):
             w.step(float(s))
-    with pytest.raises(ConfigError, match=r"metrics.sqlite: .*up to step 4.*start_step"):
+    with pytest.raises(ConfigError, match=r"already holds a run's record \(steps up to 4\)"
+                       r".*if_exists="):
         watch(model, opt, run_dir=tmp_path, meta={"cfg": "B"})
     # the refused run left the earlier run's record as it was
     earlier = read_store(tmp_path / "metrics.sqlite").meta

@@ -11,14 +11,17 @@ import dataclasses
 import pathlib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from trainmedic.errors import ConfigError
 
-__all__ = ["WatchConfig", "NAN_POLICIES", "check_callback_kwargs"]
+__all__ = ["WatchConfig", "NAN_POLICIES", "IF_EXISTS", "check_callback_kwargs"]
 
 #: What the NaN guard does when the loss or the gradient norm is non-finite.
 NAN_POLICIES = ("auto", "skip", "raise", "record")
+
+#: What a new run does when its ``run_dir`` already holds a record (``WatchConfig.if_exists``).
+IF_EXISTS = ("error", "version", "overwrite", "resume")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -104,6 +107,31 @@ class WatchConfig:
     flush_interval_s: float = 1.0
     """Seconds between store commits at most (a crash loses at most this much)."""
 
+    if_exists: Literal["error", "version", "overwrite", "resume"] = "error"
+    """What a new run (``start_step`` 0) does when ``run_dir`` already holds a run's record.
+    ``"error"``: refuse, with one line naming the folder and these choices. ``"version"``:
+    record every run in a new ``<run_dir>/version_N`` (N one past the highest version there,
+    0 for the first, as Lightning's loggers number runs; ``Watcher.run_dir`` and the start
+    line say which); a resume (``start_step`` > 0) continues the latest version.
+    ``"overwrite"``: move the earlier record (its store files only; checkpoints and other
+    files stay where they are) to ``<run_dir>/.replaced/N/``, never deleting it, and start
+    a new one; a store another process is writing is refused (``StoreLockedError``).
+    ``"resume"``: append to the earlier record, this run's steps numbered on from its last
+    step + 1 (pass ``start_step=`` to say where a run restored from a checkpoint goes on; on
+    several ranks pass it, so that the ranks agree). A run with ``start_step`` > 0 always
+    appends (it resumes); this choice is for a new run."""
+
+    announce: bool = True
+    """Print one line to stderr at the start (where the run is recorded and what) and one at
+    ``close()`` (where it went, and the ``trainmedic diagnose`` command that reads it). Only
+    rank 0 of a distributed run prints."""
+
+    progress: bool | None = None
+    """Redraw a live progress line on stderr (step, loss, it/s, live alerts), a few times per
+    second, from values the watcher already holds (no added device sync; on an accelerator
+    the loss is the last fetched one). ``None``: on when stderr is a terminal, so logs, pipes
+    and tests stay clean. Only rank 0 of a distributed run shows it."""
+
     def __post_init__(self) -> None:
         for name in ("fetch_every", "param_every", "layer_every", "alert_every"):
             value = getattr(self, name)
@@ -144,6 +172,13 @@ class WatchConfig:
             raise ConfigError(f"flush_rows must be >= 1, got {self.flush_rows}")
         if not self.flush_interval_s > 0:
             raise ConfigError(f"flush_interval_s must be > 0, got {self.flush_interval_s}")
+        if self.if_exists not in IF_EXISTS:
+            raise ConfigError(f"if_exists must be one of {', '.join(IF_EXISTS)}; got "
+                              f"{self.if_exists!r}")
+        if not isinstance(self.announce, bool):
+            raise ConfigError(f"announce must be True or False, got {self.announce!r}")
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise ConfigError(f"progress must be True, False or None, got {self.progress!r}")
         for name in ("on_finding", "on_stop"):
             fn = getattr(self, name)
             if fn is not None and not callable(fn):

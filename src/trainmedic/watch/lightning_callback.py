@@ -80,12 +80,15 @@ class TrainmedicCallback(_Callback):
     ``run_dir`` is the store's folder; ``watch_kwargs`` go to :class:`Watcher` (``fetch_every``,
     ``meta``, ``rank``, ``world_size``, ``scaler``, ...). Rank and world size default to the
     trainer's (``global_rank``, ``world_size``) when it runs more than one process.
+    The live progress line is off (``progress=False``): the trainer has its own bar.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], **watch_kwargs: Any) -> None:
         check_callback_kwargs(watch_kwargs)
         self.run_dir = run_dir
         self.watch_kwargs = dict(watch_kwargs)
+        # The trainer draws its own progress bar: no second line fighting it for the TTY.
+        self.watch_kwargs.setdefault("progress", False)
         self.watcher: Watcher | None = None
         self._last_step = 0
         self._mark = time.perf_counter()

@@ -54,6 +54,8 @@ class Recorder:
         self._check_fetched = check_fetched
         self.rows: list[CpuRow] = []
         self.pending: list[tuple[int, dict[str, Any]]] = []
+        #: The loss of the last fetched device row (the progress line's loss on a GPU).
+        self.last_loss: float | None = None
         self._t_drained = time.perf_counter()
 
     # -- rows ---------------------------------------------------------------------------
@@ -156,6 +158,8 @@ class Recorder:
                         row[name] = v[1] / t
             self._check_fetched(s, row)
             self.record(s, row)
+            if "loss" in row:
+                self.last_loss = row["loss"]
 
     def flush(self) -> None:
         """Drain and fetch everything held (the store commits it on its own schedule)."""

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pathlib
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -51,12 +50,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainmedic.errors import ConfigError
 from trainmedic.run.store import RunStore
+from trainmedic.watch.announce import Announcer, recorded_summary
 from trainmedic.watch.clock import ForwardClock, TimedLoader
 from trainmedic.watch.config import WatchConfig
 from trainmedic.watch.host_memory import RssSampler, rss_mb
-from trainmedic.watch.inputs import check_loss, foreign_optimizer_params
+from trainmedic.watch.inputs import check_loss, check_optimizer_params, trainable_params
 from trainmedic.watch.norms import GradNorm, clip_grads_with_norm
 from trainmedic.watch.recorder import Recorder, put_step_time, read_now
+from trainmedic.watch.run_dir import choose_run_dir, stop_file_path
 from trainmedic.watch.step_guard import StepGuard
 
 if TYPE_CHECKING:
@@ -80,8 +81,9 @@ class Watcher:
     ``config`` or the same fields as keyword arguments (see :class:`WatchConfig`);
     ``rank``/``world_size`` default to torch.distributed's (or torchrun's environment);
     ``start_step`` numbers the first step (after a resume); ``scaler`` is a ``GradScaler``.
-    A run_dir whose store already holds an earlier run's rows is refused unless
-    ``start_step`` > 0 (a resume continues that record; a new run must not interleave).
+    A run_dir whose store already holds an earlier run's rows is handled as
+    ``if_exists`` says (refused by default) unless ``start_step`` > 0 (a resume continues
+    that record; a new run must not interleave).
     """
 
     def __init__(
@@ -122,7 +124,7 @@ class Watcher:
             world_size = torch.distributed.get_world_size()
             if world_size == 1:
                 rank = None
-        self._params = self._collect_params()
+        self._params = trainable_params(model, optimizer)
         self._grad_norm = GradNorm(torch, self._params)
         if model is not None and not self._params:
             n = sum(1 for _ in model.parameters())
@@ -138,14 +140,20 @@ class Watcher:
             policy = "record" if self._device.type != "cpu" else "skip"
         self.nan_policy = policy
         self._meta = dict(meta or {})
-        # A new run (start_step 0) on a store that holds a run's rows is refused before
-        # the store's meta is touched.
-        self.store = RunStore(run_dir, rank=rank, world_size=world_size, meta=meta,
+        # A new run (start_step 0) on a store that holds a run's rows: cfg.if_exists, decided
+        # before the store's meta is touched (the store refuses what is left).
+        where = choose_run_dir(run_dir, cfg.if_exists, rank=rank, world_size=world_size,
+                               start_step=start_step)
+        start_step = where.start_step
+        self.store = RunStore(where.path, rank=rank, world_size=world_size, meta=meta,
                               flush_rows=cfg.flush_rows, flush_interval_s=cfg.flush_interval_s,
-                              refuse_earlier_run=start_step == 0)
+                              refuse_earlier_run=where.refuse_earlier_run)
         self.run_dir = self.store.run_dir
         try:
             self._setup(start_step)
+            self._announcer.start(str(self.run_dir), recorded_summary(
+                cfg, cuda=self._cuda, nan_policy=self.nan_policy,
+                forward_clock=self._forward is not None and self._forward.timed), where.note)
         except BaseException:
             for h in getattr(self, "_hooks", []):
                 h.remove()
@@ -159,7 +167,11 @@ class Watcher:
         """Everything after the store is open: hooks, clocks, layer health, live alerts."""
         cfg = self.config
         model, optimizer = self.model, self.optimizer
-        self._step = int(start_step)
+        self._step = self._first_step = int(start_step)
+        self._stored = self.store.enabled
+        self._announcer = Announcer(announce=cfg.announce, progress=cfg.progress,
+                                    rank=self.store.rank, count_alerts=lambda: len(self.findings))
+        self._tick = self._announcer.tick if self._announcer.progress else None
         self._data_wait_s = 0.0
         self._t_last = time.perf_counter()
         self._t_request: float | None = None
@@ -187,7 +199,7 @@ class Watcher:
         self._param_stats: dict[str, Any] = {}
         self._last_step_event: Any = None
         self._stop_reason: str | None = None
-        self._check_arguments()
+        check_optimizer_params(model, optimizer, self.store, self._step)
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
             self._hooks.append(optimizer.register_step_pre_hook(self._on_pre_optimizer_step))
             self._hooks.append(optimizer.register_step_post_hook(self._on_post_optimizer_step))
@@ -215,7 +227,7 @@ class Watcher:
                 self._layers.arm()
                 self._layers_armed = True
         self._alerts: Any = None
-        stop_file = self._stop_file_path(cfg.stop_file)
+        stop_file = stop_file_path(self.run_dir, cfg.stop_file)
         self._stop_file = stop_file
         if cfg.alert_every is not None:
             from trainmedic.watch.alerts import LiveAlerts
@@ -380,7 +392,7 @@ class Watcher:
         if self._layers is not None and self._layers.scheduled(self._step):
             self._layers.arm()
             self._layers_armed = True
-        self._after_step(s)
+        self._after_step(s, loss)
 
     def _step_full(self, s: int, step_time_s: float, data_s: float, fwd: Any, loss: Any,
                    gn: Any, batch_size: int | None, tokens: int | None,
@@ -460,7 +472,7 @@ class Watcher:
         if self._layers is not None and self._layers.scheduled(self._step):
             self._layers.arm()
             self._layers_armed = True
-        self._after_step(s)
+        self._after_step(s, host.get("loss", rec.last_loss))
 
     def log(self, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
         """Record other scalars (``val_loss``, ...) at ``step`` (default: the last step)."""
@@ -505,6 +517,9 @@ class Watcher:
             if self._layers is not None:
                 self._layers.disarm()
             self.store.close()
+            last = self._step - 1 if self._step > self._first_step else None
+            self._announcer.close(str(self.run_dir), first_step=self._first_step,
+                                  last_step=last, stored=self._stored)
 
     def __enter__(self) -> Watcher:
         return self
@@ -512,31 +527,6 @@ class Watcher:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-
-    # -- checks -----------------------------------------------------------------------
-    def _collect_params(self) -> list[torch.Tensor]:
-        if self.model is not None:
-            return [p for p in self.model.parameters() if p.requires_grad]
-        if self.optimizer is not None:
-            return [p for g in self.optimizer.param_groups for p in g["params"]]
-        return []
-
-    def _check_arguments(self) -> None:
-        """An optimizer stepping parameters the model does not hold is recorded as an event
-        and logged (:func:`~trainmedic.watch.inputs.foreign_optimizer_params`)."""
-        if self.model is None or self.optimizer is None:
-            return
-        self.store.set_meta(optimizer_params_checked=True)
-        found = foreign_optimizer_params(self.model, self.optimizer)
-        if found is not None:
-            logger.warning("trainmedic: %s", found["detail"])
-            self.store.event(self._step, "optimizer_params_not_in_model", found)
-
-    def _stop_file_path(self, stop_file: str | pathlib.Path | None) -> pathlib.Path | None:
-        if stop_file is None:
-            return None
-        path = pathlib.Path(stop_file)
-        return path if path.is_absolute() else self.run_dir / path
 
     # -- loader and hooks -------------------------------------------------------------
     def _batch_requested(self, t: float) -> None:
@@ -614,7 +604,9 @@ class Watcher:
     def _record_event(self, s: int, kind: str, data: dict[str, Any]) -> None:
         self._rec.record_event(s, kind, data)
 
-    def _after_step(self, s: int) -> None:
+    def _after_step(self, s: int, loss: float | None = None) -> None:
+        if self._tick is not None:  # the progress line, on a TTY: throttled, host values only
+            self._tick(s, loss)
         alerts = self._alerts
         reason: str | None = None
         if alerts is not None:

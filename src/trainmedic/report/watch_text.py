@@ -1,0 +1,88 @@
+"""What the watcher says on the terminal: the start line, the exit line, the progress line.
+
+Pure functions return the text; :func:`emit` is the one place that writes it (to stderr, so
+a script's own output on stdout stays clean). The watcher (``trainmedic.watch``) decides
+when to call them: once at the start, once at ``close()``, and a throttled progress line
+on a TTY. Nothing here imports torch or the watcher.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Sequence
+
+__all__ = ["start_line", "exit_line", "progress_line", "emit"]
+
+_PREFIX = "trainmedic:"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _num(x: float) -> str:
+    """A loss or rate with 4 significant digits, without an exponent for usual values."""
+    if x != x:  # NaN
+        return "nan"
+    if x in (float("inf"), float("-inf")):
+        return "inf" if x > 0 else "-inf"
+    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+        return f"{x:.3e}"
+    return f"{x:.4g}"
+
+
+def start_line(run_dir: str, recorded: Sequence[str], *, note: str | None = None) -> str:
+    """``trainmedic: recording to runs/exp1 (loss, lr, ...)``, and the note on how the folder
+    was chosen (a new version, an old record moved aside, a resume), when there is one."""
+    what = f" ({'; '.join(recorded)})" if recorded else ""
+    tail = f"; {note}" if note else ""
+    return f"{_PREFIX} recording to {run_dir}{what}{tail}"
+
+
+def exit_line(run_dir: str, *, first_step: int | None, last_step: int | None,
+              alerts: int = 0, stored: bool = True) -> str:
+    """Where the record went and the command that reads it; or that nothing was recorded."""
+    if not stored:
+        return (f"{_PREFIX} nothing was recorded: the run store under {run_dir} could not "
+                f"be written (see the warning above)")
+    if first_step is None or last_step is None:
+        steps = "no steps"
+    elif first_step == last_step:
+        steps = f"step {first_step}"
+    else:
+        steps = f"steps {first_step}-{last_step}"
+    found = f", {_plural(alerts, 'live alert')}" if alerts else ""
+    return (f"{_PREFIX} recorded {steps}{found} to {run_dir}; read it with: "
+            f"trainmedic diagnose {shlex.quote(run_dir)}")
+
+
+def progress_line(step: int, *, loss: float | None, it_per_s: float | None,
+                  alerts: int = 0) -> str:
+    """``trainmedic: step 1200  loss 2.314  37.5 it/s  1 alert``: one short line, redrawn."""
+    parts = [f"{_PREFIX} step {step}"]
+    if loss is not None:
+        parts.append(f"loss {_num(loss)}")
+    if it_per_s is not None and it_per_s > 0:
+        parts.append(f"{it_per_s:.3g} it/s" if it_per_s < 1000 else f"{it_per_s:.0f} it/s")
+    if alerts:
+        parts.append(_plural(alerts, "alert"))
+    return "  ".join(parts)
+
+
+def emit(text: str, *, transient: bool = False) -> None:
+    """Write ``text`` to stderr: a line of its own, or (``transient``) over the current
+    line, to be redrawn by the next transient text (``emit("", transient=True)`` clears
+    it). A closed or broken stderr is ignored: saying where the run went must never stop
+    the run."""
+    stream = sys.stderr
+    if stream is None:  # pythonw, a daemon with no stderr
+        return
+    try:
+        if transient:
+            stream.write(f"\r{text}\x1b[K")
+        else:
+            stream.write(text + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
