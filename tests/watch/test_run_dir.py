@@ -138,3 +138,21 @@ def test_last_step(tmp_path: pathlib.Path) -> None:
     assert last_step(tmp_path / "metrics.sqlite") == 4
     (tmp_path / "junk.sqlite").write_bytes(b"not a database")
     assert last_step(tmp_path / "junk.sqlite") is None
+
+
+def test_overwrite_that_cannot_move_the_record_says_so(tmp_path: pathlib.Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from trainmedic.watch import run_dir as run_dir_mod
+
+    _run(tmp_path, [1.0])
+
+    def refuse(src: object, dst: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(run_dir_mod.os, "replace", refuse)
+    with pytest.raises(ConfigError, match=r"if_exists='overwrite' could not move"):
+        _run(tmp_path, [2.0], if_exists="overwrite")
+    monkeypatch.setattr(run_dir_mod.os, "replace", os.replace)
+    assert _losses(tmp_path / "metrics.sqlite") == ([0], [1.0])

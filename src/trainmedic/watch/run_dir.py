@@ -81,7 +81,12 @@ def choose_run_dir(run_dir: str | os.PathLike[str], if_exists: str, *, rank: int
     if start_step > 0:
         return RunDirChoice(base, start_step, False, f"resuming at step {start_step}")
     if if_exists == "overwrite":
-        moved = _move_aside(base, file_rank, world)
+        try:
+            moved = _move_aside(base, file_rank, world)
+        except OSError as exc:
+            raise ConfigError(f"{base}: if_exists='overwrite' could not move the earlier record "
+                              f"to {base / REPLACED_DIR} ({exc}); make the folder writable or "
+                              f"use a new run_dir") from exc
         note = f"the earlier record was moved to {moved}" if moved is not None else None
         return RunDirChoice(base, 0, True, note)
     last = last_step(base / name)
