@@ -179,3 +179,105 @@ def test_memory_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
     for sub in ("plan", "oom", "kv", "measure"):
         rc, out, _ = _run(capsys, "memory", sub, "--help")
         assert rc == 0 and "Example" in out
+
+
+def test_plan_verdict_comes_first(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "memory", "plan", "--config", str(CONFIGS / "gpt2-large.json"),
+                      "--batch", "4", "--seq", "1024", "--gpu", "h100")
+    first, second = out.splitlines()[:2]
+    assert rc == 0 and first.startswith("fits on NVIDIA H100 80GB HBM3 (reported capacity): peak ")
+    assert first.endswith("(est.)") and "usable" in first
+    assert second.startswith("gpt2-large.json: gpt2")
+    rc, out, _ = _run(capsys, "memory", "plan", "--config",
+                      str(CONFIGS / "llama-3.1-8b-instruct.json"), "--batch", "4", "--seq",
+                      "4096", "--gpu", "a100-40gb")
+    assert rc == 1 and out.splitlines()[0].startswith("does NOT fit on NVIDIA A100-SXM4-40GB")
+    # The verdict is said once, at the top.
+    assert out.count("does NOT fit") == 1
+
+
+def test_plan_keeps_zero_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    # One GPU with AMP: no master weights and no communication buckets, still shown as 0.
+    rc, out, _ = _run(capsys, "memory", "plan", "--config", str(CONFIGS / "llama-3.2-1b.json"),
+                      "--batch", "1", "--seq", "512")
+    assert rc == 0
+    rows = {line[2:28].strip(): line[28:].split()[:2] for line in out.splitlines()
+            if line.startswith("  ") and not line.startswith("   ")}
+    assert rows["fp32 master weights"] == ["0", "bytes"]
+    assert rows["communication buckets"] == ["0", "bytes"]
+    assert rows["buffers"] == ["0", "bytes"]
+
+
+def test_plan_title_says_gpu_not_gpus_with_a_parenthesis(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = str(CONFIGS / "llama-3.2-1b.json")
+    _, out, _ = _run(capsys, "memory", "plan", "--config", config, "--seq", "512")
+    assert "single on 1 GPU" in out and "GPU(s)" not in out
+    _, out, _ = _run(capsys, "memory", "plan", "--config", config, "--seq", "512", "--gpus", "8")
+    assert "ddp on 8 GPUs" in out and "GPU(s)" not in out
+
+
+def test_gpu_memory_without_a_unit_is_gb_with_a_note(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "memory", "plan", "--config", str(CONFIGS / "llama-3.2-1b.json"),
+                        "--seq", "512", "--gpu-memory", "80", "--json")
+    doc = json.loads(out)  # the note goes to stderr: stdout stays one JSON document
+    assert rc == 0 and doc["gpu_memory_bytes"] == 80 * 10**9 and doc["fits"] is True
+    assert err == ("trainmedic: note: --gpu-memory 80 has no unit: read as 80GB "
+                   "(80 x 10^9 bytes); write 80GiB for 80 x 2^30\n")
+    rc, out, err = _run(capsys, "memory", "plan", "--config", str(CONFIGS / "llama-3.2-1b.json"),
+                        "--seq", "512", "--gpu-memory", "80GiB", "--json")
+    assert rc == 0 and json.loads(out)["gpu_memory_bytes"] == 80 * 2**30 and err == ""
+
+
+@pytest.mark.parametrize("sub", [["plan"], ["kv", "--context", "1024"]])
+def test_ambiguous_gpu_asks_which_size(capsys: pytest.CaptureFixture[str], sub: list[str]) -> None:
+    rc, out, err = _run(capsys, "memory", *sub, "--config", str(CONFIGS / "llama-3.2-1b.json"),
+                        "--gpu", "a100")
+    assert rc == 2 and out == ""
+    assert err == ("trainmedic: error: --gpu: 'a100' is ambiguous (40 or 80 GB?); expected one "
+                   "of a100-40gb, a100-80gb\n")
+    rc, out, _ = _run(capsys, "memory", *sub, "--config", str(CONFIGS / "llama-3.2-1b.json"),
+                      "--gpu", "a100-80gb", "--json")
+    assert rc == 0 and json.loads(out)["gpu_memory_bytes"] == int(79.15 * 2**30)
+
+
+def _hub_cache(root: Path, repo_id: str, config: Path) -> Path:
+    """A Hugging Face hub cache holding ``config`` as ``repo_id``'s config.json at main."""
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(config.read_text())
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    return root
+
+
+def test_plan_reads_a_hub_id_from_the_local_cache(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    constants = pytest.importorskip("huggingface_hub.constants")
+    local = CONFIGS / "llama-3.2-1b.json"
+    cache = _hub_cache(tmp_path / "hub", "meta-llama/Llama-3.2-1B", local)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    rc, out, _ = _run(capsys, "memory", "plan", "--config", str(local), "--json")
+    expected = json.loads(out)
+    rc, out, _ = _run(capsys, "memory", "plan", "--config", "meta-llama/Llama-3.2-1B", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["source"] == "meta-llama/Llama-3.2-1B"
+    assert doc["num_params"] == expected["num_params"] and doc["ledger"] == expected["ledger"]
+    rc, out, _ = _run(capsys, "memory", "plan", "--config", "meta-llama/Llama-3.2-1B")
+    assert rc == 0 and out.splitlines()[0].startswith("meta-llama/Llama-3.2-1B: llama, 1.24B")
+    rc, out, _ = _run(capsys, "memory", "kv", "--config", "meta-llama/Llama-3.2-1B",
+                      "--context", "1024", "--json")
+    assert rc == 0 and json.loads(out)["model"]["num_params"] == expected["num_params"]
+    rc, _, err = _run(capsys, "memory", "plan", "--config", "someone/not-downloaded")
+    assert rc == 2 and err.startswith("trainmedic: error: someone/not-downloaded: no such file, "
+                                      "and no config.json for the hub id")
+    assert str(cache) in err and "Traceback" not in err
+
+
+def test_plan_reads_a_model_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text((CONFIGS / "gpt2-large.json").read_text())
+    rc, out, _ = _run(capsys, "memory", "plan", "--config", str(tmp_path), "--json")
+    assert rc == 0 and json.loads(out)["model"]["family"] == "gpt2"

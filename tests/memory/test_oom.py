@@ -251,3 +251,20 @@ def test_a_long_log_is_read_quickly() -> None:
     r = parse_oom(text)
     assert time.perf_counter() - start < 2.0
     assert r is not None and r.occurrences == 3 and r.processes[0].pid == 4157994
+
+
+def test_explain_oom_file_tells_a_log_from_a_snapshot(tmp_path: Path) -> None:
+    from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
+    from trainmedic.memory.oom import explain_oom_file
+
+    log = DATA / "oom_torch22_expandable.txt"
+    kind, explanation = explain_oom_file(log)
+    assert kind == "message"
+    report = parse_oom(log.read_text(encoding="utf-8"))
+    assert report is not None and explanation == explain_oom(report)
+    kind, _ = explain_oom_file(DATA / "snapshot_fragmented.pickle")
+    assert kind == "snapshot"
+    with pytest.raises(UnrecognizedInputError, match="no out-of-memory message found"):
+        explain_oom_file(DATA / "no_oom.txt")
+    with pytest.raises(UnreadableInputError, match=r"^.*missing\.log: cannot open \("):
+        explain_oom_file(tmp_path / "missing.log")

@@ -193,45 +193,69 @@ def _more_gpus_intervention(
     """The fewest GPUs (a power of two, up to 1024) over which FSDP/ZeRO-3 sharding fits."""
     if cfg.gpus != 1 or cfg.tp != 1 or cfg.pp != 1:
         return None
+    samples = cfg.batch_size * cfg.grad_accum
     n = 2
     while n <= 1024:
-        new = replace(cfg, gpus=n, strategy="fsdp")
+        new = _spread(replace(cfg, gpus=n, strategy="fsdp"), samples)
         after = plan(spec, new).peak_bytes
         if after <= limit:
+            kept = new.batch_size * new.grad_accum * n == samples
             return Intervention(
-                action=f"shard over {n} GPUs with FSDP (FULL_SHARD) or ZeRO-3",
+                action=f"shard over {n} GPUs with FSDP (FULL_SHARD) or ZeRO-3"
+                + (f", micro-batch {new.batch_size} with gradient accumulation "
+                   f"x{new.grad_accum} (same {samples} samples per optimizer step)"
+                   if kept else ""),
                 config=new, peak_bytes=after, saved_bytes=before - after, fits=True,
                 throughput_cost=0.1,
                 cost_note="ZeRO-3/FSDP move 1.5x the bytes of DDP (Rajbhandari et al. 2020 §7);"
                 " mostly overlapped with compute",
-                changes_semantics=f"the global batch becomes {n} x the micro-batch: lower "
-                f"gradient accumulation by {n}x to keep it",
+                changes_semantics=None if kept else
+                f"{n} GPUs take {n * samples} samples per optimizer step, not {samples} (fewer "
+                f"than {n} samples per step cannot be split over {n} GPUs): retune the "
+                f"learning rate for the larger batch",
             )
         n *= 2
     return None
 
 
+def _spread(cfg: PlanConfig, samples: int) -> PlanConfig:
+    """``cfg`` over its data-parallel GPUs with ``samples`` per optimizer step: the largest
+    micro-batch (at most the current one, with at most the current accumulation) that keeps
+    them; unchanged when none does."""
+    for b in range(cfg.batch_size, 0, -1):
+        if samples % (cfg.gpus * b) == 0 and samples // (cfg.gpus * b) <= cfg.grad_accum:
+            return replace(cfg, batch_size=b, grad_accum=samples // (cfg.gpus * b))
+    return cfg
+
+
 def _micro_batch_intervention(
     spec: ModelSpec, cfg: PlanConfig, limit: int, before: int
 ) -> Intervention | None:
+    """A smaller micro-batch with more accumulation and the same samples per optimizer step.
+
+    The micro-batch is the largest *divisor* of the current one that fits, so the global batch
+    stays exactly what it was: rounding it up would change the optimization (and the learning
+    rate it was tuned for), which a memory fix must not do silently.
+    """
     if cfg.batch_size <= 1:
         return None
-    b = max_micro_batch(spec, replace(cfg, batch_size=1), limit)
-    if b == 0 or b >= cfg.batch_size:
+    # Searched with accumulation on: it keeps the gradients alive through the later forwards.
+    accumulating = replace(cfg, batch_size=1, grad_accum=max(cfg.grad_accum, 2))
+    largest = max_micro_batch(spec, accumulating, limit)
+    b = max((d for d in range(1, min(largest, cfg.batch_size - 1) + 1)
+             if cfg.batch_size % d == 0), default=0)
+    if b == 0:
         return None
-    accum = -(-cfg.batch_size // b) * cfg.grad_accum
+    accum = cfg.batch_size // b * cfg.grad_accum
     new = replace(cfg, batch_size=b, grad_accum=accum)
     after = plan(spec, new).peak_bytes
-    same = cfg.batch_size % b == 0
     return Intervention(
         action=f"micro-batch {b} with gradient accumulation x{accum} "
-        f"(same {cfg.batch_size * cfg.grad_accum} samples per optimizer step"
-        + ("" if same else ", rounded up") + ")",
+        f"(same {cfg.batch_size * cfg.grad_accum} samples per optimizer step)",
         config=new, peak_bytes=after, saved_bytes=before - after, fits=after <= limit,
         throughput_cost=0.05,
         cost_note="smaller matmuls use the GPU less fully; a few percent at moderate sizes",
-        changes_semantics=None if same else "effective batch rounds up to a multiple of the "
-        "micro-batch",
+        changes_semantics=None,
     )
 
 

@@ -21,7 +21,8 @@ from typing import Literal
 
 from trainmedic.errors import ConfigError
 
-__all__ = ["GpuSpec", "GPUS", "lookup_gpu", "known_gpu_names", "parse_size", "format_bytes"]
+__all__ = ["GpuSpec", "GpuTarget", "GPUS", "lookup_gpu", "known_gpu_names", "parse_size",
+           "format_bytes", "gpu_target"]
 
 _MIB = 2**20
 _GB = 10**9
@@ -248,21 +249,41 @@ def known_gpu_names() -> tuple[str, ...]:
     return tuple(g.name for g in GPUS)
 
 
-def lookup_gpu(name: str) -> GpuSpec:
+def lookup_gpu(name: str, *, field: str = "gpu") -> GpuSpec:
     """The catalog entry for ``name`` (case, spaces, ``_`` and vendor prefixes ignored).
 
     Accepts canonical names (``h100-sxm``), aliases (``h100``, ``a100-40gb``) and the device
-    name torch prints (``NVIDIA A100-SXM4-80GB``). Raises :class:`ConfigError` listing the
-    known names otherwise.
+    name torch prints (``NVIDIA A100-SXM4-80GB``). A name several entries start with (``a100``:
+    40 or 80 GB) raises :class:`ConfigError` listing them; any other unknown name raises it
+    listing the known names. Messages start with ``field``.
     """
     key = _normalize(name)
     gpu = _INDEX.get(key)
-    if gpu is None:
+    if gpu is not None:
+        return gpu
+    variants = _variants(key)
+    if len(variants) > 1:
+        sizes = sorted({g.nominal_gb for g in variants})
+        # "40 or 80 GB?" is the question when the variants differ only in memory.
+        question = (" or ".join(str(s) for s in sizes) + " GB?" if len(sizes) == len(variants)
+                    else "which one?")
         raise ConfigError(
-            f"gpu: got {name!r}, expected one of {', '.join(known_gpu_names())}; "
-            f"or give the memory size instead (e.g. --gpu-memory 80GB)"
+            f"{field}: {name!r} is ambiguous ({question}); expected one of "
+            f"{', '.join(g.name for g in variants)}"
         )
-    return gpu
+    raise ConfigError(
+        f"{field}: got {name!r}, expected one of {', '.join(known_gpu_names())}; "
+        f"or give the memory size instead (e.g. --gpu-memory 80GB)"
+    )
+
+
+def _variants(key: str) -> tuple[GpuSpec, ...]:
+    """Catalog entries with a name or alias that extends ``key`` by a ``-suffix``."""
+    if not key:
+        return ()
+    return tuple(g for g in GPUS
+                 if any(alias.startswith(key + "-") for alias, entry in _INDEX.items()
+                        if entry is g))
 
 
 # Decimal units are powers of 1000, binary (IEC) units powers of 1024. A bare letter (``40G``)
@@ -326,3 +347,44 @@ def format_bytes(nbytes: int) -> str:
         if size <= upper:
             return f"{sign}{size / scale:.2f} {unit}"
     return f"{sign}{size / 2**30:.2f} GiB"
+
+
+@dataclass(kw_only=True, frozen=True)
+class GpuTarget:
+    """The GPU a plan is checked against, as the user named it."""
+
+    memory_bytes: int
+    """Memory the device offers one process."""
+    label: str
+    """How a report names it: the catalog's display name, or the size as given."""
+    note: str | None = None
+    """How an unusual input was read (a size without a unit); None when it was plain."""
+
+
+_BARE_NUMBER_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*$")
+
+
+def gpu_target(gpu: str | None, gpu_memory: str | None, *, gpu_field: str = "gpu",
+               memory_field: str = "gpu_memory") -> GpuTarget | None:
+    """The GPU named by a catalog name (``gpu``) or a size (``gpu_memory``); None for neither.
+
+    A size without a unit is read as GB (``80`` = 80 GB = 80 x 10**9 bytes, as GPUs are
+    marketed), with a note saying so: nobody means an 80-byte GPU. ConfigError when both are
+    given, or when either is not understood (the message starts with its field).
+    """
+    if gpu and gpu_memory:
+        raise ConfigError(f"give {gpu_field} NAME or {memory_field} SIZE, not both")
+    if gpu:
+        entry = lookup_gpu(gpu, field=gpu_field)
+        return GpuTarget(memory_bytes=entry.total_bytes,
+                         label=f"{entry.display_name} ({entry.total_bytes_source} capacity)")
+    if not gpu_memory:
+        return None
+    if _BARE_NUMBER_RE.match(gpu_memory):
+        number = gpu_memory.strip()
+        return GpuTarget(
+            memory_bytes=parse_size(f"{number}GB", field=memory_field), label=f"{number}GB",
+            note=f"{memory_field} {number} has no unit: read as {number}GB "
+                 f"({number} x 10^9 bytes); write {number}GiB for {number} x 2^30")
+    return GpuTarget(memory_bytes=parse_size(gpu_memory, field=memory_field),
+                     label=gpu_memory.strip())

@@ -24,7 +24,12 @@ __all__ = [
     "Phase",
     "ModuleBytes",
     "Ledger",
+    "SCHEMA",
 ]
+
+#: Schema id of every ``trainmedic memory ... --json`` document (as ``finding.SCHEMA`` is of
+#: the findings JSON); a change that breaks a reader bumps the number.
+SCHEMA = "trainmedic.memory/1"
 
 #: The ledger's categories, in report order. ``comm_buckets`` are the gradient buckets a data-
 #: parallel wrapper allocates for its collectives (DDP's reducer, ZeRO's reduce buckets);

@@ -8,8 +8,10 @@ basis ``measured``; figures derived from them ``estimated``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
+from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
 from trainmedic.memory.gpus import format_bytes
 from trainmedic.memory.ledger import Basis
 from trainmedic.memory.oom_message import MessageFormat, OomReport, ProcessMemory, parse_oom
@@ -23,8 +25,11 @@ __all__ = [
     "OomExplanation",
     "parse_oom",
     "explain_oom",
+    "explain_oom_file",
     "PEAK_REDUCTION_FIXES",
 ]
+
+OomSource = Literal["message", "snapshot"]
 
 Verdict = Literal[
     "fragmentation", "other_process", "memory_cap", "single_huge_allocation",
@@ -378,3 +383,35 @@ def explain_oom(report: OomReport) -> OomExplanation:
     return OomExplanation(verdict=verdict, summary=summary, figures=tuple(figures),
                           reasons=tuple(reasons), fixes=tuple(fixes_list), also=tuple(also),
                           notes=tuple(notes))
+
+
+def explain_oom_file(path: str | Path, *, device: int | None = None,
+                     ) -> tuple[OomSource, OomExplanation]:
+    """Explain the OOM in a file: a log holding an OOM message (the last one is explained) or
+    a ``torch.cuda.memory._dump_snapshot`` pickle (``device``: which GPU of it).
+
+    Returns which of the two the file was, and the explanation. Raises
+    :class:`UnreadableInputError` when the file cannot be opened (or the snapshot read), and
+    :class:`UnrecognizedInputError` when a log holds no OOM message.
+    """
+    file = Path(path)
+    try:
+        with file.open("rb") as stream:
+            head = stream.read(2)
+    except OSError as exc:
+        raise UnreadableInputError(str(path), f"cannot open ({exc.strerror}); expected a log "
+                                   "with a CUDA OOM message or a memory snapshot") from exc
+    # A snapshot is a pickle: protocol 2+ starts with 0x80; older protocols are text, so the
+    # file name decides for them.
+    if head[:1] == b"\x80" or file.suffix.lower() in (".pickle", ".pkl", ".pk"):
+        # Imported here: snapshot builds on this module's types.
+        from trainmedic.memory.snapshot import explain_snapshot, read_snapshot, summarize_snapshot
+
+        summary = summarize_snapshot(read_snapshot(file), path=str(path))
+        return "snapshot", explain_snapshot(summary, device=device)
+    report = parse_oom(file.read_text(encoding="utf-8", errors="replace"))
+    if report is None:
+        raise UnrecognizedInputError(
+            str(path), "no out-of-memory message found; expected a log or traceback with "
+            "'CUDA out of memory' (or a torch.cuda.memory._dump_snapshot pickle)")
+    return "message", explain_oom(report)
