@@ -281,3 +281,13 @@ def test_plan_reads_a_model_folder(capsys: pytest.CaptureFixture[str], tmp_path:
     (tmp_path / "config.json").write_text((CONFIGS / "gpt2-large.json").read_text())
     rc, out, _ = _run(capsys, "memory", "plan", "--config", str(tmp_path), "--json")
     assert rc == 0 and json.loads(out)["model"]["family"] == "gpt2"
+
+
+def test_kv_verdict_comes_first(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "memory", "kv", "--config",
+                      str(CONFIGS / "llama-3.1-8b-instruct.json"), "--batch", "64", "--context",
+                      "8192", "--gpu", "h100")
+    lines = out.splitlines()
+    assert rc == 1 and lines[0].startswith("does NOT fit on NVIDIA H100 80GB HBM3")
+    assert lines[1].startswith("llama-3.1-8b-instruct.json: llama, 8.03B params")
+    assert "largest batch at 8192 tokens: 56" in lines and out.count("fit") == 1

@@ -15,6 +15,12 @@ if TYPE_CHECKING:
 __all__ = ["memory"]
 
 
+def _int(flag: str, default: int | None, help: str, *name: str) -> Callable[[Any], Any]:
+    """An integer option (``name``: the parameter, when not the flag's)."""
+    return click.option(flag, *name, type=int, default=default,
+                        show_default=default is not None, help=help)
+
+
 def _choice(flag: str, *names: str, **kwargs: Any) -> Callable[[Any], Any]:
     """An option choosing among ``names``; the first is the default."""
     return click.option(flag, type=click.Choice(list(names)), default=names[0],
@@ -71,24 +77,20 @@ def _show(estimate: MemoryEstimate, as_json: bool) -> None:
 
 @memory.command("plan")
 @_config_option
-@click.option("--batch", "batch_size", type=int, default=1, show_default=True,
-              help="Micro-batch per data-parallel rank.")
-@click.option("--seq", "seq_len", type=int, default=2048, show_default=True,
-              help="Tokens per sample (ignored for ViT: patches + CLS).")
+@_int("--batch", 1, "Micro-batch per data-parallel rank.", "batch_size")
+@_int("--seq", 2048, "Tokens per sample (ignored for ViT: patches + CLS).", "seq_len")
 @_choice("--precision", "bf16-mixed", "fp32", "fp16-mixed", "bf16")
 @_choice("--optimizer", "adamw", "sgd", "sgd-momentum", "adam", "adam-8bit", "adafactor", "lion")
 @click.option("--strategy", default=None, type=click.Choice(
     ["single", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-hybrid"]),
     help="Data parallelism [default: single on one GPU, ddp on several].")
-@click.option("--gpus", type=int, default=1, show_default=True, help="Total GPUs.")
-@click.option("--gpus-per-node", type=int, default=8, show_default=True)
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
+@_int("--gpus", 1, "Total GPUs.")
+@_int("--gpus-per-node", 8, "GPUs per node (the shard group of fsdp-hybrid).")
+@_int("--tp", 1, "Tensor-parallel degree.")
 @click.option("--sp", "sequence_parallel", is_flag=True,
               help="Sequence parallelism with --tp (splits norms/dropout activations too).")
-@click.option("--pp", type=int, default=1, show_default=True,
-              help="Pipeline-parallel degree (1F1B; the first stage is planned).")
-@click.option("--grad-accum", type=int, default=1, show_default=True,
-              help="Micro-batches per optimizer step (pipeline: micro-batches in flight).")
+@_int("--pp", 1, "Pipeline-parallel degree (1F1B; the first stage is planned).")
+@_int("--grad-accum", 1, "Micro-batches per optimizer step (pipeline: micro-batches in flight).")
 @_choice("--recompute", "none", "selective", "full")
 @_choice("--offload", "none", "optimizer", "params")
 @_choice("--attention", "sdpa", "eager", "flash")
@@ -96,18 +98,15 @@ def _show(estimate: MemoryEstimate, as_json: bool) -> None:
          help="Whose kernels decide what is saved (cpu: to compare with measure mode).")
 @_gpu_options
 @_margin_option
-@click.option("--layers", type=int, default=None,
-              help="Override the number of layers (to compare with a reduced model).")
+@_int("--layers", None, "Override the number of layers (to compare with a reduced model).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan_cmd(config: str, gpu: str | None, gpu_memory: str | None, margin: float,
              layers: int | None, as_json: bool, **step: Any) -> None:
     """Plan one GPU's memory for a training step of a Hugging Face model config.
 
-    With --gpu or --gpu-memory the first line says whether it fits; then the ledger by
-    category (parameters, gradients, optimizer state, master weights, activations,
-    temporaries, buffers, CUDA context) at the peak and its phase, the largest micro-batch that
-    fits, and when it does not, the smallest changes ranked by throughput cost. Exit 1 when it
-    does not fit.
+    With --gpu or --gpu-memory the first line says whether it fits. Then the ledger by category
+    at the peak and its phase, the largest micro-batch that fits, and when it does not, the
+    smallest changes ranked by throughput cost. Exit 1 when it does not fit.
 
     \b
     Examples:
@@ -156,12 +155,10 @@ def oom_cmd(file: str, device: int | None, as_json: bool) -> None:
 
 @memory.command("kv")
 @_config_option
-@click.option("--batch", "batch_size", type=int, default=1, show_default=True,
-              help="Concurrent sequences.")
+@_int("--batch", 1, "Concurrent sequences.", "batch_size")
 @click.option("--context", "context_len", type=int, required=True,
               help="Tokens per sequence (prompt + output).")
-@click.option("--encoder-len", type=int, default=None,
-              help="Encoder tokens of an encoder-decoder model (default: --context).")
+@_int("--encoder-len", None, "Encoder tokens of an encoder-decoder model (default: --context).")
 @_choice("--weight-dtype", "bf16", "fp32", "fp16", "fp8", "int8", "int4")
 @_choice("--kv-dtype", "bf16", "fp32", "fp16", "fp8", "int8")
 @_choice("--mla-cache", "latent", "decompressed",
@@ -201,17 +198,13 @@ def kv_cmd(config: str, gpu: str | None, gpu_memory: str | None, as_json: bool,
 @click.argument("factory", required=False, metavar="MODULE:FUNCTION")
 @click.option("--config", "config", default=None, metavar="FILE|ID",
               help="Measure the model transformers builds from this config.json instead.")
-@click.option("--layers", type=int, default=None,
-              help="With --config: build this many layers (to trace a big model quickly).")
-@click.option("--batch", "batch_size", type=int, default=1, show_default=True,
-              help="Micro-batch.")
-@click.option("--seq", "seq_len", type=int, default=512, show_default=True,
-              help="Tokens per sample.")
+@_int("--layers", None, "With --config: build this many layers (to trace a big model quickly).")
+@_int("--batch", 1, "Micro-batch.", "batch_size")
+@_int("--seq", 512, "Tokens per sample.", "seq_len")
 @_choice("--precision", "fp32", "bf16-mixed", "fp16-mixed", "bf16")
 @_choice("--optimizer", "adamw", "sgd", "sgd-momentum", "adam", "adafactor")
 @_choice("--attention", "sdpa", "eager", help="With --config: attention kernel.")
-@click.option("--steps", type=int, default=2, show_default=True,
-              help="Training steps to trace (the second has the optimizer state).")
+@_int("--steps", 2, "Training steps to trace (the second has the optimizer state).")
 @_gpu_options
 @_margin_option
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger as JSON.")

@@ -190,9 +190,15 @@ def oom_lines(explanation: OomExplanation, *, source: str) -> list[str]:
 
 
 def kv_lines(result: KvPlan, *, spec: ModelSpec, source: str, gpu_label: str) -> list[str]:
-    """Inference sizing: weights, KV cache per token and in total, and what fits."""
-    title = f"{_source_name(source)}: {spec.family}, {spec.num_params / 1e9:.2f}B params"
-    lines = [title, ""]
+    """Inference sizing: whether it fits first (with a GPU), then weights, KV cache per token
+    and in total, and the largest batch and context that fit."""
+    lines: list[str] = []
+    if result.gpu_memory_bytes is not None:
+        verdict = "fits" if result.fits else "does NOT fit"
+        lines.append(f"{verdict} on {gpu_label}: total {format_bytes(result.total_bytes)} on "
+                     f"{format_bytes(result.gpu_memory_bytes)}, keeping "
+                     f"{format_bytes(result.headroom_bytes or 0)} free (est.)")
+    lines += [f"{_source_name(source)}: {spec.family}, {spec.num_params / 1e9:.2f}B params", ""]
     rows = [
         (f"weights ({result.weight_dtype})", result.weights_bytes),
         (f"KV cache ({result.kv_dtype}, {result.batch_size} x {result.context_len})",
@@ -202,10 +208,7 @@ def kv_lines(result: KvPlan, *, spec: ModelSpec, source: str, gpu_label: str) ->
     ]
     lines += [f"  {label:<34} {format_bytes(v):>12}  est." for label, v in rows]
     if result.gpu_memory_bytes is not None:
-        verdict = "fits" if result.fits else "does NOT fit"
-        lines += ["", f"GPU {gpu_label}: {format_bytes(result.gpu_memory_bytes)}, keeping "
-                  f"{format_bytes(result.headroom_bytes or 0)} free -> {verdict} (est.)"]
-        lines.append(f"  largest batch at {result.context_len} tokens: {result.max_batch_size}")
-        lines.append(f"  longest context at batch {result.batch_size}: {result.max_context_len}")
+        lines += ["", f"largest batch at {result.context_len} tokens: {result.max_batch_size}",
+                  f"longest context at batch {result.batch_size}: {result.max_context_len}"]
     lines += [f"  note: {n}" for n in result.notes]
     return lines
