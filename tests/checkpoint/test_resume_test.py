@@ -22,10 +22,11 @@ SMALL: dict[str, Any] = {"train_chars": 600, "batch_size": 4, "context_len": 16,
                          "dropout": 0.2, "steps": 12}
 
 
-def run(at: int = 5, steps: int = 12, **kw: Any) -> Any:
+def run(at: int = 5, steps: int = 12, progress: Any = None, **kw: Any) -> Any:
     overrides = dict(SMALL, **kw.pop("overrides", {}))
     return resume_test(ResumeTestConfig(recipe="trainmedic.demo:recipe", steps=steps, at=at,
-                                        overrides=overrides, concurrent=True, **kw))
+                                        overrides=overrides, concurrent=True, **kw),
+                       progress=progress)
 
 
 @pytest.mark.parametrize(("field", "kw"), [
@@ -41,7 +42,11 @@ def test_bad_config_is_named(field: str, kw: dict[str, Any]) -> None:
 
 
 def test_the_demo_recipe_resumes_exactly(tmp_path: pathlib.Path) -> None:
-    report = run(root=tmp_path / "ck")
+    said: list[str] = []
+    report = run(root=tmp_path / "ck", progress=said.append)
+    # one line as each phase starts (the first two at once: concurrent)
+    assert said == ["straight run: 12 steps", "first run: 5 steps, then a save (at the same "
+                    "time)", "resumed run: load step 5 in a fresh process, then 7 steps"]
     assert report.equal, report.differences
     assert report.first_difference is None and report.differences == []
     assert len(report.losses_straight) == 12 and report.losses_resumed == \
@@ -245,3 +250,37 @@ def test_the_phases_run_with_a_fixed_mkl_thread_count(monkeypatch: pytest.Monkey
     monkeypatch.setenv("OMP_DYNAMIC", "TRUE")  # the user's own setting is kept
     env = _child_env()
     assert env["MKL_DYNAMIC"] == "FALSE" and env["OMP_DYNAMIC"] == "TRUE"
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_cli_shows_progress_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch,
+                                               tty: bool) -> None:
+    from click.testing import CliRunner
+
+    import trainmedic.checkpoint.resume_test as rt
+    import trainmedic.cli.ckpt_resume as cli_resume
+    from trainmedic.cli.main import cli
+
+    def fake(config: ResumeTestConfig, *, progress: Any = None) -> Any:
+        for phase in ("straight", "first", "resume"):
+            if progress is not None:
+                progress(rt._phase_line(phase, config))
+        return rt.ResumeReport(equal=True, first_difference=None, differences=[], notes=[],
+                               steps=config.steps, at=config.at, atol=None,
+                               losses_straight=[1.0] * 6, losses_resumed=[1.0] * 4,
+                               max_loss_diff=0.0, max_weight_diff=0.0, checkpoint=None,
+                               timings_s={"straight": 1.0})
+
+    monkeypatch.setattr(rt, "resume_test", fake)
+    monkeypatch.setattr(cli_resume, "_stderr_is_tty", lambda: tty)
+    result = CliRunner().invoke(cli, ["ckpt", "resume-test", "m:f", "--steps", "6", "--at",
+                                      "2"])
+    assert result.exit_code == 0, result.output
+    assert "EQUAL (bitwise)" in result.stdout
+    if not tty:
+        assert result.stderr == ""  # pipes and tests stay clean
+        return
+    lines = result.stderr.splitlines()
+    assert len(lines) == 3 and all(ln.startswith("resume-test [") for ln in lines)
+    assert lines[0].endswith("s] straight run: 6 steps")
+    assert lines[2].endswith("s] resumed run: load step 2 in a fresh process, then 4 steps")

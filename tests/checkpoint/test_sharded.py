@@ -36,6 +36,8 @@ import sharded_worker as worker  # noqa: E402  (tests/checkpoint is on sys.path)
 import torch.distributed.checkpoint as dcp  # noqa: E402
 
 from trainmedic.checkpoint.sharded import (  # noqa: E402
+    ShardedCounts,
+    check_sharded,
     load_sharded,
     save_sharded,
     verify_sharded,
@@ -401,6 +403,26 @@ def test_verify_names_non_finite_values(tmp_path: Path) -> None:
     problems = verify_sharded(tmp_path)
     assert len(problems) == 1 and problems[0].startswith("__0_0.distcp: model.3.weight")
     assert "2 of 35 values are NaN or infinite" in problems[0]
+
+
+def test_check_sharded_counts_what_the_metadata_holds(tmp_path: Path) -> None:
+    """The counts `trainmedic ckpt verify` prints: data files, tensors (and their chunks),
+    and non-tensor values, from .metadata; the tensors are the ones the checks covered."""
+    model, opt = _fresh(0, 1e-2)
+    _train_here(model, opt, 1)
+    save_sharded(tmp_path, model, opt)
+    problems, counts = check_sharded(tmp_path)
+    assert problems == []
+    # every parameter (and buffer) of the model, and each optimizer state tensor (Adam's
+    # exp_avg, exp_avg_sq and step of each parameter that has stepped)
+    tensors = len(model.state_dict()) + sum(
+        isinstance(v, torch.Tensor) for st in opt.state.values() for v in st.values())
+    assert counts == ShardedCounts(files=1, tensors=tensors, chunks=tensors,
+                                   values=counts.values)
+    assert counts.values > 0  # the param group's hyper-parameters
+    (tmp_path / ".metadata").write_bytes(b"junk")
+    problems, counts = check_sharded(tmp_path)
+    assert counts is None and problems[0].startswith(".metadata: ")
 
 
 # ------------------------------------------------------------------------ the manager

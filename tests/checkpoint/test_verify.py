@@ -240,3 +240,39 @@ def test_latest_skips_checkpoints_after_the_loss_went_bad(tmp_path: Path, kind: 
     assert [(s.step, s.status) for s in res.skipped] == [(150, "after_divergence"),
                                                          (120, "after_divergence")]
     assert latest(root) == paths[3]  # without the run: the newest good one
+
+
+def test_find_latest_leaves_the_reporting_to_its_caller_and_latest_warns_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`trainmedic ckpt latest` prints the skipped list itself: find_latest must not also log
+    it as a warning (the user saw each damaged checkpoint twice); latest() logs it once."""
+    first, second = _save(tmp_path)
+    _flip(second / "model.pt")
+    with caplog.at_level("DEBUG", logger="trainmedic.checkpoint"):
+        res = find_latest(tmp_path)
+    assert res.path == first and [s.path for s in res.skipped] == [second]
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trainmedic.checkpoint"):
+        assert latest(tmp_path) == first
+        assert CheckpointManager(tmp_path).latest() == first
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2 and all(second.name in w and "model.pt" in w for w in warned)
+
+
+def test_a_dcp_checkpoint_reports_its_shards_and_tensors(tmp_path: Path) -> None:
+    pytest.importorskip("trainmedic.checkpoint.sharded")
+    state = _state()
+    path = CheckpointManager(tmp_path, sharded=True).save(1, state)
+    r = verify(path)
+    assert r.ok, r.problems
+    model_tensors = len(state["model"].state_dict())
+    moments = sum(isinstance(v, torch.Tensor) for st in state["optimizer"].state.values()
+                  for v in st.values())
+    assert r.dcp_files == 1 and r.dcp_tensors == model_tensors + moments
+    assert r.tensors_checked == 1  # the RNG state in train_state.rank0.pt
+    doc = r.to_dict()
+    assert doc["dcp_files"] == 1 and doc["dcp_tensors"] == r.dcp_tensors
+    q = verify(path, quick=True)
+    assert q.dcp_files is None and q.dcp_tensors is None
+    assert verify(_save(tmp_path / "plain", (10,))[0]).dcp_tensors is None

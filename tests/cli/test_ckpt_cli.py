@@ -145,6 +145,76 @@ def test_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ckpt", "list", str(tmp_path / "absent")]) == 2
 
 
+def test_latest_names_each_skipped_checkpoint_once(tmp_path: Path) -> None:
+    """As a user runs it (no logging set up: Python prints warnings on stderr itself), each
+    skipped checkpoint is one line; it was two (a log warning, then the report's line)."""
+    root = _root(tmp_path)
+    _flip(root / "step-00000300" / "model.pt")
+    _flip(root / "step-00000200" / "optimizer.pt")
+    proc = subprocess.run([sys.executable, "-m", "trainmedic.cli.main", "ckpt", "latest",
+                           str(root)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{root / 'step-00000100'}\n"
+    lines = proc.stderr.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["skipped step-00000300",
+                                                  "skipped step-00000200"]
+    assert proc.stderr.count("step-00000300") == 1 and proc.stderr.count("step-00000200") == 1
+
+
+def test_verify_a_sharded_checkpoint_counts_its_shards_and_tensors(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("trainmedic.checkpoint.sharded")
+    from trainmedic.checkpoint import CheckpointManager
+
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    path = CheckpointManager(tmp_path, sharded=True).save(
+        5, {"model": model, "optimizer": opt, "train": {"step": 5, "rng": torch.ones(3)}})
+    assert main(["ckpt", "verify", str(path)]) == 0
+    out = capsys.readouterr().out
+    # weight and bias, and Adam's exp_avg, exp_avg_sq and step of each; the train state's one
+    assert "dcp format" in out and "0 tensors finite" not in out
+    assert out.rstrip().endswith("hashes match, 9 tensors finite (8 in 1 DCP shard file, 1 in "
+                                 ".pt files)")
+    assert main(["ckpt", "verify", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["dcp_files"], doc["dcp_tensors"], doc["tensors_checked"]) == (1, 8, 1)
+
+
+def _hf_checkpoint(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text('{"log_history": [{"step": 1, "loss": 2.0}]}')
+    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "training_args.bin"):
+        (folder / name).write_bytes(b"\0" * 8)
+    return folder
+
+
+@pytest.mark.parametrize("command", ["verify", "latest", "list"])
+def test_a_hugging_face_checkpoint_is_named_as_such(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    out_dir = tmp_path / "out"
+    ck = _hf_checkpoint(out_dir / "checkpoint-500")
+    _hf_checkpoint(out_dir / "checkpoint-1000")
+    state = out_dir / "checkpoint-1000" / "trainer_state.json"
+    for given, expected in ((ck, ck / "trainer_state.json"), (out_dir, state)):
+        assert main(["ckpt", command, str(given)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1
+        assert err.startswith(f"trainmedic: error: {given}: ")
+        assert "Hugging Face Trainer checkpoint" in err and "not a checkpoint" not in err
+        assert f"run `trainmedic diagnose {expected}`" in err
+
+
+def test_a_root_holding_trainmedic_checkpoints_too_is_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _root(tmp_path, (100,))
+    _hf_checkpoint(root / "checkpoint-500")
+    assert main(["ckpt", "latest", str(root)]) == 0
+    assert capsys.readouterr().out == f"{root / 'step-00000100'}\n"
+
+
 @pytest.mark.parametrize("args", [["ckpt"], ["ckpt", "verify"], ["ckpt", "latest"],
                                   ["ckpt", "list"]])
 def test_help_has_examples(args: list[str]) -> None:

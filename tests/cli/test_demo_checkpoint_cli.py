@@ -44,6 +44,10 @@ def test_checkpoint_every_writes_checkpoints(tmp_path: pathlib.Path,
     out = tmp_path / "run"
     assert main(["demo", "--steps", "12", "--checkpoint-every", "3", "--out", str(out),
                  "--json"]) == 0
+    # One line says where they go.
+    err = capsys.readouterr().err
+    said = [ln for ln in err.splitlines() if "saving a checkpoint" in ln]
+    assert said == [f"trainmedic: saving a checkpoint every 3 steps under {out / 'checkpoints'}"]
     # Saved at 3, 6, 9 and 12; the demo keeps the newest three.
     assert committed(out / "checkpoints") == ["step-00000006", "step-00000009",
                                               "step-00000012"]
@@ -74,7 +78,8 @@ def test_resume_continues_with_the_uninterrupted_losses(
     assert committed(out / "checkpoints") == ["step-00000004"]
     assert main(["demo", "--steps", "12", "--checkpoint-every", "4", "--out", str(out),
                  "--resume", "--json"]) == 0
-    assert "resuming from" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"resuming from {out / 'checkpoints' / 'step-00000004'} (step 4)\n" in err
     steps, values = losses(out)
     # The record keeps both: steps 0-5 of the crashed run, then 4-11 again after the resume.
     assert steps == list(range(6)) + list(range(4, 12))
@@ -101,15 +106,22 @@ def test_a_checkpoint_of_another_config_is_refused_unless_forced(
     capsys.readouterr()
     assert main(["demo", "--steps", "10", "--seed", "3", "--out", str(out), "--resume",
                  "--json"]) == 2
-    err = capsys.readouterr().err
-    assert "seed: 0 in the checkpoint, 3 now" in err and "Traceback" not in err
-    assert "--force" in err
-    # Forced: a longer run continues from step 10, the difference logged as a warning.
+    out_text, err = capsys.readouterr()
+    # Decided before anything is said or trained: one error line, no "resuming from".
+    ck = out / "checkpoints" / "step-00000010"
+    assert out_text == "" and err.count("\n") == 1 and "resuming from" not in err
+    assert err.startswith(f"trainmedic: error: {ck}: saved with another config (seed: 0 in "
+                          f"the checkpoint, 3 now)")
+    assert "--force" in err and "Traceback" not in err
+    assert losses(out)[0] == list(range(10))  # the record is untouched
+    # Forced: a longer run continues from step 10, the difference said and logged.
     with caplog.at_level(logging.WARNING, logger="trainmedic.checkpoint"):
         assert main(["demo", "--steps", "14", "--out", str(out), "--resume", "--force",
                      "--json"]) == 0
     said = caplog.text
     assert "steps: 10 in the checkpoint, 14 now" in said and "loaded anyway" in said
+    assert f"resuming from {ck} (step 10), saved with another config (steps: 10 in the " \
+           f"checkpoint, 14 now): continuing (--force)" in capsys.readouterr().err
     steps, _ = losses(out)
     assert steps == list(range(14))
 

@@ -102,7 +102,7 @@ from trainmedic.checkpoint.manifest import (
 )
 from trainmedic.checkpoint.process_group import ProcessGroupComm
 from trainmedic.checkpoint.staging import StagedState, Stager
-from trainmedic.checkpoint.verify import Problem, check_file, find_latest, load_pt, owned_copy
+from trainmedic.checkpoint.verify import Problem, check_file, latest, load_pt, owned_copy
 from trainmedic.errors import ConfigError, InputError
 
 __all__ = [
@@ -481,7 +481,7 @@ class CheckpointManager:
         if not self.root.is_dir():
             return None
         # A run_dir with no run in it yet (a fresh run) means no divergence, not an error.
-        return find_latest(self.root, onset=run_divergence_onset(self.run_dir)).path
+        return latest(self.root, onset=run_divergence_onset(self.run_dir))
 
     def load(self, state: Mapping[str, Any], *, path: str | Path | None = None,
              force: bool = False) -> LoadedCheckpoint:

@@ -68,6 +68,7 @@ import pickle
 import warnings
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +78,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["save_sharded", "load_sharded", "verify_sharded", "read_sharded_metadata"]
+__all__ = ["save_sharded", "load_sharded", "verify_sharded", "check_sharded", "ShardedCounts",
+           "read_sharded_metadata"]
 
 log = logging.getLogger(__name__)
 
@@ -500,9 +502,33 @@ def _chunk_of(md: Any, offset: Any) -> Any:
     return next((c for c in md.chunks if tuple(c.offsets) == want), None)
 
 
+@dataclass(kw_only=True, frozen=True)
+class ShardedCounts:
+    """What a DCP checkpoint holds, per its ``.metadata`` (all of it checked by
+    :func:`check_sharded` when it reports no problem)."""
+
+    files: int
+    """Data files (``__{rank}_{i}.distcp``) the records lie in."""
+
+    tensors: int
+    """Tensors (each stored as one or more chunks, e.g. one per FSDP shard)."""
+
+    chunks: int
+    """Tensor chunks (storage records of tensors)."""
+
+    values: int
+    """Non-tensor values (optimizer hyper-parameters and the like)."""
+
+
 def verify_sharded(directory: str | Path) -> list[str]:
+    """The problems of :func:`check_sharded`."""
+    return check_sharded(directory)[0]
+
+
+def check_sharded(directory: str | Path) -> tuple[list[str], ShardedCounts | None]:
     """Problems of the DCP checkpoint in ``directory``, each a one-line message that starts
-    with the file it is about (relative to ``directory``); empty when it is good.
+    with the file it is about (relative to ``directory``), empty when it is good; and what
+    its ``.metadata`` says it holds (None when that cannot be read).
 
     Needs no model and no process group. Checks: ``.metadata`` decodes (restricted unpickler);
     every tensor's chunks tile it and have a record; every referenced file exists and has
@@ -517,14 +543,19 @@ def verify_sharded(directory: str | Path) -> list[str]:
     try:
         metadata = read_sharded_metadata(directory)
     except InputError as exc:
-        return [f"{METADATA_NAME}: {exc.message}"]
+        return [f"{METADATA_NAME}: {exc.message}"], None
     problems = [f"{METADATA_NAME}: {p}" for p in _coverage_problems(metadata)]
     by_file: dict[str, list[tuple[Any, Any]]] = {}
     for index, info in metadata.storage_data.items():
         by_file.setdefault(str(info.relative_path), []).append((index, info))
     for name in sorted(by_file):
         problems += _verify_file(directory, name, by_file[name], metadata.state_dict_metadata)
-    return problems
+    sdm = metadata.state_dict_metadata.values()
+    tensors = [md for md in sdm if hasattr(md, "chunks")]
+    counts = ShardedCounts(files=len(by_file), tensors=len(tensors),
+                           chunks=sum(len(md.chunks) for md in tensors),
+                           values=len(sdm) - len(tensors))
+    return problems, counts
 
 
 def _verify_file(directory: Path, name: str, items: Iterable[tuple[Any, Any]],

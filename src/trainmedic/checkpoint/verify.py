@@ -97,7 +97,15 @@ class VerifyReport:
     """Bytes read and hashed."""
 
     tensors_checked: int = 0
-    """Tensors loaded (``weights_only=True``) and checked for finiteness."""
+    """Tensors of the ``.pt`` files loaded (``weights_only=True``) and checked for
+    finiteness (a ``dcp`` checkpoint's shards are counted in ``dcp_tensors``)."""
+
+    dcp_files: int | None = None
+    """``dcp`` format: the DCP data files its ``.metadata`` names (None when not checked)."""
+
+    dcp_tensors: int | None = None
+    """``dcp`` format: the tensors its ``.metadata`` names, each checked chunk by chunk for
+    shape, dtype and finiteness (None when not checked)."""
 
     quick: bool = False
     """True when only the manifest, the file list and the sizes were checked."""
@@ -113,7 +121,7 @@ class VerifyReport:
             "world_size": m.world_size if m else None, "format": m.format if m else None,
             "files": len(m.files) if m else None, "size_bytes": m.size_bytes if m else None,
             "bytes_hashed": self.bytes_hashed, "tensors_checked": self.tensors_checked,
-            "quick": self.quick,
+            "dcp_files": self.dcp_files, "dcp_tensors": self.dcp_tensors, "quick": self.quick,
             "problems": [{"file": p.file, "what": p.what} for p in self.problems],
             "notes": list(self.notes),
         }
@@ -291,18 +299,22 @@ def verify(path: str | Path, *, quick: bool = False) -> VerifyReport:
     if extra:
         notes.append(f"not in the manifest (ignored): {', '.join(extra[:5])}"
                      + (f" and {len(extra) - 5} more" if len(extra) > 5 else ""))
+    dcp_files = dcp_tensors = None
     if manifest.format == "dcp" and not quick:
         try:
-            from trainmedic.checkpoint.sharded import verify_sharded
+            from trainmedic.checkpoint.sharded import check_sharded
         except ImportError:
             notes.append("dcp/: DCP records not checked (trainmedic.checkpoint.sharded is not "
                          "available); their hashes were")
         else:
-            problems += [Problem(file="dcp", what=p) for p in verify_sharded(path / "dcp")]
+            found_dcp, counts = check_sharded(path / "dcp")
+            problems += [Problem(file="dcp", what=p) for p in found_dcp]
+            if counts is not None:
+                dcp_files, dcp_tensors = counts.files, counts.tensors
     return VerifyReport(path=path, status="damaged" if problems else "good",
                         step=manifest.step, manifest=manifest, problems=tuple(problems),
                         notes=tuple(notes), bytes_hashed=hashed, tensors_checked=tensors,
-                        quick=quick)
+                        dcp_files=dcp_files, dcp_tensors=dcp_tensors, quick=quick)
 
 
 def _structure_problems(manifest: Manifest) -> list[Problem]:
@@ -440,16 +452,23 @@ def find_latest(root: str | Path, *, run_dir: str | Path | None = None,
         if report.ok:
             return LatestResult(path=d.path, step=report.step, skipped=tuple(skipped),
                                 divergence_onset=onset)
-        log.warning("skipping %s: %s", d.path, _reason(report))
+        # Not logged above debug: the caller reports ``skipped`` (``latest`` logs it once).
+        log.debug("skipping %s: %s", d.path, _reason(report))
         skipped.append(_info(report))
     return LatestResult(path=None, step=None, skipped=tuple(skipped), divergence_onset=onset)
 
 
-def latest(root: str | Path, *, run_dir: str | Path | None = None) -> Path | None:
+def latest(root: str | Path, *, run_dir: str | Path | None = None,
+           onset: int | None = None) -> Path | None:
     """The newest committed checkpoint under ``root`` that verifies fully, or None. With
     ``run_dir`` (a trainmedic run store or logs), checkpoints saved at or after the onset
-    of a divergence or a non-finite loss are skipped too."""
-    return find_latest(root, run_dir=run_dir).path
+    of a divergence or a non-finite loss are skipped too (or at/after ``onset``). Each
+    newer committed checkpoint that is damaged is logged once, as a warning."""
+    result = find_latest(root, run_dir=run_dir, onset=onset)
+    for s in result.skipped:
+        if s.status == "damaged":
+            log.warning("skipping damaged checkpoint %s: %s", s.path, s.reason)
+    return result.path
 
 
 def list_checkpoints(root: str | Path, *, quick: bool = False) -> list[CheckpointInfo]:

@@ -3,17 +3,23 @@ trusted.
 
 Exit codes: ``verify`` 0 good, 1 damaged or uncommitted (each problem names its file), 2 not
 a checkpoint or not a folder; ``latest`` 0 found (the path on stdout), 1 none verifies, 2 bad
-root; ``list`` 0, 2 bad root.
+root; ``list`` 0, 2 bad root. A Hugging Face Trainer ``checkpoint-N/`` folder (or an
+output_dir of them) is named as such, exit 2, with the ``trainmedic diagnose`` command for its
+``trainer_state.json``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from trainmedic.errors import UnrecognizedInputError
+
+if TYPE_CHECKING:
+    from trainmedic.checkpoint.verify import VerifyReport
 
 __all__ = ["ckpt"]
 
@@ -27,6 +33,37 @@ def _size(nbytes: int) -> str:
 
 def _print_json(doc: object) -> None:
     sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _refuse_foreign(path: str, *, root: bool = False) -> None:
+    """Exit 2 with one line when ``path`` is another tool's checkpoint (a Hugging Face
+    Trainer ``checkpoint-N/``, or an output_dir of them); as a ROOT, only when it holds no
+    step-* folder of trainmedic's too."""
+    from trainmedic.checkpoint.foreign import describe_foreign
+
+    what = describe_foreign(path)
+    if what is None:
+        return
+    if root:
+        from trainmedic.checkpoint.commit import scan
+
+        if scan(path):
+            return
+    raise UnrecognizedInputError(path, what)
+
+
+def _finite(report: VerifyReport) -> str:
+    pt = report.tensors_checked
+    if report.dcp_tensors is None or report.dcp_files is None:
+        return f"{_plural(pt, 'tensor')} finite"
+    where = f"in {_plural(report.dcp_files, 'DCP shard file')}"
+    if pt:
+        where = f"{report.dcp_tensors} {where}, {pt} in .pt files"
+    return f"{_plural(pt + report.dcp_tensors, 'tensor')} finite ({where})"
 
 
 @click.group()
@@ -66,6 +103,7 @@ def verify_cmd(directory: str, as_json: bool, quick: bool) -> None:
     """
     from trainmedic.checkpoint.verify import verify
 
+    _refuse_foreign(directory)
     report = verify(directory, quick=quick)
     if report.status == "not_a_checkpoint":
         why = report.notes[0] if report.notes else "no manifest.json"
@@ -78,7 +116,7 @@ def verify_cmd(directory: str, as_json: bool, quick: bool) -> None:
         m = report.manifest
         if report.ok and m is not None:
             checks = ("sizes match (not hashed: --quick)" if report.quick else
-                      f"hashes match, {report.tensors_checked} tensors finite")
+                      f"hashes match, {_finite(report)}")
             ranks = f"{m.world_size} rank{'s' if m.world_size != 1 else ''}"
             click.echo(f"{report.path}: good: step {m.step}, {ranks}, {m.format} format, "
                        f"{len(m.files)} files ({_size(m.size_bytes)}), {checks}")
@@ -111,6 +149,7 @@ def latest_cmd(root: str, run_dir: str | None, as_json: bool) -> None:
     """
     from trainmedic.checkpoint.verify import find_latest
 
+    _refuse_foreign(root, root=True)
     result = find_latest(root, run_dir=run_dir)
     if as_json:
         _print_json(result.to_dict())
@@ -143,6 +182,7 @@ def list_cmd(root: str, as_json: bool, quick: bool) -> None:
     """
     from trainmedic.checkpoint.verify import list_checkpoints
 
+    _refuse_foreign(root, root=True)
     infos = list_checkpoints(root, quick=quick)
     if as_json:
         _print_json({"schema": "trainmedic.ckpt-list/1", "root": root,

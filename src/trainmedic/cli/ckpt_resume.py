@@ -7,6 +7,9 @@ reproduces the straight one, 1 it does not (the first differing state is named),
 from __future__ import annotations
 
 import json
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +77,29 @@ def resume_test_command(recipe: str, steps: int, at: int, atol: float | None,
     config = ResumeTestConfig(recipe=recipe, steps=steps, at=at, atol=atol,
                               overrides=overrides, root=Path(root) if root else None,
                               sabotage=sabotage, concurrent=concurrent)
-    report = run_resume_test(config)
+    report = run_resume_test(config, progress=_progress())
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
         _print(recipe, report)
     raise click.exceptions.Exit(0 if report.equal else 1)
+
+
+def _stderr_is_tty() -> bool:
+    return sys.stderr.isatty()
+
+
+def _progress() -> Callable[[str], None] | None:
+    """On a terminal, one short line on stderr as each phase process starts (with the time
+    since the test began); nothing when stderr is piped or captured."""
+    if not _stderr_is_tty():
+        return None
+    t0 = time.perf_counter()
+
+    def say(line: str) -> None:
+        click.echo(f"resume-test [{time.perf_counter() - t0:5.1f} s] {line}", err=True)
+
+    return say
 
 
 #: The command under the name the ``ckpt`` group imports.

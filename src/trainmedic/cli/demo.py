@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from trainmedic.cli.options import FAIL_ON_CHOICES, exit_code_for
 from trainmedic.cli.presenter import progress_bar
+
+if TYPE_CHECKING:
+    from trainmedic.demo import DemoConfig
 
 __all__ = ["demo"]
 
@@ -68,7 +72,10 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
         kwargs["steps"] = steps
     config = DemoConfig(**kwargs)  # type: ignore[arg-type]
     if resume:
-        _say_where_it_resumes(config.checkpoint_dir, config.run_dir)
+        _say_where_it_resumes(config)
+    if checkpoint_every is not None:
+        click.echo(f"trainmedic: saving a checkpoint every {checkpoint_every} steps under "
+                   f"{config.checkpoint_dir}", err=True)
     try:
         with progress_bar(f"training the demo model (fault: {fault})") as progress:
             run_dir = run_demo(config, progress=progress)
@@ -83,12 +90,29 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
     raise click.exceptions.Exit(exit_code_for(result.worst(), fail_on))
 
 
-def _say_where_it_resumes(root: Path, run_dir: Path) -> None:
+def _say_where_it_resumes(config: DemoConfig) -> None:
+    """Decide before training: say "resuming from X (step S)", or "starting from step 0", or
+    refuse in one line (a checkpoint of another config without --force)."""
     from trainmedic.checkpoint.manager import CheckpointManager
+    from trainmedic.checkpoint.manifest import config_differences, config_hash, read_manifest
+    from trainmedic.errors import InputError
 
+    root = config.checkpoint_dir
     # As the demo picks it: the newest good checkpoint saved before any divergence.
-    latest = CheckpointManager(root, run_dir=run_dir).latest() if root.is_dir() else None
+    latest = CheckpointManager(root, run_dir=config.run_dir).latest() if root.is_dir() else None
     if latest is None:
         click.echo(f"trainmedic: no checkpoint under {root}: starting from step 0", err=True)
-    else:
-        click.echo(f"trainmedic: resuming from {latest}", err=True)
+        return
+    manifest = read_manifest(latest)
+    current = config.training_config()
+    where = f"trainmedic: resuming from {latest} (step {manifest.step})"
+    if manifest.config_hash == config_hash(current):
+        click.echo(where, err=True)
+        return
+    differences = "; ".join(config_differences(manifest.config, current)) or "another config"
+    if not config.force:
+        raise InputError(str(latest), f"saved with another config ({differences}); rerun "
+                                      f"with the options it was saved with, or add --force "
+                                      f"to continue from it anyway")
+    click.echo(f"{where}, saved with another config ({differences}): continuing (--force)",
+               err=True)
