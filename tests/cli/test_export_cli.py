@@ -62,6 +62,7 @@ def test_watched_run_to_csv_and_tensorboard(tmp_path: Path,
     pytest.importorskip("tensorboard")
     run_dir, out_csv, tb = tmp_path / "run", tmp_path / "out" / "run.csv", tmp_path / "tb"
     watched_run(run_dir)
+    capsys.readouterr()  # the watcher's own start and exit lines; the export's output follows
     assert main(["export", str(run_dir), "--csv", str(out_csv), "--tensorboard", str(tb)]) == 0
     out, err = capsys.readouterr()
     lines = out.splitlines()

@@ -351,9 +351,11 @@ def run_demo(config: DemoConfig, *,
             if manager is not None and cfg.checkpoint_every is not None:
                 preemption = stack.enter_context(
                     PreemptionWatch(flag_file=cfg.checkpoint_dir / "SAVE_NOW"))
+            # The demo command draws its own progress and says where the run went: the
+            # watcher's start/exit lines and progress line would say it twice.
             w = stack.enter_context(watch(model, optimizer, run_dir=run_dir, meta=meta,
                                           layer_every=_LAYER_EVERY, nan_policy="skip",
-                                          start_step=start))
+                                          start_step=start, announce=False, progress=False))
             for step, (x, y) in enumerate(w.wrap_loader(batches()), start=start):
                 for group in optimizer.param_groups:
                     group["lr"] = _lr_at(step, cfg.steps, peak, decay=cfg.fault != "diverge")
