@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from trainmedic.run import Run, load_run
     from trainmedic.watch import WatchConfig
 
-__version__ = "0.1.0"
+from trainmedic._version import __version__
 
 #: Lazily loaded names: public name -> (module, attribute).
 _LAZY: dict[str, tuple[str, str]] = {

@@ -28,6 +28,7 @@ from trainmedic.checkpoint import (
     verify,
 )
 from trainmedic.checkpoint import commit as commit_mod
+from trainmedic.diagnose.onset import divergence_onset
 from trainmedic.errors import ConfigError, InputError
 
 torch = pytest.importorskip("torch")
@@ -479,7 +480,8 @@ def test_with_the_run_latest_and_retention_respect_the_divergence(tmp_path: Path
             store.log(s, {"loss": 2.0 - 0.01 * s if s < 25 else float("nan")})
     objs = _objects()
     root = tmp_path / "ckpt"
-    with CheckpointManager(root, keep_last=2, run_dir=run_dir) as mgr:
+    onset = lambda: divergence_onset(run_dir)  # noqa: E731 - what a caller passes
+    with CheckpointManager(root, keep_last=2, trusted_before=onset) as mgr:
         for step in (10, 20, 30, 40, 50):
             mgr.save(step, objs)  # finite weights (a NaN guard skipped the bad updates)
         kept = sorted(p.name for p in root.iterdir())
@@ -500,7 +502,8 @@ def test_with_the_run_load_resumes_from_before_the_divergence(tmp_path: Path) ->
     with CheckpointManager(root, keep_last=None) as mgr:
         for step in (10, 20, 30):
             mgr.save(step, objs)
-    loaded = CheckpointManager(root, run_dir=run_dir).load(_objects(seed=1))
+    loaded = CheckpointManager(root, trusted_before=lambda: divergence_onset(run_dir)).load(
+        _objects(seed=1))
     assert loaded.step == 20
     assert CheckpointManager(root).load(_objects(seed=1)).step == 30
 
@@ -511,9 +514,16 @@ def test_a_run_dir_with_no_run_yet_is_no_divergence(tmp_path: Path) -> None:
     root = tmp_path / "ckpt"
     with CheckpointManager(root, keep_last=None) as mgr:
         mgr.save(10, _objects())
-    missing = CheckpointManager(root, run_dir=tmp_path / "not-yet")  # a fresh run
+    missing = CheckpointManager(  # a fresh run: its store does not exist yet
+        root, trusted_before=lambda: divergence_onset(tmp_path / "not-yet"))
     assert missing.latest() == root / "step-00000010"
     assert missing.load(_objects(seed=1)).step == 10
     with RunStore(tmp_path / "empty"):
         pass  # a store that has no rows yet
-    assert CheckpointManager(root, run_dir=tmp_path / "empty").latest() == root / "step-00000010"
+    empty = CheckpointManager(root, trusted_before=lambda: divergence_onset(tmp_path / "empty"))
+    assert empty.latest() == root / "step-00000010"
+
+
+def test_trusted_before_must_be_callable(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="trusted_before"):
+        CheckpointManager(tmp_path / "ckpt", trusted_before=120)  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from trainmedic.checkpoint.manifest import (
     write_manifest,
 )
 from trainmedic.checkpoint.verify import find_latest
+from trainmedic.diagnose.onset import divergence_onset
 from trainmedic.errors import InputError
 
 torch = pytest.importorskip("torch")
@@ -232,7 +233,7 @@ def test_latest_skips_checkpoints_after_the_loss_went_bad(tmp_path: Path, kind: 
     root = tmp_path / "ckpt"
     paths = _save(root, (50, 100, 120, 150))
     log = _loss_log(tmp_path / "metrics.csv", 110, kind)
-    res = find_latest(root, run_dir=log)
+    res = find_latest(root, onset=divergence_onset(log))
     assert res.divergence_onset is not None and 100 < res.divergence_onset <= 120
     if kind == "nan":
         assert res.divergence_onset == 110  # the first non-finite loss

@@ -165,7 +165,7 @@ def test_sigterm_saves_and_exits_75(tmp_path: pathlib.Path) -> None:
 
 def test_after_a_divergence_resume_starts_before_it(tmp_path: pathlib.Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from trainmedic.checkpoint.verify import divergence_onset
+    from trainmedic.diagnose.onset import divergence_onset
 
     out = tmp_path / "run"
     main(["demo", "--fault", "diverge", "--steps", "40", "--checkpoint-every", "5",

@@ -1,5 +1,5 @@
 """The watcher's terminal lines: one at the start, one at the exit, a progress line on a TTY
-(trainmedic.watch.announce decides when; trainmedic.report.watch_text says what)."""
+(trainmedic.watch.announce decides when; trainmedic.watch.console says what)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from trainmedic.errors import ConfigError
-from trainmedic.report import watch_text
-from trainmedic.report.watch_text import emit, exit_line, progress_line, start_line
 from trainmedic.watch import WatchConfig, watch
+from trainmedic.watch import console as watch_text
+from trainmedic.watch.console import emit, exit_line, progress_line, start_line
 
 torch = pytest.importorskip("torch")
 

@@ -6,15 +6,16 @@ At save the manager records in the manifest whether the state's floating tensors
 benchmark VM, so cheap beside the write). A run that went NaN keeps saving: with
 ``keep_last=3`` its last three checkpoints would all hold NaN weights and retention would
 have deleted every good one. So retention also keeps :func:`newest_trusted`: the newest
-committed checkpoint not known to be non-finite and, given the run's store or logs, saved
-before the onset of a divergence or a non-finite loss (what ``trainmedic ckpt latest --run``
-skips), however old it is.
+committed checkpoint not known to be non-finite and, when the manager was given a
+``trusted_before`` callable (``trainmedic.diagnose.onset.divergence_onset`` of the run),
+saved before the step it returns (what ``trainmedic ckpt latest --run`` skips), however old
+it is. This package does not read runs itself: it never imports ``diagnose/``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from trainmedic.checkpoint.commit import scan
 from trainmedic.checkpoint.manifest import read_manifest
 from trainmedic.errors import InputError
 
-__all__ = ["state_finite", "newest_trusted", "run_divergence_onset"]
+__all__ = ["state_finite", "newest_trusted", "onset_of"]
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +42,13 @@ def state_finite(objs: Mapping[str, Any], step: int, root: str | Path) -> bool:
     return not bad
 
 
-def run_divergence_onset(run_dir: str | Path | None) -> int | None:
-    """The step where the run in ``run_dir`` diverged or its loss went non-finite, or None
-    (also when there is no run to read yet: a run store that has no rows)."""
-    if run_dir is None:
+def onset_of(trusted_before: Callable[[], int | None] | None) -> int | None:
+    """What ``trusted_before`` says (the step from which checkpoints are not trusted), or None
+    without one, or when it cannot read the run yet (a fresh run: no divergence)."""
+    if trusted_before is None:
         return None
-    from trainmedic.checkpoint.verify import divergence_onset
-
     try:
-        return divergence_onset(run_dir)
+        return trusted_before()
     except InputError as exc:
         log.debug("no divergence check: %s", exc)
         return None

@@ -64,10 +64,9 @@ always synchronous (DCP's collectives run on the training thread).
 
 **Retention** (``keep_last``): after each commit, rank 0 deletes the committed checkpoints
 beyond the newest ``keep_last`` by step, never the one just saved nor the newest one that is
-trusted (finite at save and, with ``run_dir``, saved before a divergence: ``health``), and
-removes temporary
-folders whose writer is dead (see ``commit``). Saving a step lower than an existing one (a run
-rolled back) is logged: ``latest()`` still returns the highest step.
+trusted (finite at save and, with ``trusted_before``, saved before a divergence: ``health``),
+and removes temporary folders whose writer is dead (see ``commit``). Saving a step lower than
+an existing one (a run rolled back) is logged: ``latest()`` still returns the highest step.
 """
 
 from __future__ import annotations
@@ -76,7 +75,7 @@ import copy
 import logging
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,7 +87,7 @@ from trainmedic.checkpoint.commit import (
     scan,
     step_dir_name,
 )
-from trainmedic.checkpoint.health import newest_trusted, run_divergence_onset, state_finite
+from trainmedic.checkpoint.health import newest_trusted, onset_of, state_finite
 from trainmedic.checkpoint.manifest import (
     MANIFEST_NAME,
     FileRecord,
@@ -212,14 +211,16 @@ class CheckpointManager:
     from the world size and the model. ``sync_files``: fsync files and folders before the
     commit (the default); False trades power-cut durability for speed, as DCP's option of
     that name does (see :class:`~trainmedic.checkpoint.commit.PendingCheckpoint`).
-    ``run_dir``: the run's store or logs; ``latest()`` then skips checkpoints saved at or
-    after the loss diverged, and retention keeps the newest one before (module doc).
+    ``trusted_before``: returns the step from which checkpoints hold a broken model (e.g.
+    ``lambda: trainmedic.diagnose.onset.divergence_onset(run_dir)``); ``latest()`` then skips
+    checkpoints saved at or after it, and retention keeps the newest one before (module doc).
     """
 
     def __init__(self, root: str | Path, *, keep_last: int | None = 3,
                  async_save: bool = False, config: Mapping[str, Any] | None = None,
                  sharded: bool | None = None, defer_copy: bool = False,
-                 sync_files: bool = True, run_dir: str | Path | None = None) -> None:
+                 sync_files: bool = True,
+                 trusted_before: Callable[[], int | None] | None = None) -> None:
         if keep_last is not None and (isinstance(keep_last, bool)
                                       or not isinstance(keep_last, int) or keep_last < 1):
             raise ConfigError(f"keep_last must be an integer >= 1 or None, got {keep_last!r}")
@@ -238,7 +239,10 @@ class CheckpointManager:
         self.async_save = async_save
         self.defer_copy = defer_copy
         self.sync_files = sync_files
-        self.run_dir = Path(run_dir) if run_dir is not None else None
+        if trusted_before is not None and not callable(trusted_before):
+            raise ConfigError(f"trusted_before must be a callable returning a step or None, "
+                              f"got {type(trusted_before).__name__}")
+        self.trusted_before = trusted_before
         self.sharded = sharded
         self._config_hash = config_hash(config) if config is not None else None
         self._config = copy.deepcopy(dict(config)) if config is not None else None
@@ -403,7 +407,7 @@ class CheckpointManager:
         final = Path(outcome[1])
         if self.rank == 0 and self.keep_last is not None:
             try:
-                trusted = newest_trusted(self.root, run_divergence_onset(self.run_dir))
+                trusted = newest_trusted(self.root, onset_of(self.trusted_before))
                 apply_retention(self.root, self.keep_last,
                                 protect=[final, *([trusted] if trusted is not None else [])])
             except (OSError, InputError) as exc:
@@ -414,7 +418,7 @@ class CheckpointManager:
                   gathered: list[Any], finite: bool | None) -> Manifest:
         import torch
 
-        from trainmedic import __version__
+        from trainmedic._version import __version__
 
         files = tuple(sorted((rec for g in gathered for rec in g[0]), key=lambda r: r.path))
         return Manifest(step=step, world_size=self.world_size, format=fmt, files=files,
@@ -475,20 +479,19 @@ class CheckpointManager:
     # -- load ----------------------------------------------------------------------------
     def latest(self) -> Path | None:
         """The newest committed checkpoint under the root that fully verifies (and, with
-        ``run_dir``, was saved before the loss diverged), or None (also when the root does
-        not exist yet). Joins a background save first."""
+        ``trusted_before``, was saved before the loss diverged), or None (also when the root
+        does not exist yet). Joins a background save first."""
         self.wait()
         if not self.root.is_dir():
             return None
-        # A run_dir with no run in it yet (a fresh run) means no divergence, not an error.
-        return latest(self.root, onset=run_divergence_onset(self.run_dir))
+        return latest(self.root, onset=onset_of(self.trusted_before))
 
     def load(self, state: Mapping[str, Any], *, path: str | Path | None = None,
              force: bool = False) -> LoadedCheckpoint:
         """Load a checkpoint into the objects of ``state`` in place (module doc).
 
-        ``path`` None: the newest committed checkpoint that verifies (with ``run_dir``, of
-        those saved before the loss diverged). Raises
+        ``path`` None: the newest committed checkpoint that verifies (with
+        ``trusted_before``, of those saved before the loss diverged). Raises
         :class:`ConfigMismatchError`, :class:`DamagedCheckpointError` (an explicit path),
         :class:`NoCheckpointError` (none verifies) or ``InputError`` (the checkpoint lacks a
         key of ``state``, or does not fit the objects).
@@ -502,7 +505,7 @@ class CheckpointManager:
             names: Any = None
             if self.rank == 0:
                 try:
-                    onset = run_divergence_onset(self.run_dir)  # None without run_dir
+                    onset = onset_of(self.trusted_before)  # None without it
                     names = [str(d.path) for d in scan(self.root) if d.kind == "committed"
                              and (onset is None or d.step < onset)]
                 except InputError as exc:

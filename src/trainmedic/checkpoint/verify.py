@@ -49,7 +49,6 @@ __all__ = [
     "check_file",
     "load_pt",
     "owned_copy",
-    "divergence_onset",
 ]
 
 log = logging.getLogger(__name__)
@@ -413,28 +412,11 @@ def _info(report: VerifyReport, status: str | None = None, reason: str | None = 
                           created_utc=m.created_utc if m else "")
 
 
-def divergence_onset(run_dir: str | Path) -> int | None:
-    """The first step of a divergence or a non-finite loss that ``trainmedic diagnose``
-    finds in a run (its store or logs), else None. Raises ``InputError`` on an unreadable
-    run."""
-    from trainmedic.diagnose import diagnose
-    from trainmedic.run import load_run
-
-    symptoms = {"divergence", "nonfinite_loss"}
-    found = diagnose(load_run(str(run_dir)), only=symptoms)
-    onsets = [f.onset_step for f in found.findings
-              if f.symptom in symptoms and f.onset_step is not None]
-    return min(onsets) if onsets else None
-
-
-def find_latest(root: str | Path, *, run_dir: str | Path | None = None,
-                onset: int | None = None, quick: bool = False) -> LatestResult:
+def find_latest(root: str | Path, *, onset: int | None = None,
+                quick: bool = False) -> LatestResult:
     """The newest committed checkpoint under ``root`` that verifies, and the newer ones
-    skipped (damaged, uncommitted, or saved at/after the loss diverged when ``run_dir``
-    names the run's store or logs, or at/after ``onset`` when the caller found it).
-    Raises ``InputError`` when ``root`` is not a folder or ``run_dir`` cannot be read."""
-    if run_dir is not None:
-        onset = divergence_onset(run_dir)
+    skipped (damaged, uncommitted, or saved at/after ``onset``, the step where the caller
+    found the run diverged). Raises ``InputError`` when ``root`` is not a folder."""
     skipped: list[CheckpointInfo] = []
     for d in scan(root):
         if d.kind != "committed":
@@ -458,13 +440,12 @@ def find_latest(root: str | Path, *, run_dir: str | Path | None = None,
     return LatestResult(path=None, step=None, skipped=tuple(skipped), divergence_onset=onset)
 
 
-def latest(root: str | Path, *, run_dir: str | Path | None = None,
-           onset: int | None = None) -> Path | None:
-    """The newest committed checkpoint under ``root`` that verifies fully, or None. With
-    ``run_dir`` (a trainmedic run store or logs), checkpoints saved at or after the onset
-    of a divergence or a non-finite loss are skipped too (or at/after ``onset``). Each
-    newer committed checkpoint that is damaged is logged once, as a warning."""
-    result = find_latest(root, run_dir=run_dir, onset=onset)
+def latest(root: str | Path, *, onset: int | None = None) -> Path | None:
+    """The newest committed checkpoint under ``root`` that verifies fully, or None; with
+    ``onset`` (where the run diverged: ``trainmedic.diagnose.onset.divergence_onset``),
+    checkpoints saved at or after it are skipped too. Each newer committed checkpoint that is
+    damaged is logged once, as a warning."""
+    result = find_latest(root, onset=onset)
     for s in result.skipped:
         if s.status == "damaged":
             log.warning("skipping damaged checkpoint %s: %s", s.path, s.reason)

@@ -150,7 +150,12 @@ def latest_cmd(root: str, run_dir: str | None, as_json: bool) -> None:
     from trainmedic.checkpoint.verify import find_latest
 
     _refuse_foreign(root, root=True)
-    result = find_latest(root, run_dir=run_dir)
+    onset = None
+    if run_dir is not None:
+        from trainmedic.diagnose.onset import divergence_onset
+
+        onset = divergence_onset(run_dir)
+    result = find_latest(root, onset=onset)
     if as_json:
         _print_json(result.to_dict())
     else:

@@ -65,8 +65,8 @@ def resume_test_command(recipe: str, steps: int, at: int, atol: float | None,
       trainmedic ckpt resume-test trainmedic.demo:recipe --steps 12 --at 5
       trainmedic ckpt resume-test train.py:recipe --steps 20 --at 7 --workers 2 --json
     """
-    from trainmedic.checkpoint.resume_test import ResumeTestConfig
-    from trainmedic.checkpoint.resume_test import resume_test as run_resume_test
+    from trainmedic.recipe.resume_test import ResumeTestConfig
+    from trainmedic.recipe.resume_test import resume_test as run_resume_test
 
     if at >= steps:
         raise click.BadParameter(f"--at ({at}) must be below --steps ({steps})",

@@ -95,11 +95,13 @@ def _say_where_it_resumes(config: DemoConfig) -> None:
     refuse in one line (a checkpoint of another config without --force)."""
     from trainmedic.checkpoint.manager import CheckpointManager
     from trainmedic.checkpoint.manifest import config_differences, config_hash, read_manifest
+    from trainmedic.demo.runner import trusted_before
     from trainmedic.errors import InputError
 
     root = config.checkpoint_dir
     # As the demo picks it: the newest good checkpoint saved before any divergence.
-    latest = CheckpointManager(root, run_dir=config.run_dir).latest() if root.is_dir() else None
+    latest = CheckpointManager(root, trusted_before=trusted_before(config.run_dir)).latest() \
+        if root.is_dir() else None
     if latest is None:
         click.echo(f"trainmedic: no checkpoint under {root}: starting from step 0", err=True)
         return

@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from trainmedic import __version__
+from trainmedic._version import __version__
 from trainmedic.errors import TrainmedicError
 
 __all__ = ["cli", "main"]

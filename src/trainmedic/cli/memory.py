@@ -3,44 +3,23 @@ per GPU and for what, what fits, and why a real run ran out."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from trainmedic.cli.memory_options import (
+    choice_option,
+    config_option,
+    gpu_options,
+    gpu_target_of,
+    int_option,
+    margin_option,
+)
+
 if TYPE_CHECKING:
     from trainmedic.memory.estimate import MemoryEstimate
-    from trainmedic.memory.gpus import GpuTarget
 
 __all__ = ["memory"]
-
-
-def _int(flag: str, default: int | None, help: str, *name: str) -> Callable[[Any], Any]:
-    """An integer option (``name``: the parameter, when not the flag's)."""
-    return click.option(flag, *name, type=int, default=default,
-                        show_default=default is not None, help=help)
-
-
-def _choice(flag: str, *names: str, **kwargs: Any) -> Callable[[Any], Any]:
-    """An option choosing among ``names``; the first is the default."""
-    return click.option(flag, type=click.Choice(list(names)), default=names[0],
-                        show_default=True, **kwargs)
-
-
-def _gpu_options(f: Any) -> Any:
-    """``--gpu`` and ``--gpu-memory``, as every command with a verdict takes them."""
-    f = click.option("--gpu-memory", default=None, metavar="SIZE", help="GPU memory, e.g. "
-                     "80GB (10^9) or 80GiB (2^30); a bare 80 is read as 80GB.")(f)
-    return click.option("--gpu", default=None, metavar="NAME",
-                        help="GPU model, e.g. h100, a100-80gb.")(f)
-
-
-_margin_option = click.option("--margin", type=float, default=0.10, show_default=True,
-                              help="Share of the GPU kept free for allocator fragmentation.")
-_config_option = click.option(
-    "--config", required=True, metavar="FILE|ID",
-    help="A Hugging Face config.json, its model folder, or a hub id (org/name) already in the "
-         "local Hugging Face cache; no weights needed.")
 
 
 @click.group()
@@ -57,15 +36,6 @@ def memory() -> None:
     """
 
 
-def _gpu(gpu: str | None, gpu_memory: str | None) -> GpuTarget | None:
-    from trainmedic.memory.gpus import gpu_target
-
-    target = gpu_target(gpu, gpu_memory, gpu_field="--gpu", memory_field="--gpu-memory")
-    if target is not None and target.note:
-        click.echo(f"trainmedic: note: {target.note}", err=True)
-    return target
-
-
 def _show(estimate: MemoryEstimate, as_json: bool) -> None:
     from trainmedic.report.memory_json import dumps, estimate_doc
     from trainmedic.report.memory_text import estimate_lines
@@ -76,29 +46,31 @@ def _show(estimate: MemoryEstimate, as_json: bool) -> None:
 
 
 @memory.command("plan")
-@_config_option
-@_int("--batch", 1, "Micro-batch per data-parallel rank.", "batch_size")
-@_int("--seq", 2048, "Tokens per sample (ignored for ViT: patches + CLS).", "seq_len")
-@_choice("--precision", "bf16-mixed", "fp32", "fp16-mixed", "bf16")
-@_choice("--optimizer", "adamw", "sgd", "sgd-momentum", "adam", "adam-8bit", "adafactor", "lion")
+@config_option
+@int_option("--batch", 1, "Micro-batch per data-parallel rank.", "batch_size")
+@int_option("--seq", 2048, "Tokens per sample (ignored for ViT: patches + CLS).", "seq_len")
+@choice_option("--precision", "bf16-mixed", "fp32", "fp16-mixed", "bf16")
+@choice_option("--optimizer", "adamw", "sgd", "sgd-momentum", "adam", "adam-8bit", "adafactor",
+               "lion")
 @click.option("--strategy", default=None, type=click.Choice(
     ["single", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-hybrid"]),
     help="Data parallelism [default: single on one GPU, ddp on several].")
-@_int("--gpus", 1, "Total GPUs.")
-@_int("--gpus-per-node", 8, "GPUs per node (the shard group of fsdp-hybrid).")
-@_int("--tp", 1, "Tensor-parallel degree.")
+@int_option("--gpus", 1, "Total GPUs.")
+@int_option("--gpus-per-node", 8, "GPUs per node (the shard group of fsdp-hybrid).")
+@int_option("--tp", 1, "Tensor-parallel degree.")
 @click.option("--sp", "sequence_parallel", is_flag=True,
               help="Sequence parallelism with --tp (splits norms/dropout activations too).")
-@_int("--pp", 1, "Pipeline-parallel degree (1F1B; the first stage is planned).")
-@_int("--grad-accum", 1, "Micro-batches per optimizer step (pipeline: micro-batches in flight).")
-@_choice("--recompute", "none", "selective", "full")
-@_choice("--offload", "none", "optimizer", "params")
-@_choice("--attention", "sdpa", "eager", "flash")
-@_choice("--device-profile", "cuda", "cpu",
+@int_option("--pp", 1, "Pipeline-parallel degree (1F1B; the first stage is planned).")
+@int_option("--grad-accum", 1,
+            "Micro-batches per optimizer step (pipeline: micro-batches in flight).")
+@choice_option("--recompute", "none", "selective", "full")
+@choice_option("--offload", "none", "optimizer", "params")
+@choice_option("--attention", "sdpa", "eager", "flash")
+@choice_option("--device-profile", "cuda", "cpu",
          help="Whose kernels decide what is saved (cpu: to compare with measure mode).")
-@_gpu_options
-@_margin_option
-@_int("--layers", None, "Override the number of layers (to compare with a reduced model).")
+@gpu_options
+@margin_option
+@int_option("--layers", None, "Override the number of layers (to compare with a reduced model).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan_cmd(config: str, gpu: str | None, gpu_memory: str | None, margin: float,
              layers: int | None, as_json: bool, **step: Any) -> None:
@@ -117,7 +89,7 @@ def plan_cmd(config: str, gpu: str | None, gpu_memory: str | None, margin: float
     from trainmedic.memory.estimate import estimate_plan
     from trainmedic.memory.plan import PlanConfig
 
-    target = _gpu(gpu, gpu_memory)
+    target = gpu_target_of(gpu, gpu_memory)
     step["strategy"] = step["strategy"] or ("single" if step["gpus"] == 1 else "ddp")
     _show(estimate_plan(config, PlanConfig(**step), layers=layers, gpu=target, margin=margin),
           as_json)
@@ -154,16 +126,17 @@ def oom_cmd(file: str, device: int | None, as_json: bool) -> None:
 
 
 @memory.command("kv")
-@_config_option
-@_int("--batch", 1, "Concurrent sequences.", "batch_size")
+@config_option
+@int_option("--batch", 1, "Concurrent sequences.", "batch_size")
 @click.option("--context", "context_len", type=int, required=True,
               help="Tokens per sequence (prompt + output).")
-@_int("--encoder-len", None, "Encoder tokens of an encoder-decoder model (default: --context).")
-@_choice("--weight-dtype", "bf16", "fp32", "fp16", "fp8", "int8", "int4")
-@_choice("--kv-dtype", "bf16", "fp32", "fp16", "fp8", "int8")
-@_choice("--mla-cache", "latent", "decompressed",
+@int_option("--encoder-len", None,
+            "Encoder tokens of an encoder-decoder model (default: --context).")
+@choice_option("--weight-dtype", "bf16", "fp32", "fp16", "fp8", "int8", "int4")
+@choice_option("--kv-dtype", "bf16", "fp32", "fp16", "fp8", "int8")
+@choice_option("--mla-cache", "latent", "decompressed",
          help="What an MLA model (DeepSeek) caches per token.")
-@_gpu_options
+@gpu_options
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def kv_cmd(config: str, gpu: str | None, gpu_memory: str | None, as_json: bool,
            **sizing: Any) -> None:
@@ -185,7 +158,7 @@ def kv_cmd(config: str, gpu: str | None, gpu_memory: str | None, as_json: bool,
     from trainmedic.report.memory_text import kv_lines
 
     spec = load_spec(resolve_config(config))
-    target = _gpu(gpu, gpu_memory)
+    target = gpu_target_of(gpu, gpu_memory)
     result = inference_plan(spec, **sizing,
                             gpu_memory_bytes=target.memory_bytes if target else None)
     click.echo(dumps(kv_doc(result, spec=spec, source=config)) if as_json else "\n".join(
@@ -198,15 +171,16 @@ def kv_cmd(config: str, gpu: str | None, gpu_memory: str | None, as_json: bool,
 @click.argument("factory", required=False, metavar="MODULE:FUNCTION")
 @click.option("--config", "config", default=None, metavar="FILE|ID",
               help="Measure the model transformers builds from this config.json instead.")
-@_int("--layers", None, "With --config: build this many layers (to trace a big model quickly).")
-@_int("--batch", 1, "Micro-batch.", "batch_size")
-@_int("--seq", 512, "Tokens per sample.", "seq_len")
-@_choice("--precision", "fp32", "bf16-mixed", "fp16-mixed", "bf16")
-@_choice("--optimizer", "adamw", "sgd", "sgd-momentum", "adam", "adafactor")
-@_choice("--attention", "sdpa", "eager", help="With --config: attention kernel.")
-@_int("--steps", 2, "Training steps to trace (the second has the optimizer state).")
-@_gpu_options
-@_margin_option
+@int_option("--layers", None,
+            "With --config: build this many layers (to trace a big model quickly).")
+@int_option("--batch", 1, "Micro-batch.", "batch_size")
+@int_option("--seq", 512, "Tokens per sample.", "seq_len")
+@choice_option("--precision", "fp32", "bf16-mixed", "fp16-mixed", "bf16")
+@choice_option("--optimizer", "adamw", "sgd", "sgd-momentum", "adam", "adafactor")
+@choice_option("--attention", "sdpa", "eager", help="With --config: attention kernel.")
+@int_option("--steps", 2, "Training steps to trace (the second has the optimizer state).")
+@gpu_options
+@margin_option
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger as JSON.")
 def measure_cmd(factory: str | None, config: str | None, layers: int | None, attention: str,
                 gpu: str | None, gpu_memory: str | None, margin: float, as_json: bool,
@@ -233,7 +207,7 @@ def measure_cmd(factory: str | None, config: str | None, layers: int | None, att
 
     if bool(factory) == bool(config):
         raise click.UsageError("give MODULE:FUNCTION or --config FILE (one of them)")
-    target = _gpu(gpu, gpu_memory)
+    target = gpu_target_of(gpu, gpu_memory)
     source = config or factory or ""
     parts = (FactoryParts(config_factory(resolve_config(source), layers, attention), None, None)
              if config else split_factory(load_factory(source), source))

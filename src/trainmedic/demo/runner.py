@@ -56,6 +56,8 @@ from trainmedic.errors import ConfigError
 from trainmedic.run.store import remove_store
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from trainmedic.checkpoint.preemption import Preempted
 
 __all__ = ["DemoConfig", "FAULTS", "DEFAULT_STEPS", "run_demo"]
@@ -182,6 +184,14 @@ def _lr_at(step: int, steps: int, peak: float, *, decay: bool = True) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
 
 
+def trusted_before(run_dir: Path) -> Callable[[], int | None]:
+    """What the demo's checkpoint manager calls to know from which step checkpoints hold a
+    broken model: the divergence onset ``trainmedic diagnose`` finds in the demo's run."""
+    from trainmedic.diagnose.onset import divergence_onset
+
+    return lambda: divergence_onset(run_dir)
+
+
 def _clear_store(run_dir: pathlib.Path) -> None:
     """Remove an earlier demo's store files (only ours) so the new run starts its own record;
     a store that a running demo is writing is refused (StoreLockedError), not deleted."""
@@ -260,8 +270,9 @@ def run_demo(config: DemoConfig, *,
     if cfg.checkpoint_every is not None or cfg.resume:
         from trainmedic.checkpoint.manager import CheckpointManager
 
-        # run_dir: resume from, and keep, the newest checkpoint saved before a divergence.
-        manager = CheckpointManager(cfg.checkpoint_dir, keep_last=3, run_dir=run_dir,
+        # Resume from, and keep, the newest checkpoint saved before a divergence.
+        manager = CheckpointManager(cfg.checkpoint_dir, keep_last=3,
+                                    trusted_before=trusted_before(run_dir),
                                     config=cfg.training_config())
     resuming = cfg.resume and manager.latest() is not None
     if not resuming:

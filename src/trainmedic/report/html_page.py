@@ -324,7 +324,7 @@ class _Page:
 
     # -- page ----------------------------------------------------------------------------
     def render(self) -> str:
-        from trainmedic import __version__
+        from trainmedic._version import __version__
 
         e = escape
         d = self.diagnosis

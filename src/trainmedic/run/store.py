@@ -216,7 +216,7 @@ class RunStore:
             if refuse_earlier_run:
                 self._refuse_earlier_run(conn)
             now = time.time()
-            from trainmedic import __version__
+            from trainmedic._version import __version__
 
             own = {
                 "store_format": STORE_FORMAT,

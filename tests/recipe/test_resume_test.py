@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from trainmedic.checkpoint.resume_test import ResumeTestConfig, resume_test
 from trainmedic.cli.main import main
 from trainmedic.errors import ConfigError, InputError
+from trainmedic.recipe.resume_test import ResumeTestConfig, resume_test
 
 pytest.importorskip("torch")
 
@@ -229,8 +229,8 @@ def test_cli_says_equal_and_exits_0(tmp_path: pathlib.Path,
 
 
 def test_cli_prints_the_notes(capsys: pytest.CaptureFixture[str]) -> None:
-    from trainmedic.checkpoint.resume_test import ResumeReport
     from trainmedic.cli.ckpt_resume import _print
+    from trainmedic.recipe.resume_test import ResumeReport
 
     report = ResumeReport(equal=True, first_difference=None, differences=[],
                           notes=["two runs from the same inputs drifted apart by up to 2e-07"],
@@ -244,7 +244,7 @@ def test_cli_prints_the_notes(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_phases_run_with_a_fixed_mkl_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainmedic.checkpoint.resume_test import _child_env
+    from trainmedic.recipe.resume_test import _child_env
 
     monkeypatch.delenv("MKL_DYNAMIC", raising=False)
     monkeypatch.setenv("OMP_DYNAMIC", "TRUE")  # the user's own setting is kept
@@ -257,8 +257,8 @@ def test_cli_shows_progress_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch,
                                                tty: bool) -> None:
     from click.testing import CliRunner
 
-    import trainmedic.checkpoint.resume_test as rt
     import trainmedic.cli.ckpt_resume as cli_resume
+    import trainmedic.recipe.resume_test as rt
     from trainmedic.cli.main import cli
 
     def fake(config: ResumeTestConfig, *, progress: Any = None) -> Any:

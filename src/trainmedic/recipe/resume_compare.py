@@ -1,4 +1,4 @@
-"""The comparison of the resume test's phase results (``trainmedic.checkpoint.resume_test``):
+"""The comparison of the resume test's phase results (``trainmedic.recipe.resume_test``):
 which state differs first between the straight run and the resumed one, and, after a drift
 that appeared only past an exact boundary, whether repeated runs prove the resume exact."""
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trainmedic.checkpoint.resume_test import ResumeTestConfig
+    from trainmedic.recipe.resume_test import ResumeTestConfig
 
 __all__ = ["compare", "drift_verdict"]
 

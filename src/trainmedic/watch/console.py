@@ -1,18 +1,22 @@
 """What the watcher says on the terminal: the start line, the exit line, the progress line.
 
-Pure functions return the text; :func:`emit` is the one place that writes it (to stderr, so
-a script's own output on stdout stays clean). The watcher (``trainmedic.watch``) decides
-when to call them: once at the start, once at ``close()``, and a throttled progress line
-on a TTY. Nothing here imports torch or the watcher.
+Pure functions return the text; :func:`emit` hands it to the ``trainmedic.watch.console``
+logger, whose one handler writes it to stderr (a script's own output on stdout stays clean).
+Logging, not ``print``: a library's words go through logging, so a user can silence or
+redirect them like any other (``logging.getLogger("trainmedic.watch.console")``), and the
+handler is only attached when that logger has none. The watcher (``announce.py``) decides
+when: once at the start, once at ``close()``, and a throttled progress line on a TTY.
+Nothing here imports torch, the watcher or ``report/`` (a domain package never does).
 """
 
 from __future__ import annotations
 
+import logging
 import shlex
 import sys
 from collections.abc import Sequence
 
-__all__ = ["start_line", "exit_line", "progress_line", "emit"]
+__all__ = ["start_line", "exit_line", "progress_line", "emit", "LOGGER_NAME"]
 
 _PREFIX = "trainmedic:"
 
@@ -70,19 +74,41 @@ def progress_line(step: int, *, loss: float | None, it_per_s: float | None,
     return "  ".join(parts)
 
 
+#: The logger the watcher's lines go to (propagate off: a root handler would print twice).
+LOGGER_NAME = "trainmedic.watch.console"
+
+
+class _ConsoleHandler(logging.Handler):
+    """Writes a record's message to the *current* ``sys.stderr`` (pytest and notebooks swap
+    it): on a line of its own, or, with ``record.transient``, over the current line
+    (``\r`` ... erase to end of line). A closed or broken stderr is ignored: saying where the
+    run went must never stop the run."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stream = sys.stderr
+        if stream is None:  # pythonw, a daemon with no stderr
+            return
+        text = record.getMessage()
+        try:
+            if getattr(record, "transient", False):
+                stream.write(f"\r{text}\x1b[K")
+            else:
+                stream.write(text + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _logger() -> logging.Logger:
+    log = logging.getLogger(LOGGER_NAME)
+    if not log.handlers:
+        log.addHandler(_ConsoleHandler())
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    return log
+
+
 def emit(text: str, *, transient: bool = False) -> None:
-    """Write ``text`` to stderr: a line of its own, or (``transient``) over the current
-    line, to be redrawn by the next transient text (``emit("", transient=True)`` clears
-    it). A closed or broken stderr is ignored: saying where the run went must never stop
-    the run."""
-    stream = sys.stderr
-    if stream is None:  # pythonw, a daemon with no stderr
-        return
-    try:
-        if transient:
-            stream.write(f"\r{text}\x1b[K")
-        else:
-            stream.write(text + "\n")
-        stream.flush()
-    except (OSError, ValueError):
-        pass
+    """Say ``text``: a line of its own, or (``transient``) over the current line, to be
+    redrawn by the next transient text (``emit("", transient=True)`` clears it)."""
+    _logger().info("%s", text, extra={"transient": transient})

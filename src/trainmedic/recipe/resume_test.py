@@ -1,7 +1,7 @@
 """The resume test: does saving, a fresh process and loading reproduce the uninterrupted run?
 
 ``resume_test(ResumeTestConfig(recipe="trainmedic.demo:recipe", steps=N, at=K))`` runs three
-fresh Python processes on the same recipe (``python -m trainmedic.checkpoint.resume_test``):
+fresh Python processes on the same recipe (``python -m trainmedic.recipe.resume_test``):
 
 1. **straight**: N optimizer steps without a checkpoint, recording every step's loss, a hash
    of every micro-batch, the final weights, and at step K a fingerprint of the whole state
@@ -52,8 +52,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainmedic.checkpoint.resume_compare import compare, drift_verdict
 from trainmedic.errors import ConfigError, InputError, TrainmedicError
+from trainmedic.recipe.resume_compare import compare, drift_verdict
 
 __all__ = ["ResumeTestConfig", "ResumeReport", "SABOTAGES", "resume_test"]
 
@@ -288,7 +288,7 @@ def _run_phase(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _phase_main(argv: list[str]) -> int:
-    """``python -m trainmedic.checkpoint.resume_test SPEC.json``: run one phase, write its
+    """``python -m trainmedic.recipe.resume_test SPEC.json``: run one phase, write its
     result (``torch.save``) where the spec says; on a TrainmedicError write it as JSON and
     exit 2."""
     import torch
@@ -351,7 +351,7 @@ class _Phase:
         spec_path.write_text(json.dumps(self.spec))
         self.t0 = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainmedic.checkpoint.resume_test", str(spec_path)],
+            [sys.executable, "-m", "trainmedic.recipe.resume_test", str(spec_path)],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def result(self) -> tuple[dict[str, Any], float]:
