@@ -102,7 +102,13 @@ from trainmedic.checkpoint.manifest import (
 from trainmedic.checkpoint.process_group import ProcessGroupComm
 from trainmedic.checkpoint.staging import StagedState, Stager
 from trainmedic.checkpoint.verify import Problem, check_file, latest, load_pt, owned_copy
-from trainmedic.errors import ConfigError, InputError
+from trainmedic.errors import (
+    ConfigError,
+    ConfigMismatchError,
+    DamagedCheckpointError,
+    InputError,
+    NoCheckpointError,
+)
 
 __all__ = [
     "CheckpointManager",
@@ -117,32 +123,6 @@ log = logging.getLogger(__name__)
 TRAIN_KEY = "train"
 _DCP_KEYS = ("model", "optimizer")
 _KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-
-
-class ConfigMismatchError(InputError):
-    """The checkpoint was saved with another recipe config; ``differences`` names the keys."""
-
-    def __init__(self, path: str, differences: list[str]) -> None:
-        self.differences = differences
-        shown = "; ".join(differences[:5]) + (
-            f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
-        super().__init__(path, f"saved with another recipe config ({shown}); load it anyway "
-                               f"with load(..., force=True) (trainmedic demo: --force), or "
-                               f"resume with the config it was saved with")
-
-
-class DamagedCheckpointError(InputError):
-    """The checkpoint asked for does not verify; ``problems`` lists what is wrong."""
-
-    def __init__(self, path: str, problems: list[Problem]) -> None:
-        self.problems = problems
-        shown = "; ".join(str(p) for p in problems[:3]) + (
-            f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-        super().__init__(path, f"damaged checkpoint, not loaded: {shown}")
-
-
-class NoCheckpointError(InputError):
-    """``load(path=None)`` found no committed checkpoint that verifies under the root."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -1,10 +1,10 @@
 """The ``trainmedic`` command: a click group with one module per subcommand.
 
 Exit codes (DESIGN.md): 0 ran and nothing at or above ``--fail-on``; 1 findings at or above it;
-2 bad usage or unreadable input, with one line on stderr naming the file and what was expected;
+2 bad usage or unreadable input (a ``UsageError``), with one line on stderr naming the file and
+what was expected; 3 any other error (a run that failed, or a bug: one line too);
 141 when the reader of stdout went away (``trainmedic diagnose ... | head``).
-An unexpected internal error prints one line too (exit 3); set ``TRAINMEDIC_DEBUG=1`` to see
-the traceback.
+Set ``TRAINMEDIC_DEBUG=1`` to see the traceback of an error.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import click
 
 from trainmedic._version import __version__
-from trainmedic.errors import TrainmedicError
+from trainmedic.errors import TrainmedicError, UsageError
 
 __all__ = ["cli", "main"]
 
@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         click.echo(f"trainmedic: error: {_one_line(str(exc))}", err=True)
-        return EXIT_BAD_INPUT
+        # 2 only for what the user gave (a file, a value, a missing extra); a run that went
+        # wrong (a NaN under nan_policy="raise") is a failure of its own, not bad usage.
+        return EXIT_BAD_INPUT if isinstance(exc, UsageError) else EXIT_INTERNAL
     except KeyboardInterrupt:
         click.echo("trainmedic: interrupted", err=True)
         return 130

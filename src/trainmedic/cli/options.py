@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import click
 
-from trainmedic.errors import TrainmedicError
+from trainmedic.errors import ConfigError
 
 __all__ = ["FAIL_ON_CHOICES", "parse_mapping", "exit_code_for"]
 
@@ -54,5 +54,5 @@ def exit_code_for(worst_level: int, fail_on: str) -> int:
     if fail_on == "never":
         return 0
     if fail_on not in SEVERITY_ORDER:
-        raise TrainmedicError(f"--fail-on got {fail_on!r}; expected one of {FAIL_ON_CHOICES}")
+        raise ConfigError(f"--fail-on got {fail_on!r}; expected one of {FAIL_ON_CHOICES}")
     return 1 if worst_level >= SEVERITY_ORDER[fail_on] else 0

@@ -29,7 +29,12 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from trainmedic.errors import ConfigError, InputError, TrainmedicError, UnreadableInputError
+from trainmedic.errors import (
+    ConfigError,
+    FactoryError,
+    InputError,
+    UnreadableInputError,
+)
 from trainmedic.memory.ledger import CATEGORIES, Basis, Ledger, ModuleBytes
 
 __all__ = [
@@ -54,10 +59,6 @@ DEVICE_PROFILES: tuple[str, ...] = ("cpu", "cuda")
 _PLANNER_ONLY_OPTIMIZERS: tuple[str, ...] = ("lion", "adam-8bit")
 # The CUDA caching allocator hands out blocks in multiples of 512 bytes.
 _CUDA_BLOCK_BYTES = 512
-
-
-class FactoryError(TrainmedicError):
-    """The model factory could not be loaded, called, or traced through a training step."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from trainmedic.diagnose.finding import Diagnosis, Finding
-from trainmedic.errors import InputError, MissingExtraError, TrainmedicError
+from trainmedic.errors import InputError, MissingExtraError
 from trainmedic.report.csv_export import ExportedFile, Progress, WideTable, wide_table
 from trainmedic.report.wording import (
     cause_line,
@@ -250,7 +250,7 @@ def _write_stream(logdir: Path, events: Iterator[Any]) -> Path:
         writer.close()
     files = [p for p in logdir.iterdir() if _EVENT_MARK in p.name]
     if len(files) != 1:  # pragma: no cover - EventFileWriter writes exactly one file
-        raise TrainmedicError(f"{logdir}: expected one event file, found {len(files)}")
+        raise InputError(str(logdir), f"expected one event file, found {len(files)}")
     return files[0]
 
 

@@ -44,10 +44,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from trainmedic.errors import (
-    ConfigError,
-    TrainmedicError,
-)
+from trainmedic.errors import ConfigError, StoreLockedError
 from trainmedic.run.store_reader import STORE_FORMAT, is_store_file, read_rows, read_store
 
 try:  # POSIX advisory locks; on Windows two writers are not detected (documented below).
@@ -88,10 +85,6 @@ CREATE VIEW IF NOT EXISTS metrics_long AS
     SELECT m.rowid AS seq, m.step AS step, n.name AS metric, m.value AS value
     FROM metrics AS m JOIN metric_names AS n ON n.id = m.metric_id;
 """
-
-
-class StoreLockedError(TrainmedicError):
-    """Another writer already holds the store file for this run_dir and rank."""
 
 
 def _env_int(name: str) -> int | None:

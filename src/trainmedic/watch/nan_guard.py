@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from trainmedic.errors import TrainmedicError
+from trainmedic.errors import NonFiniteError
 
 if TYPE_CHECKING:
     import torch
@@ -112,15 +112,6 @@ class Localization:
                 "param_absmax": _json_num(self.param_absmax),
                 "output_absmax": _json_num(self.output_absmax),
                 "param_nonfinite": list(self.param_nonfinite), "dtype": self.dtype}
-
-
-class NonFiniteError(TrainmedicError):
-    """A step's loss or gradient was NaN/inf under the ``raise`` policy; ``.localization``
-    says where it first appeared (None when the step was not localized)."""
-
-    def __init__(self, message: str, *, localization: Localization | None = None) -> None:
-        self.localization = localization
-        super().__init__(message)
 
 
 @dataclass(frozen=True)
