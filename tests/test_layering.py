@@ -10,7 +10,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "trainmedic"
 #: Leaves anything may import, and the top-level facade (which lazily re-exports the parts).
-LEAVES = {"errors", "_version"}
+LEAVES = {"errors", "_version", "basis"}
 TOP = "(top)"
 
 
@@ -81,3 +81,14 @@ def test_design_edges() -> None:
     assert not {"diagnose", "recipe", "watch"} & set(g["checkpoint"]), dict(g["checkpoint"])
     assert set(g["run"]) <= LEAVES, dict(g["run"])
     assert set(g["diagnose"]) <= LEAVES | {"run"}, dict(g["diagnose"])
+
+
+def test_basis_is_defined_once() -> None:
+    # the findings and the memory ledger say "measured / estimated / not checked" with one type
+    from trainmedic.basis import Basis
+    from trainmedic.diagnose.finding import Basis as FindingBasis
+    from trainmedic.memory.ledger import Basis as LedgerBasis
+
+    assert FindingBasis is Basis and LedgerBasis is Basis
+    defs = [p for p in SRC.rglob("*.py") if "\nBasis = " in p.read_text()]
+    assert [p.relative_to(SRC).as_posix() for p in defs] == ["basis.py"]

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from trainmedic.basis import Basis
+
 __all__ = [
     "Severity",
     "Basis",
@@ -28,7 +30,6 @@ __all__ = [
 SCHEMA = "trainmedic.findings/1"
 
 Severity = Literal["info", "warning", "error"]
-Basis = Literal["measured", "estimated", "not_checked"]
 Likelihood = Literal["high", "medium", "low"]
 
 SEVERITY_ORDER: dict[str, int] = {"info": 0, "warning": 1, "error": 2}

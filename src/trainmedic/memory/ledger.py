@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from trainmedic.basis import Basis
+
 __all__ = [
     "CATEGORIES",
     "PHASES",
@@ -48,7 +50,6 @@ CATEGORIES: tuple[str, ...] = (
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 
-Basis = Literal["measured", "estimated", "not_checked"]
 Phase = Literal["forward", "backward", "optimizer"]
 
 
