@@ -273,3 +273,16 @@ def test_lines_carry_their_data_for_the_hover_readout() -> None:
     for st, v in zip(steps[::37], vals[::37], strict=True):
         i = int(np.searchsorted(loss.steps, st))
         assert v == pytest.approx(float(loss.values[i]), rel=1e-4)
+
+
+def test_alike_repeated_events_share_one_card_x3() -> None:
+    # three recovered loss spikes: one card "x3" with the other two steps, three bands
+    run = sample_run(300, nan_at=None, spike_at=10)
+    spikes = [Finding("loss_spike", "warning", 0.9, s, f"loss jumped at step {s}",
+                      (Evidence("loss", s, 7.0, 2.0),), end_step=s + 1, metric="loss")
+              for s in (110, 140, 170)]
+    html = render_html(Diagnosis(source="x", metrics_seen=run.metrics(), findings=spikes), run)
+    assert html.count('class="finding warning"') == 1
+    assert '<b class="times">x3</b>' in html and "also at" in html
+    assert html.count(">1 loss_spike<") == 3  # each band keeps its place, numbered by its card
+    assert 'id="finding-2"' not in html

@@ -22,6 +22,7 @@ import numpy as np
 from trainmedic.diagnose.finding import Diagnosis, Finding, Intervention
 from trainmedic.report.chart import Band, Chart, Line, render_chart, y_is_log
 from trainmedic.report.wording import (
+    card_groups,
     cause_line,
     checks_not_run_lines,
     evidence_line,
@@ -86,7 +87,7 @@ details.finding>summary::-webkit-details-marker{display:none}
 details.finding>summary .fhead h3::before{content:"\\25B8  ";color:var(--muted)}
 details.finding[open]>summary .fhead h3::before{content:"\\25BE  "}
 .finding dl dl{margin-top:4px}
-.fhead{display:flex;flex-wrap:wrap;gap:4px 10px;align-items:baseline}
+.fhead{display:flex;flex-wrap:wrap;gap:4px 10px;align-items:baseline}.fhead .times{font-size:15px}
 .badge{font-size:11px;font-weight:700;letter-spacing:.04em;color:#fff;padding:1px 7px;
 border-radius:10px}.badge.error{background:var(--error)}.badge.warning{background:var(--warning)}
 .badge.info{background:var(--info)}
@@ -188,7 +189,11 @@ class _Page:
         self.diagnosis = diagnosis
         self.run = run
         self.findings = sorted_findings(diagnosis.findings)
-        self.ids = {id(f): f"finding-{i}" for i, f in enumerate(self.findings, 1)}
+        # Alike repeated events (three recovered loss spikes) share one card "x3", as in the
+        # terminal report; each keeps its own band on the plots, numbered by its card.
+        self.groups = card_groups(self.findings)
+        self.card = {id(f): i for i, group in enumerate(self.groups, 1) for f in group}
+        self.ids = {key: f"finding-{i}" for key, i in self.card.items()}
         self.clean: dict[tuple[str, int | None], Series] = {
             key: s.clean() for key, s in run.series.items() if len(s)}
         firsts = [int(s.steps[0]) for s in self.clean.values()]
@@ -211,7 +216,8 @@ class _Page:
             return ""
         bands = []
         present = set(metrics)
-        for i, f in enumerate(self.findings, 1):
+        for f in self.findings:
+            i = self.card[id(f)]
             if f.onset_step is None or not (_finding_metrics(f) & present):
                 continue
             # No end step: the finding holds to the end of the run (a divergence that stayed
@@ -271,15 +277,19 @@ class _Page:
         return out
 
     # -- findings ------------------------------------------------------------------------
-    def finding(self, f: Finding, index: int) -> str:
+    def finding(self, group: list[Finding], index: int) -> str:
         e = escape
+        f, alike = group[0], group[1:]
         metrics_seen = list(self.diagnosis.metrics_seen) or self.run.metrics()
         head = (f'<div class="fhead"><h3>{index}. <span class="mono">{e(f.symptom)}</span></h3>'
                 f'<span class="badge {e(f.severity)}">{e(f.severity.upper())}</span>'
                 f'<span class="span">{e(fmt_span(f))}'
                 + (f" · rank {f.rank}" if f.rank is not None else "")
-                + f" · confidence {f.confidence:.2f}</span></div>")
+                + f" · confidence {f.confidence:.2f}</span>"
+                + (f'<b class="times">x{len(group)}</b>' if alike else "") + "</div>")
         rows = []
+        if alike:
+            rows.append(f"<dt>also at</dt><dd>{e(', '.join(fmt_span(g) for g in alike))}</dd>")
         if f.evidence:
             rows.append("<dt>evidence</dt><dd><ul>"
                         + "".join(f"<li>{e(evidence_line(ev))}</li>" for ev in f.evidence)
@@ -354,7 +364,7 @@ class _Page:
             f"<h2>Findings ({len(self.findings)}, worst first)</h2>",
         ]
         if self.findings:
-            parts += [self.finding(f, i) for i, f in enumerate(self.findings, 1)]
+            parts += [self.finding(group, i) for i, group in enumerate(self.groups, 1)]
         else:
             parts.append('<p class="muted">No findings.</p>')
         parts.append("<h2>Metrics</h2>")
