@@ -42,7 +42,7 @@ def compare(path: Path, *, precision: str, attention: str, layers: int, batch: i
     from trainmedic.memory.families import load_spec, spec_with_layers
     from trainmedic.memory.hf_build import build_hf_model, hf_inputs, hf_loss
     from trainmedic.memory.ledger import CATEGORIES
-    from trainmedic.memory.measure import MeasureConfig, measure
+    from trainmedic.memory.measurement import MeasureConfig, measure
     from trainmedic.memory.plan import PlanConfig, plan
 
     spec = spec_with_layers(load_spec(path), layers)

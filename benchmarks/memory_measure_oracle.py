@@ -5,7 +5,7 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/memory_measure_oracle.py          # ~10 s
     .venv/bin/python benchmarks/memory_measure_oracle.py --json
 
-For each small model, ``trainmedic.memory.measure`` traces two training steps (zero_grad,
+For each small model, ``trainmedic.memory.measurement`` traces two training steps (zero_grad,
 forward, loss, backward, optimizer.step) on fake CPU tensors; the oracle runs the same two
 steps for real on the CPU under ``torch.distributed._tools.mem_tracker.MemTracker`` and the
 same loop shape (output and batch dropped after the loss). Printed per model: the peak, and
@@ -39,7 +39,7 @@ import torch.nn.functional as F  # noqa: E402
 from machine import describe, one_line  # noqa: E402
 from torch import nn  # noqa: E402
 
-from trainmedic.memory.measure import MeasureConfig, measure  # noqa: E402
+from trainmedic.memory.measurement import MeasureConfig, measure  # noqa: E402
 
 VOCAB = 512
 

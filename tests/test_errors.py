@@ -44,7 +44,7 @@ def test_the_docstring_draws_every_error() -> None:
 
 def test_moved_errors_are_still_importable_where_they_were() -> None:
     from trainmedic.checkpoint.manager import DamagedCheckpointError
-    from trainmedic.memory.measure import FactoryError
+    from trainmedic.memory.measurement import FactoryError
     from trainmedic.run.store import StoreLockedError
 
     assert DamagedCheckpointError is errors.DamagedCheckpointError

@@ -53,3 +53,16 @@ def test_diagnose_run_reads_and_diagnoses(tmp_path) -> None:
 
 def test_lazy_names_are_all_public() -> None:
     assert set(trainmedic._LAZY) <= set(trainmedic.__all__)
+
+
+def test_module_names_do_not_shadow_the_functions_they_hold() -> None:
+    # trainmedic.memory.measure is the function (its module is `measurement`, a noun);
+    # trainmedic.demo.recipe the function (its module is `char_recipe`)
+    import trainmedic.demo
+    import trainmedic.memory
+    import trainmedic.memory.measurement  # noqa: F401 - importing it must not rebind the name
+
+    assert callable(trainmedic.memory.measure) and not isinstance(
+        trainmedic.memory.measure, type(trainmedic))
+    assert callable(trainmedic.demo.recipe) and not isinstance(
+        trainmedic.demo.recipe, type(trainmedic))

@@ -11,7 +11,7 @@ import pytest
 
 from trainmedic.memory.factories import auto_factory, config_factory, split_factory
 from trainmedic.memory.hf_build import build_auto_model, build_hf_model
-from trainmedic.memory.measure import FactoryError
+from trainmedic.memory.measurement import FactoryError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model-configs"
 
@@ -31,7 +31,7 @@ def test_config_factory_builds_the_planned_head_when_the_family_is_known(tmp_pat
 
 
 def test_a_plain_model_gets_the_default_inputs_and_loss(monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainmedic.memory.measure as measure
+    import trainmedic.memory.measurement as measure
 
     monkeypatch.setattr(measure, "default_inputs", lambda model, b, s: ("ids", model, b, s))
     monkeypatch.setattr(measure, "default_loss", lambda out, batch: ("ce", out, batch))

@@ -26,7 +26,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from trainmedic.errors import ConfigError, TrainmedicError, UnreadableInputError  # noqa: E402
-from trainmedic.memory.measure import (  # noqa: E402
+from trainmedic.memory.measurement import (  # noqa: E402
     FactoryError,
     MeasureConfig,
     load_factory,

@@ -23,7 +23,7 @@ def _compare(stem: str, *, precision: str, layers: int, batch: int, seq: int,
     import torch
 
     from trainmedic.memory.hf_build import build_hf_model, hf_inputs, hf_loss
-    from trainmedic.memory.measure import MeasureConfig, measure
+    from trainmedic.memory.measurement import MeasureConfig, measure
 
     path = CONFIGS / f"{stem}.json"
     dtype = torch.bfloat16 if precision == "bf16" else None

@@ -203,7 +203,7 @@ def measure_cmd(factory: str | None, config: str | None, layers: int | None, att
     from trainmedic.memory.config_source import resolve_config
     from trainmedic.memory.estimate import estimate_measured
     from trainmedic.memory.factories import FactoryParts, config_factory, split_factory
-    from trainmedic.memory.measure import MeasureConfig, load_factory
+    from trainmedic.memory.measurement import MeasureConfig, load_factory
 
     if bool(factory) == bool(config):
         raise click.UsageError("give MODULE:FUNCTION or --config FILE (one of them)")

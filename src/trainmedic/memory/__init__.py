@@ -1,8 +1,8 @@
 """Training memory, before a GPU is touched: the per-GPU ledger, what fits, why a run OOMed.
 
 ``plan(spec, PlanConfig(...))`` is the analytic planner (every figure estimated);
-``trainmedic.memory.measure.measure(factory, MeasureConfig(...))`` traces a real training step of
-any ``nn.Module`` on fake tensors (every figure measured); both return a :class:`Ledger`.
+``measure(factory, MeasureConfig(...))`` traces a real training step of any ``nn.Module`` on
+fake tensors (every figure measured); both return a :class:`Ledger`.
 ``load_spec`` reads a Hugging Face ``config.json``; ``fit`` finds the largest micro-batch and
 ranks the changes that make a plan fit; ``inference_plan`` sizes weights plus KV cache;
 ``parse_oom``/``explain_oom`` read a CUDA OOM message.
@@ -27,6 +27,7 @@ __all__ = [
     "FitResult",
     "Ledger",
     "MeasureConfig",
+    "measure",
     "ModelSpec",
     "PlanConfig",
     "explain_oom",
@@ -42,10 +43,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: measure mode needs torch. (The function itself stays in its module, whose name it
-    # shares: ``from trainmedic.memory.measure import measure``.)
-    if name == "MeasureConfig":
+    # Lazy: measure mode needs torch. The module is ``measurement`` (a noun), so the function
+    # ``trainmedic.memory.measure`` is not shadowed by a submodule of the same name.
+    if name in ("MeasureConfig", "measure"):
         import importlib
 
-        return importlib.import_module("trainmedic.memory.measure").MeasureConfig
+        return getattr(importlib.import_module("trainmedic.memory.measurement"), name)
     raise AttributeError(f"module 'trainmedic.memory' has no attribute {name!r}")

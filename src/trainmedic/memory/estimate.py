@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from trainmedic.memory.measure import MeasureConfig
+    from trainmedic.memory.measurement import MeasureConfig
 
 __all__ = ["MemoryEstimate", "PlanEstimate", "MeasuredEstimate", "estimate_plan",
            "estimate_measured"]
@@ -111,7 +111,7 @@ def estimate_plan(source: str, cfg: PlanConfig, *, layers: int | None = None,
         if (cfg.strategy, cfg.gpus, cfg.tp, cfg.pp) != ("single", 1, 1, 1):
             raise
         from trainmedic.memory.factories import auto_factory
-        from trainmedic.memory.measure import MeasureConfig
+        from trainmedic.memory.measurement import MeasureConfig
 
         traced = MeasureConfig(batch_size=cfg.batch_size, seq_len=cfg.seq_len,
                                precision=cfg.precision, optimizer=cfg.optimizer,
@@ -132,7 +132,7 @@ def estimate_measured(source: str | Path, factory: Callable[[], Any], config: Me
                       *, gpu: GpuTarget | None = None, margin: float = DEFAULT_MARGIN,
                       notes: tuple[str, ...] = ()) -> MeasuredEstimate:
     """Measure a training step of the model ``factory`` builds, and check it against ``gpu``."""
-    from trainmedic.memory.measure import measure
+    from trainmedic.memory.measurement import measure
 
     if gpu is not None:
         usable_bytes(gpu.memory_bytes, margin)  # a bad margin fails before minutes of tracing

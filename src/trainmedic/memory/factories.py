@@ -1,7 +1,7 @@
 """Model factories for measure mode: from a config, or from the user's ``module:function``.
 
 A user's function returns either the model or a dict ``{"model": m, "inputs": fn, "loss":
-fn}``; :func:`split_factory` turns it into the three parts :func:`~trainmedic.memory.measure.
+fn}``; :func:`split_factory` turns it into the three parts :func:`~trainmedic.memory.measurement.
 measure` takes. It cannot look at the return value before measuring (the function must run
 inside measure's fake mode, where building allocates nothing), so the parts defer: the inputs
 and loss read what the model factory found when measure called it.
@@ -64,7 +64,7 @@ def config_factory(config: str | Path, layers: int | None, attention: str) -> Ca
 def split_factory(fn: Callable[[], Any], name: str) -> FactoryParts:
     """Split a user's factory into (model factory, inputs, loss); ``name`` is its
     ``module:function`` for messages. A dict return carries all three."""
-    from trainmedic.memory.measure import FactoryError, default_inputs, default_loss
+    from trainmedic.memory.measurement import FactoryError, default_inputs, default_loss
 
     probe: dict[str, Any] = {}
 
