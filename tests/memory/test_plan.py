@@ -115,3 +115,21 @@ def test_offload_and_fused_optimizer_remove_their_bytes() -> None:
 def test_bad_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):
         PlanConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_enumerated_fields_are_literals_and_match_their_checks() -> None:
+    # the type says the choices; the runtime check uses the same tuple (typing.get_args)
+    import typing
+
+    from trainmedic.memory import activations, model_states, plan, strategy
+
+    hints = typing.get_type_hints(plan.PlanConfig)
+    for field, choices in (("precision", model_states.PRECISIONS),
+                           ("optimizer", model_states.OPTIMIZERS),
+                           ("strategy", strategy.STRATEGIES),
+                           ("recompute", strategy.RECOMPUTE), ("offload", strategy.OFFLOAD),
+                           ("attention", activations.ATTENTION_KERNELS),
+                           ("device_profile", activations.DEVICE_PROFILES),
+                           ("optimizer_impl", plan.OPTIMIZER_IMPLS)):
+        assert typing.get_origin(hints[field]) is typing.Literal, field
+        assert typing.get_args(hints[field]) == choices, field

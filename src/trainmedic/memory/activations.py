@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from trainmedic.errors import ConfigError
 from trainmedic.memory.spec import ModelSpec
@@ -42,8 +42,10 @@ __all__ = [
     "tensors_bytes",
 ]
 
-ATTENTION_KERNELS: tuple[str, ...] = ("eager", "sdpa", "flash")
-DEVICE_PROFILES: tuple[str, ...] = ("cuda", "cpu")
+AttentionKernel = Literal["eager", "sdpa", "flash"]
+DeviceProfile = Literal["cuda", "cpu"]
+ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
+DEVICE_PROFILES: tuple[str, ...] = get_args(DeviceProfile)
 
 Role = Literal["res", "cmp", "f32", "mask", "i64"]
 #: ``outer``: replicated under tensor parallelism, split by sequence parallelism (norms, dropout

@@ -20,6 +20,7 @@ semantics are spelled out per precision and strategy here, once, and echoed in e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from trainmedic.errors import ConfigError
 
@@ -33,16 +34,10 @@ __all__ = [
     "dtype_bytes",
 ]
 
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
-OPTIMIZERS: tuple[str, ...] = (
-    "sgd",
-    "sgd-momentum",
-    "adam",
-    "adamw",
-    "adam-8bit",
-    "adafactor",
-    "lion",
-)
+Precision = Literal["fp32", "bf16-mixed", "fp16-mixed", "bf16"]
+Optimizer = Literal["sgd", "sgd-momentum", "adam", "adamw", "adam-8bit", "adafactor", "lion"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4,

@@ -17,11 +17,13 @@ Every figure is ``estimated``; ``trainmedic memory measure`` gives the measured 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from trainmedic.errors import ConfigError
 from trainmedic.memory.activations import (
     SOFTMAX_IN_COMPUTE_DTYPE,
+    AttentionKernel,
+    DeviceProfile,
     KernelProfile,
     Saved,
     attention_kernel,
@@ -34,6 +36,8 @@ from trainmedic.memory.ledger import CATEGORIES, Ledger
 from trainmedic.memory.model_states import (
     OPTIMIZERS,
     PRECISIONS,
+    Optimizer,
+    Precision,
     optimizer_state_bytes,
     precision_bytes,
 )
@@ -43,6 +47,9 @@ from trainmedic.memory.strategy import (
     RECOMPUTE,
     ZERO_REDUCE_BUCKET_ELEMENTS,
     Layout,
+    Offload,
+    Recompute,
+    Strategy,
     layout,
 )
 
@@ -56,7 +63,8 @@ CUDA_CONTEXT_BYTES = 1 << 30
 #: Saved-tensor names of a layer's MLP half (see activations.layer_tensors).
 _MLP_PREFIXES = ("mlp.", "moe.", "ln_mlp.")
 
-OPTIMIZER_IMPLS: tuple[str, ...] = ("default", "foreach", "for-loop", "fused")
+OptimizerImpl = Literal["default", "foreach", "for-loop", "fused"]
+OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -67,11 +75,11 @@ class PlanConfig:
     """Micro-batch per data-parallel rank (samples in one forward)."""
     seq_len: int = 2048
     """Tokens per sample (ViT: derived from the image and patch size; this is ignored)."""
-    precision: str = "bf16-mixed"
+    precision: Precision = "bf16-mixed"
     """fp32, bf16-mixed, fp16-mixed or bf16 (pure); see model_states for the semantics."""
-    optimizer: str = "adamw"
+    optimizer: Optimizer = "adamw"
     """sgd, sgd-momentum, adam, adamw, adam-8bit, adafactor or lion."""
-    strategy: str = "single"
+    strategy: Strategy = "single"
     """single, ddp, zero1, zero2, zero3, fsdp, fsdp-grad-op or fsdp-hybrid."""
     gpus: int = 1
     """Total GPUs (data × tensor × pipeline parallel)."""
@@ -83,21 +91,21 @@ class PlanConfig:
     """Megatron sequence parallelism: split the activations outside the TP regions too."""
     pp: int = 1
     """Pipeline-parallel degree (1F1B schedule; the first stage is planned)."""
-    recompute: str = "none"
+    recompute: Recompute = "none"
     """Activation recomputation: none, selective (attention core) or full (per layer)."""
-    offload: str = "none"
+    offload: Offload = "none"
     """CPU offload: none, optimizer (states and master weights) or params (also parameters)."""
     grad_accum: int = 1
     """Micro-batches per optimizer step; >1 keeps gradients alive through later forwards."""
-    attention: str = "sdpa"
+    attention: AttentionKernel = "sdpa"
     """Attention kernel: eager (keeps the s² scores), sdpa or flash."""
-    device_profile: str = "cuda"
+    device_profile: DeviceProfile = "cuda"
     """cuda or cpu: decides dropout-mask size, optimizer implementation and the context bytes."""
     include_context: bool = True
     """Add the CUDA context estimate as ``overhead`` (cuda profile only)."""
     ddp_bucket_view: bool = False
     """DDP's ``gradient_as_bucket_view``: when False (its default) buckets copy the gradients."""
-    optimizer_impl: str = "default"
+    optimizer_impl: OptimizerImpl = "default"
     """torch optimizer implementation: default (foreach on cuda, for-loop on cpu), foreach,
     for-loop or fused (``fused=True``: no full-size scratch)."""
 

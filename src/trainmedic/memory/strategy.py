@@ -13,23 +13,19 @@ to ``pp`` micro-batches in flight (Narayanan et al. 2021, §2.2; Korthikanti et 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from trainmedic.errors import ConfigError
 
 __all__ = ["STRATEGIES", "RECOMPUTE", "OFFLOAD", "Layout", "layout"]
 
-STRATEGIES: tuple[str, ...] = (
-    "single",
-    "ddp",
-    "zero1",
-    "zero2",
-    "zero3",
-    "fsdp",
-    "fsdp-grad-op",
-    "fsdp-hybrid",
-)
-RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
-OFFLOAD: tuple[str, ...] = ("none", "optimizer", "params")
+Strategy = Literal["single", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op",
+                   "fsdp-hybrid"]
+Recompute = Literal["none", "selective", "full"]
+Offload = Literal["none", "optimizer", "params"]
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
+RECOMPUTE: tuple[str, ...] = get_args(Recompute)
+OFFLOAD: tuple[str, ...] = get_args(Offload)
 
 #: DeepSpeed's default ``reduce_bucket_size`` (elements) for ZeRO's gradient reduction.
 ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
