@@ -43,7 +43,7 @@ def compare(path: Path, *, precision: str, attention: str, layers: int, batch: i
     from trainmedic.memory.hf_build import build_hf_model, hf_inputs, hf_loss
     from trainmedic.memory.ledger import CATEGORIES
     from trainmedic.memory.measurement import MeasureConfig, measure
-    from trainmedic.memory.plan import PlanConfig, plan
+    from trainmedic.memory.planner import PlanConfig, plan
 
     spec = spec_with_layers(load_spec(path), layers)
     dtype = torch.bfloat16 if precision == "bf16" else None
@@ -171,7 +171,7 @@ def main() -> int:
     # Planning speed at full size, no allocation.
     from trainmedic.memory.families import spec_from_config
     from trainmedic.memory.fit import fit
-    from trainmedic.memory.plan import PlanConfig
+    from trainmedic.memory.planner import PlanConfig
 
     # Llama-2-70B's published shape (no verified config.json copy is vendored; see
     # tests/data/model-configs/SOURCES.md), for the "70B-class in under a second" bar.

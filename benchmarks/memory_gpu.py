@@ -59,7 +59,7 @@ def real_peak(stem: str, *, layers: int, batch: int, seq: int, precision: str) -
 
 def planned(stem: str, *, layers: int, batch: int, seq: int, precision: str):
     from trainmedic.memory.families import load_spec, spec_with_layers
-    from trainmedic.memory.plan import PlanConfig
+    from trainmedic.memory.planner import PlanConfig
 
     spec = spec_with_layers(load_spec(CONFIGS / f"{stem}.json"), layers)
     return spec, PlanConfig(batch_size=batch, seq_len=seq, precision=precision,
@@ -82,7 +82,7 @@ def main() -> int:
     import torch
 
     from trainmedic.memory.fit import max_micro_batch
-    from trainmedic.memory.plan import plan
+    from trainmedic.memory.planner import plan
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=int, default=4)

@@ -56,13 +56,14 @@ def test_lazy_names_are_all_public() -> None:
 
 
 def test_module_names_do_not_shadow_the_functions_they_hold() -> None:
-    # trainmedic.memory.measure is the function (its module is `measurement`, a noun);
-    # trainmedic.demo.recipe the function (its module is `char_recipe`)
+    # trainmedic.memory.measure and .plan are the functions (their modules are `measurement`
+    # and `planner`, nouns); trainmedic.demo.recipe the function (its module is `char_recipe`)
     import trainmedic.demo
     import trainmedic.memory
     import trainmedic.memory.measurement  # noqa: F401 - importing it must not rebind the name
+    import trainmedic.memory.planner  # noqa: F401
 
-    assert callable(trainmedic.memory.measure) and not isinstance(
-        trainmedic.memory.measure, type(trainmedic))
+    for fn in (trainmedic.memory.measure, trainmedic.memory.plan):
+        assert callable(fn) and not isinstance(fn, type(trainmedic))
     assert callable(trainmedic.demo.recipe) and not isinstance(
         trainmedic.demo.recipe, type(trainmedic))

@@ -14,7 +14,7 @@ import pytest
 
 from trainmedic.memory.activations import KernelProfile, layer_tensors, tensors_bytes
 from trainmedic.memory.families import spec_from_config
-from trainmedic.memory.plan import PlanConfig, plan
+from trainmedic.memory.planner import PlanConfig, plan
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

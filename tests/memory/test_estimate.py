@@ -15,7 +15,7 @@ from trainmedic.memory.families import load_spec, spec_with_layers
 from trainmedic.memory.fit import fit
 from trainmedic.memory.gpus import GpuTarget
 from trainmedic.memory.ledger import CATEGORIES, Ledger
-from trainmedic.memory.plan import PlanConfig, plan
+from trainmedic.memory.planner import PlanConfig, plan
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model-configs"
 LLAMA = CONFIGS / "llama-3.2-1b.json"

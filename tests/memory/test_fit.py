@@ -9,7 +9,7 @@ import pytest
 
 from trainmedic.memory.families import load_spec
 from trainmedic.memory.fit import Intervention, fit, max_micro_batch
-from trainmedic.memory.plan import PlanConfig, plan
+from trainmedic.memory.planner import PlanConfig, plan
 from trainmedic.memory.spec import ModelSpec
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model-configs"

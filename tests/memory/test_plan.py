@@ -12,7 +12,7 @@ import pytest
 from trainmedic.errors import ConfigError
 from trainmedic.memory.families import load_spec, spec_with_layers
 from trainmedic.memory.ledger import CATEGORIES
-from trainmedic.memory.plan import PlanConfig, plan
+from trainmedic.memory.planner import PlanConfig, plan
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model-configs"
 
@@ -119,20 +119,17 @@ def test_bad_config_names_the_field(field: str, value: object) -> None:
 
 def test_enumerated_fields_are_literals_and_match_their_checks() -> None:
     # the type says the choices; the runtime check uses the same tuple (typing.get_args)
-    import importlib
     import typing
 
-    from trainmedic.memory import activations, model_states, strategy
+    from trainmedic.memory import activations, model_states, planner, strategy
 
-    plan = importlib.import_module("trainmedic.memory.plan")  # the package's `plan` is the function
-
-    hints = typing.get_type_hints(plan.PlanConfig)
+    hints = typing.get_type_hints(planner.PlanConfig)
     for field, choices in (("precision", model_states.PRECISIONS),
                            ("optimizer", model_states.OPTIMIZERS),
                            ("strategy", strategy.STRATEGIES),
                            ("recompute", strategy.RECOMPUTE), ("offload", strategy.OFFLOAD),
                            ("attention", activations.ATTENTION_KERNELS),
                            ("device_profile", activations.DEVICE_PROFILES),
-                           ("optimizer_impl", plan.OPTIMIZER_IMPLS)):
+                           ("optimizer_impl", planner.OPTIMIZER_IMPLS)):
         assert typing.get_origin(hints[field]) is typing.Literal, field
         assert typing.get_args(hints[field]) == choices, field

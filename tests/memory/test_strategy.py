@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainmedic.errors import ConfigError
-from trainmedic.memory.plan import PlanConfig, plan
+from trainmedic.memory.planner import PlanConfig, plan
 from trainmedic.memory.spec import ModelSpec
 from trainmedic.memory.strategy import layout
 

@@ -87,7 +87,7 @@ def plan_cmd(config: str, gpu: str | None, gpu_memory: str | None, margin: float
           --strategy zero2 --gpu-memory 40GB --json
     """
     from trainmedic.memory.estimate import estimate_plan
-    from trainmedic.memory.plan import PlanConfig
+    from trainmedic.memory.planner import PlanConfig
 
     target = gpu_target_of(gpu, gpu_memory)
     step["strategy"] = step["strategy"] or ("single" if step["gpus"] == 1 else "ddp")

@@ -19,7 +19,7 @@ from trainmedic.memory.fit import FitResult, fit, max_micro_batch
 from trainmedic.memory.kv import inference_plan, kv_cache_bytes
 from trainmedic.memory.ledger import CATEGORIES, Ledger
 from trainmedic.memory.oom import explain_oom, parse_oom
-from trainmedic.memory.plan import PlanConfig, plan
+from trainmedic.memory.planner import PlanConfig, plan
 from trainmedic.memory.spec import ModelSpec
 
 __all__ = [

@@ -19,7 +19,7 @@ from trainmedic.memory.families import load_spec, spec_with_layers
 from trainmedic.memory.fit import DEFAULT_MARGIN, FitResult, fit, usable_bytes
 from trainmedic.memory.gpus import GpuTarget
 from trainmedic.memory.ledger import Ledger
-from trainmedic.memory.plan import PlanConfig, plan
+from trainmedic.memory.planner import PlanConfig, plan
 from trainmedic.memory.spec import ModelSpec
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import Any
 
 from trainmedic.errors import ConfigError
 from trainmedic.memory.ledger import Ledger
-from trainmedic.memory.plan import PlanConfig, plan
+from trainmedic.memory.planner import PlanConfig, plan
 from trainmedic.memory.spec import ModelSpec
 
 __all__ = [
