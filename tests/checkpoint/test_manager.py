@@ -527,3 +527,34 @@ def test_a_run_dir_with_no_run_yet_is_no_divergence(tmp_path: Path) -> None:
 def test_trusted_before_must_be_callable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="trusted_before"):
         CheckpointManager(tmp_path / "ckpt", trusted_before=120)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kw,field", [({"keep_last": 0}, "keep_last"),
+                                      ({"async_save": "yes"}, "async_save"),
+                                      ({"sync_files": 1}, "sync_files"),
+                                      ({"sharded": "dcp"}, "sharded"),
+                                      ({"recipe_config": [1]}, "config"),
+                                      ({"trusted_before": 3}, "trusted_before")])
+def test_checkpoint_config_names_the_field(kw: dict, field: str) -> None:
+    from trainmedic.checkpoint import CheckpointConfig
+
+    with pytest.raises(ConfigError, match=field):
+        CheckpointConfig(**kw)
+
+
+def test_a_manager_from_a_frozen_config(tmp_path: Path) -> None:
+    from dataclasses import FrozenInstanceError
+
+    from trainmedic.checkpoint import CheckpointConfig
+
+    recipe_cfg = {"lr": 1e-3}
+    cfg = CheckpointConfig(keep_last=1, recipe_config=recipe_cfg)
+    recipe_cfg["lr"] = 1.0  # the config holds a snapshot
+    with pytest.raises(FrozenInstanceError):
+        cfg.keep_last = 2  # type: ignore[misc]
+    objs = _objects()
+    with CheckpointManager.from_config(tmp_path / "ckpt", cfg) as mgr:
+        assert mgr.cfg == cfg and mgr.cfg.recipe_config == {"lr": 1e-3}
+        for step in (1, 2):
+            mgr.save(step, objs)
+    assert [p.name for p in sorted((tmp_path / "ckpt").glob("step-*"))] == ["step-00000002"]

@@ -12,6 +12,7 @@ called.
 
 from __future__ import annotations
 
+from trainmedic.checkpoint.config import CheckpointConfig
 from trainmedic.checkpoint.manager import (
     CheckpointManager,
     ConfigMismatchError,
@@ -29,6 +30,7 @@ from trainmedic.checkpoint.verify import (
 )
 
 __all__ = [
+    "CheckpointConfig",
     "CheckpointManager",
     "LoadedCheckpoint",
     "ConfigMismatchError",

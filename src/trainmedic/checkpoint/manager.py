@@ -71,7 +71,6 @@ an existing one (a run rolled back) is logged: ``latest()`` still returns the hi
 
 from __future__ import annotations
 
-import copy
 import logging
 import re
 import threading
@@ -87,6 +86,7 @@ from trainmedic.checkpoint.commit import (
     scan,
     step_dir_name,
 )
+from trainmedic.checkpoint.config import CheckpointConfig
 from trainmedic.checkpoint.health import newest_trusted, onset_of, state_finite
 from trainmedic.checkpoint.manifest import (
     MANIFEST_NAME,
@@ -185,15 +185,9 @@ def _describe(exc: BaseException) -> str:
 class CheckpointManager:
     """Atomic, verified checkpoints under one root folder (see the module doc).
 
-    ``keep_last``: committed checkpoints to keep (None: all). ``async_save``: write in a
-    background thread from a CPU copy. ``config``: the recipe's JSON-able config, recorded
-    and compared on load. ``sharded``: True for DCP, False for plain files, None to decide
-    from the world size and the model. ``sync_files``: fsync files and folders before the
-    commit (the default); False trades power-cut durability for speed, as DCP's option of
-    that name does (see :class:`~trainmedic.checkpoint.commit.PendingCheckpoint`).
-    ``trusted_before``: returns the step from which checkpoints hold a broken model (e.g.
-    ``lambda: trainmedic.diagnose.onset.divergence_onset(run_dir)``); ``latest()`` then skips
-    checkpoints saved at or after it, and retention keeps the newest one before (module doc).
+    The keywords are the fields of :class:`~trainmedic.checkpoint.config.CheckpointConfig`
+    (each documented there; ``config`` is its ``recipe_config``: the recipe's JSON-able
+    config, recorded and compared on load); :meth:`from_config` takes one directly.
     """
 
     def __init__(self, root: str | Path, *, keep_last: int | None = 3,
@@ -201,31 +195,16 @@ class CheckpointManager:
                  sharded: bool | None = None, defer_copy: bool = False,
                  sync_files: bool = True,
                  trusted_before: Callable[[], int | None] | None = None) -> None:
-        if keep_last is not None and (isinstance(keep_last, bool)
-                                      or not isinstance(keep_last, int) or keep_last < 1):
-            raise ConfigError(f"keep_last must be an integer >= 1 or None, got {keep_last!r}")
-        if not isinstance(async_save, bool):
-            raise ConfigError(f"async_save must be True or False, got {async_save!r}")
-        for name, flag in (("defer_copy", defer_copy), ("sync_files", sync_files)):
-            if not isinstance(flag, bool):
-                raise ConfigError(f"{name} must be True or False, got {flag!r}")
-        if sharded is not None and not isinstance(sharded, bool):
-            raise ConfigError(f"sharded must be True, False or None, got {sharded!r}")
-        if config is not None and not isinstance(config, Mapping):
-            raise ConfigError(f"config must be a mapping (the recipe's JSON-able config), got "
-                              f"{type(config).__name__}")
+        self.cfg = CheckpointConfig(keep_last=keep_last, async_save=async_save,
+                                    recipe_config=config, sharded=sharded,
+                                    defer_copy=defer_copy, sync_files=sync_files,
+                                    trusted_before=trusted_before)
         self.root = Path(root)
-        self.keep_last = keep_last
-        self.async_save = async_save
-        self.defer_copy = defer_copy
-        self.sync_files = sync_files
-        if trusted_before is not None and not callable(trusted_before):
-            raise ConfigError(f"trusted_before must be a callable returning a step or None, "
-                              f"got {type(trusted_before).__name__}")
-        self.trusted_before = trusted_before
-        self.sharded = sharded
-        self._config_hash = config_hash(config) if config is not None else None
-        self._config = copy.deepcopy(dict(config)) if config is not None else None
+        self.keep_last, self.async_save = self.cfg.keep_last, self.cfg.async_save
+        self.defer_copy, self.sync_files = self.cfg.defer_copy, self.cfg.sync_files
+        self.trusted_before, self.sharded = self.cfg.trusted_before, self.cfg.sharded
+        self._config = self.cfg.recipe_config
+        self._config_hash = config_hash(self._config) if self._config is not None else None
         self._comm = ProcessGroupComm()
         self.rank, self.world_size = self._comm.rank, self._comm.world
         self._thread: threading.Thread | None = None
@@ -233,6 +212,13 @@ class CheckpointManager:
         self._stager = Stager()
         self._staged: StagedState | None = None
         self._warned_async_dcp = False
+
+    @classmethod
+    def from_config(cls, root: str | Path, cfg: CheckpointConfig) -> CheckpointManager:
+        """A manager for ``root`` as ``cfg`` says."""
+        return cls(root, keep_last=cfg.keep_last, async_save=cfg.async_save,
+                   config=cfg.recipe_config, sharded=cfg.sharded, defer_copy=cfg.defer_copy,
+                   sync_files=cfg.sync_files, trusted_before=cfg.trusted_before)
 
     # -- save ----------------------------------------------------------------------------
     def save(self, step: int, state: Mapping[str, Any]) -> Path:
