@@ -92,3 +92,10 @@ def test_basis_is_defined_once() -> None:
     assert FindingBasis is Basis and LedgerBasis is Basis
     defs = [p for p in SRC.rglob("*.py") if "\nBasis = " in p.read_text()]
     assert [p.relative_to(SRC).as_posix() for p in defs] == ["basis.py"]
+
+
+def test_no_module_over_600_lines() -> None:
+    # a module is a noun, about one thing: past ~600 lines it is two
+    long = {p.relative_to(SRC).as_posix(): n for p in SRC.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, long

@@ -47,6 +47,7 @@ import collections
 import logging
 import os
 import pathlib
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -496,3 +497,27 @@ def _check_args(*, every: Any, window: Any, on_finding: Any, stop_on: Any, stop_
             or not 0 < max_busy_fraction <= 1):
         raise ConfigError(f"LiveAlerts: max_busy_fraction must be in (0, 1] or None (no cap), "
                           f"got {max_busy_fraction!r}")
+
+
+def start_live_alerts(cfg: Any, store: Any, meta: dict[str, Any], stop_file: Any,
+                      start_step: int) -> LiveAlerts:
+    """The watcher's live alerts as its ``WatchConfig`` asks. A resumed run (``start_step`` >
+    0) hands them the earlier process's rows of the last window from its ``RunStore``, so the
+    first steps after the resume are not judged alone and an incident that ended before it
+    is not alerted again."""
+    alerts = LiveAlerts(
+        every=cfg.alert_every or 100, window=cfg.alert_window, on_finding=cfg.on_finding,
+        stop_on=cfg.stop_on, stop_file=stop_file, rank=store.rank, source=str(store.path),
+        record_event=store.event, min_severity=cfg.alert_min_severity, meta=meta)
+    if start_step > 0 and store.enabled:
+        from trainmedic.run.store import read_rows
+
+        try:
+            rows = read_rows(store.path, from_step=start_step - alerts.window,
+                             before_step=start_step)
+        except (OSError, sqlite3.Error) as exc:
+            logger.warning("trainmedic: the live alerts start without the rows before step "
+                           "%d: reading %s failed (%s)", start_step, store.path, exc)
+        else:
+            alerts.seed(rows, resumed_at=start_step)
+    return alerts

@@ -12,22 +12,10 @@
 ...             break
 ...     w.log({"val_loss": evaluate(model)})     # any other metric, at the current step
 
-Per step: ``loss``; ``lr`` (``optimizer.param_groups[0]["lr"]``); ``grad_norm`` (global L2
-norm of the model's gradients, taken in an optimizer step pre-hook, i.e. after backward and
-after any clipping; clip with ``w.clip_grad_norm_(max_norm)`` instead of torch's to record
-the pre-clip norm with one pass over the gradients, not two); ``step_time_s`` (on CPU the
-wall time from the request for the step's first batch when the loader is wrapped, else from
-the previous ``step()``, to this ``step()``;
-evaluation between steps is not counted; on CUDA the GPU time between consecutive
-``step()`` calls, from CUDA events); ``data_time_s`` (time waiting in the wrapped loader);
-``compute_time_s`` (training forward passes, with more than one rank or
-``forward_clock=True``; see :mod:`trainmedic.watch.clock`); ``rss_mb``
-(the latest reading of a background sampler, at most ``rss_interval_s`` old; or read in
-``step()`` with ``rss_interval_s=None``); on CUDA ``mem_alloc_mb``, ``mem_reserved_mb``,
-``mem_peak_mb``; ``samples_per_s`` and ``tokens_per_s`` when ``batch_size`` / ``tokens``
-are given; ``loss_scale`` with a ``GradScaler`` (the scale after this step's ``update()``).
-Every ``param_every`` steps: ``param_norm`` and ``update_ratio``. Every ``layer_every``
-steps: ``layer/<module>/<stat>``.
+What is recorded and how each is measured: docs/tour.md ("In your loop") and the fields of
+:class:`~trainmedic.watch.config.WatchConfig`. In brief: loss, lr, the global grad norm (in
+an optimizer step pre-hook, after backward and any clipping), step and data time, forward time
+with several ranks, memory, throughput, and the GradScaler's loss scale.
 
 No host-device sync per step: values that live on a GPU stay there and are fetched together
 every ``fetch_every`` steps with one ``tolist()``. The only exception is ``nan_policy="skip"``
@@ -42,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
@@ -226,39 +213,20 @@ class Watcher:
             if self._layers.scheduled(self._step):
                 self._layers.arm()
                 self._layers_armed = True
-        self._alerts: Any = None
         stop_file = stop_file_path(self.run_dir, cfg.stop_file)
         self._stop_file = stop_file
+        self._alerts: Any = None
         if cfg.alert_every is not None:
-            from trainmedic.watch.alerts import LiveAlerts
+            from trainmedic.watch.alerts import start_live_alerts
 
-            self._alerts = LiveAlerts(
-                every=cfg.alert_every or 100, window=cfg.alert_window,
-                on_finding=cfg.on_finding, stop_on=cfg.stop_on, stop_file=stop_file,
-                rank=self.store.rank, source=str(self.store.path),
-                record_event=self.store.event, min_severity=cfg.alert_min_severity,
-                meta=dict(self._meta))
+            self._alerts = start_live_alerts(cfg, self.store, dict(self._meta), stop_file,
+                                             start_step)
             self._rec.alerts = self._alerts
-            if start_step > 0 and self.store.enabled:
-                self._seed_alerts(start_step)
         if self._cuda:
             self._torch.cuda.reset_peak_memory_stats(self._device)
         if cfg.rss_interval_s is not None:
             self._rss_sampler = RssSampler(cfg.rss_interval_s)
             self._rss = self._rss_sampler.read
-
-    def _seed_alerts(self, start_step: int) -> None:
-        """A resume: hand the live alerts the earlier process's rows of the last window."""
-        from trainmedic.run.store import read_rows
-
-        try:
-            rows = read_rows(self.store.path, from_step=start_step - self._alerts.window,
-                             before_step=start_step)
-        except (OSError, sqlite3.Error) as exc:
-            logger.warning("trainmedic: the live alerts start without the rows before step "
-                           "%d: reading %s failed (%s)", start_step, self.store.path, exc)
-            return
-        self._alerts.seed(rows, resumed_at=start_step)
 
     # -- public API -------------------------------------------------------------------
     @property

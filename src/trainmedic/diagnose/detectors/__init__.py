@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from trainmedic.diagnose.detectors import (  # noqa: F401  (imported to register)
     continuity,
+    divergence,
     generalization,
     gradients,
     layers,
