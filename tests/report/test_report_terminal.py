@@ -149,3 +149,21 @@ def test_alike_spikes_share_one_card() -> None:
     out = con.export_text()
     assert out.count("loss_spike") == 1 + out.count("Worst: loss_spike")
     assert "loss_spike x3" in out and "steps 200→205, steps 300→305" in out
+
+
+def test_the_report_is_a_rich_renderable(diagnosis, run) -> None:
+    # console.print(TerminalReport(...)) draws what render_terminal draws, and the report can
+    # sit inside other renderables (a panel, a group, a live display)
+    from rich.panel import Panel
+
+    from trainmedic.report import TerminalReport
+
+    a = Console(file=io.StringIO(), width=100, color_system=None)
+    render_terminal(diagnosis, run, console=a)
+    b = Console(file=io.StringIO(), width=100, color_system=None)
+    b.print(TerminalReport(diagnosis, run))
+    assert a.file.getvalue() == b.file.getvalue()  # type: ignore[attr-defined]
+    c = Console(file=io.StringIO(), width=100, color_system=None)
+    c.print(Panel(TerminalReport(diagnosis, run), title="nightly"))
+    out = c.file.getvalue()  # type: ignore[attr-defined]
+    assert "nightly" in out and "trainmedic diagnosis" in out

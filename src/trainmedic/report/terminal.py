@@ -11,7 +11,8 @@ rich is imported inside the function: ``trainmedic diagnose --json`` should not 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from trainmedic.diagnose.finding import Diagnosis, Finding
 from trainmedic.report.wording import (
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-__all__ = ["render_terminal"]
+__all__ = ["render_terminal", "TerminalReport"]
 
 _BADGE_STYLE = {"error": "bold white on red", "warning": "bold black on yellow",
                 "info": "bold white on blue"}
@@ -129,81 +130,94 @@ def _stdout_console() -> Console:
     return _PipeConsole(highlight=False)
 
 
-def render_terminal(diagnosis: Diagnosis, run: Run | None = None, *,
-                    console: Console | None = None, verbose: bool = False) -> None:
-    """Print the report for ``diagnosis`` to ``console`` (stdout when None).
+class TerminalReport:
+    """The terminal report of ``diagnosis`` as a rich renderable: ``console.print(report)``
+    draws it at the console's width, ``rich.console.Group``, ``Panel`` or a live display can
+    hold it, and ``console.export_text()`` records it.
 
     ``run`` (optional) adds the steps covered, the point count and the importers' notes to the
-    header. ``verbose`` shows every evidence item, cause and intervention instead of the top ones.
-    """
-    from rich.rule import Rule
-    from rich.table import Table
-    from rich.text import Text
+    header. ``verbose`` shows every evidence item, cause and intervention instead of the top
+    ones."""
 
+    def __init__(self, diagnosis: Diagnosis, run: Run | None = None, *,
+                 verbose: bool = False) -> None:
+        self.diagnosis, self.run, self.verbose = diagnosis, run, verbose
+
+    def __rich_console__(self, console: Console, options: Any) -> Iterator[Any]:
+        from rich.rule import Rule
+        from rich.table import Table
+        from rich.text import Text
+
+        diagnosis, run, verbose = self.diagnosis, self.run, self.verbose
+        info = summarize_run(diagnosis, run)
+
+        yield Rule(Text("trainmedic diagnosis", style="bold"), align="left")
+        header = Table.grid(padding=(0, 1, 0, 0))
+        header.add_column(width=8, no_wrap=True, style="dim")
+        header.add_column(overflow="fold")
+        header.add_row("source", Text(info.source))
+        steps = info.steps_text()
+        if info.num_points is not None:
+            steps += f"  ({info.num_points:,} points)"
+        header.add_row("steps", Text(steps))
+        shown = info.metrics if verbose or len(info.metrics) <= 12 else info.metrics[:12]
+        metrics = ", ".join(shown) or "none"
+        if len(shown) < len(info.metrics):
+            metrics += f", … (+{len(info.metrics) - len(shown)} more)"
+        header.add_row("metrics", Text(metrics))
+        header.add_row("ranks", Text(info.ranks_text()))
+        yield header
+
+        findings = sorted_findings(diagnosis.findings)
+        yield Text("")
+        if not diagnosis.loss_found:
+            yield Text("No training loss was recognised in this log, so the run was not "
+                       "judged: a clean report would mean nothing.", style="bold red")
+            yield Text(map_hint(diagnosis))
+            cols = ", ".join(str(m.get("column")) for m in diagnosis.mapping) or ", ".join(
+                diagnosis.metrics_seen) or "none"
+            yield Text(f"Columns read: {cols}", style="dim")
+            yield Text("")
+        if findings:
+            yield Text(f"Findings ({len(findings)}, worst first)", style="bold")
+            for i, group in enumerate(card_groups(findings), 1):
+                yield Text("")
+                yield from _finding_block(group[0], i, info.metrics, verbose, group[1:])
+        elif diagnosis.loss_found:
+            yield Text("No findings.", style="bold green")
+
+        def bullets(title: str, lines: list[str]) -> Iterator[Any]:
+            yield Text("")
+            yield Text(title, style="bold")
+            grid = Table.grid(padding=(0, 1, 0, 0))
+            grid.add_column(width=3, no_wrap=True)
+            grid.add_column(overflow="fold", style="dim")
+            for line in lines:
+                grid.add_row("  -", Text(line))
+            yield grid
+
+        checks = checks_not_run_lines(diagnosis.checks_not_run)
+        if checks:
+            yield from bullets(f"Checks not run ({len(diagnosis.checks_not_run)})", checks)
+        how = mapping_lines(diagnosis)
+        if how and (verbose or not diagnosis.loss_found or any(
+                str(m.get("how", "")).startswith(("namespace", "unit", "derived", "row index"))
+                for m in diagnosis.mapping)):
+            yield from bullets("How the columns were read", how)
+        notes = note_lines(diagnosis, run)
+        if notes:
+            yield from bullets("Import notes", notes)
+
+        yield Text("")
+        worst = diagnosis.worst()
+        style = "bold red" if worst >= 2 or not diagnosis.loss_found else (
+            "bold yellow" if worst == 1 else "bold green")
+        yield Rule(style="dim")
+        yield Text(verdict(diagnosis), style=style)
+
+
+def render_terminal(diagnosis: Diagnosis, run: Run | None = None, *,
+                    console: Console | None = None, verbose: bool = False) -> None:
+    """Print :class:`TerminalReport` for ``diagnosis`` to ``console`` (stdout when None)."""
     con = console if console is not None else _stdout_console()
-    info = summarize_run(diagnosis, run)
-
-    con.print(Rule(Text("trainmedic diagnosis", style="bold"), align="left"))
-    header = Table.grid(padding=(0, 1, 0, 0))
-    header.add_column(width=8, no_wrap=True, style="dim")
-    header.add_column(overflow="fold")
-    header.add_row("source", Text(info.source))
-    steps = info.steps_text()
-    if info.num_points is not None:
-        steps += f"  ({info.num_points:,} points)"
-    header.add_row("steps", Text(steps))
-    shown = info.metrics if verbose or len(info.metrics) <= 12 else info.metrics[:12]
-    metrics = ", ".join(shown) or "none"
-    if len(shown) < len(info.metrics):
-        metrics += f", … (+{len(info.metrics) - len(shown)} more)"
-    header.add_row("metrics", Text(metrics))
-    header.add_row("ranks", Text(info.ranks_text()))
-    con.print(header)
-
-    findings = sorted_findings(diagnosis.findings)
-    con.print()
-    if not diagnosis.loss_found:
-        con.print(Text("No training loss was recognised in this log, so the run was not "
-                       "judged: a clean report would mean nothing.", style="bold red"))
-        con.print(Text(map_hint(diagnosis)))
-        cols = ", ".join(str(m.get("column")) for m in diagnosis.mapping) or ", ".join(
-            diagnosis.metrics_seen) or "none"
-        con.print(Text(f"Columns read: {cols}", style="dim"))
-        con.print()
-    if findings:
-        con.print(Text(f"Findings ({len(findings)}, worst first)", style="bold"))
-        for i, group in enumerate(card_groups(findings), 1):
-            con.print()
-            for part in _finding_block(group[0], i, info.metrics, verbose, group[1:]):
-                con.print(part)
-    elif diagnosis.loss_found:
-        con.print(Text("No findings.", style="bold green"))
-
-    def bullets(title: str, lines: list[str]) -> None:
-        con.print()
-        con.print(Text(title, style="bold"))
-        grid = Table.grid(padding=(0, 1, 0, 0))
-        grid.add_column(width=3, no_wrap=True)
-        grid.add_column(overflow="fold", style="dim")
-        for line in lines:
-            grid.add_row("  -", Text(line))
-        con.print(grid)
-
-    checks = checks_not_run_lines(diagnosis.checks_not_run)
-    if checks:
-        bullets(f"Checks not run ({len(diagnosis.checks_not_run)})", checks)
-    how = mapping_lines(diagnosis)
-    if how and (verbose or not diagnosis.loss_found or any(
-            str(m.get("how", "")).startswith(("namespace", "unit", "derived", "row index"))
-            for m in diagnosis.mapping)):
-        bullets("How the columns were read", how)
-    notes = note_lines(diagnosis, run)
-    if notes:
-        bullets("Import notes", notes)
-
-    con.print()
-    worst = diagnosis.worst()
-    style = "bold red" if worst >= 2 or not diagnosis.loss_found else (
-        "bold yellow" if worst == 1 else "bold green")
-    con.print(Rule(style="dim"))
-    con.print(Text(verdict(diagnosis), style=style))
+    con.print(TerminalReport(diagnosis, run, verbose=verbose))
