@@ -99,3 +99,10 @@ def test_no_module_over_600_lines() -> None:
     long = {p.relative_to(SRC).as_posix(): n for p in SRC.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 600}
     assert not long, long
+
+
+def test_cli_modules_stay_thin() -> None:
+    # cli/ parses, calls the library and hands the result to report/: about 200 lines at most
+    long = {p.name: n for p in (SRC / "cli").glob("*.py")
+            if (n := len(p.read_text().splitlines())) > 200}
+    assert not long, long

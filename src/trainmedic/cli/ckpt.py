@@ -12,31 +12,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING
 
 import click
 
 from trainmedic.errors import UnrecognizedInputError
 
-if TYPE_CHECKING:
-    from trainmedic.checkpoint.verify import VerifyReport
-
 __all__ = ["ckpt"]
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.2f} {unit}"
-    return f"{nbytes} B"
 
 
 def _print_json(doc: object) -> None:
     sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 def _refuse_foreign(path: str, *, root: bool = False) -> None:
@@ -55,15 +40,6 @@ def _refuse_foreign(path: str, *, root: bool = False) -> None:
             return
     raise UnrecognizedInputError(path, what)
 
-
-def _finite(report: VerifyReport) -> str:
-    pt = report.tensors_checked
-    if report.dcp_tensors is None or report.dcp_files is None:
-        return f"{_plural(pt, 'tensor')} finite"
-    where = f"in {_plural(report.dcp_files, 'DCP shard file')}"
-    if pt:
-        where = f"{report.dcp_tensors} {where}, {pt} in .pt files"
-    return f"{_plural(pt + report.dcp_tensors, 'tensor')} finite ({where})"
 
 
 @click.group()
@@ -102,6 +78,7 @@ def verify_cmd(directory: str, as_json: bool, quick: bool) -> None:
       trainmedic ckpt verify ckpt/step-00001200 --json | jq .problems
     """
     from trainmedic.checkpoint.verify import verify
+    from trainmedic.report.checkpoint_text import finite_text, size_text
 
     _refuse_foreign(directory)
     report = verify(directory, quick=quick)
@@ -116,10 +93,10 @@ def verify_cmd(directory: str, as_json: bool, quick: bool) -> None:
         m = report.manifest
         if report.ok and m is not None:
             checks = ("sizes match (not hashed: --quick)" if report.quick else
-                      f"hashes match, {_finite(report)}")
+                      f"hashes match, {finite_text(report)}")
             ranks = f"{m.world_size} rank{'s' if m.world_size != 1 else ''}"
             click.echo(f"{report.path}: good: step {m.step}, {ranks}, {m.format} format, "
-                       f"{len(m.files)} files ({_size(m.size_bytes)}), {checks}")
+                       f"{len(m.files)} files ({size_text(m.size_bytes)}), {checks}")
         else:
             step = f": step {report.step}" if report.step is not None else ""
             click.echo(f"{report.path}: {report.status}{step}")
@@ -186,6 +163,7 @@ def list_cmd(root: str, as_json: bool, quick: bool) -> None:
       trainmedic ckpt list ckpt --json | jq '.checkpoints[] | select(.status != "good")'
     """
     from trainmedic.checkpoint.verify import list_checkpoints
+    from trainmedic.report.checkpoint_text import size_text
 
     _refuse_foreign(root, root=True)
     infos = list_checkpoints(root, quick=quick)
@@ -198,7 +176,7 @@ def list_cmd(root: str, as_json: bool, quick: bool) -> None:
         return
     click.echo(f"{'step':>10}  {'status':<12} {'size':>10}  {'created (UTC)':<20} folder")
     for i in infos:
-        line = (f"{i.step:>10}  {i.status:<12} {_size(i.size_bytes):>10}  "
+        line = (f"{i.step:>10}  {i.status:<12} {size_text(i.size_bytes):>10}  "
                 f"{i.created_utc or '-':<20} {i.path.name}")
         if i.reason:
             line += f"  ({i.reason})"
