@@ -21,12 +21,18 @@ from trainmedic.diagnose.detectors.layers import (
     recent_level,
     sustained_onset,
 )
+from trainmedic.diagnose.detectors.loss_reaction import (
+    RECOVERY_POINTS,
+    loss_fall,
+    loss_fell_since,
+    loss_reacted,
+    loss_recovered,
+)
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.localization import localized_evidence, localized_phrase, nonfinite_event
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
     blocks,
-    diff_sigma,
     leading_run_length,
     median,
     theil_sen,
@@ -46,74 +52,6 @@ GRAD_SPIKE_RATIO = 10.0
 GRAD_GROWTH_RATIO = 10.0
 #: The grad_norm level fell this many times below its early level: vanishing.
 VANISH_RATIO = 1000.0
-#: A loss point this much above its trailing median counts as the loss reacting.
-LOSS_REACTION_RATIO = 1.2
-#: ... and this many robust sigmas of the loss's own point-to-point noise.
-LOSS_REACTION_SIGMAS = 8.0
-
-
-def _loss_reacted(run: Run, rank: int | None, step: int, horizon: int) -> tuple[bool, str]:
-    """Did the loss jump at ``step`` or within ``horizon`` steps after it?
-
-    A jump must clear two bars: >= ``LOSS_REACTION_RATIO`` x the median of the 20 points before,
-    *and* >= ``LOSS_REACTION_SIGMAS`` robust sigmas of the loss's own point noise (sigma of
-    first differences / sqrt(2) over the 50 points before, in log space for a positive loss).
-    Per-step losses are noisy (Lightning's ``train_loss_step`` is one batch: 10-25% is common),
-    so the ratio alone is met by noise on one of the few points in the horizon, which turned
-    isolated clipped grad-norm spikes into warnings.
-    """
-    lt = Trace.of(run, "loss", rank) or Trace.of(run, "loss", None)
-    if lt is None or len(lt) < 6:
-        return False, "loss not logged near this step"
-    i = int(np.searchsorted(lt.steps, step, side="left"))
-    j = int(np.searchsorted(lt.steps, step + horizon, side="right"))
-    if i >= len(lt) or i < 3:
-        return False, "too few loss points around this step"
-    ref = median(lt.values[max(0, i - 20):i])
-    peak = float(np.max(lt.values[i:max(j, i + 1)]))
-    before = lt.values[max(0, i - 50):i]
-    if ref > 0 and peak > 0 and bool(np.all(before > 0)):
-        sig = diff_sigma(np.log(before))
-        size = math.log(peak / ref)
-    else:
-        sig = diff_sigma(before)
-        size = (peak - ref) / abs(ref) if ref != 0 else 0.0
-        sig = sig / abs(ref) if ref != 0 else sig
-    if ref > 0 and peak >= LOSS_REACTION_RATIO * ref and size >= LOSS_REACTION_SIGMAS * sig:
-        return True, (f"loss rose to {fmt(peak)} vs median {fmt(ref)} just before "
-                      f"({size / sig:.0f} sigma of its noise)" if sig > 0 else
-                      f"loss rose to {fmt(peak)} vs median {fmt(ref)} just before")
-    if ref > 0 and peak >= LOSS_REACTION_RATIO * ref:
-        return False, (f"loss reached {fmt(peak)} vs median {fmt(ref)} just before, within "
-                       f"its own noise ({size / max(sig, 1e-300):.1f} sigma)")
-    return False, f"loss stayed at {fmt(peak)} vs median {fmt(ref)} just before"
-
-
-#: A loss that reacted to a gradient spike mildly (its peak under 1.5x the level before) and
-#: is back within this many logged points after the reaction window (median within 5% of the
-#: level before) shook it off.
-RECOVERY_POINTS = 5
-MILD_REACTION_RATIO = 1.5
-
-
-def _loss_recovered(run: Run, rank: int | None, step: int, horizon: int) -> bool:
-    """Whether the loss shook off its reaction at ``step``: its peak within ``horizon`` steps
-    under MILD_REACTION_RATIO x the median of the 20 points before, and the median of the
-    RECOVERY_POINTS logged points after the reaction window within 5% of that median. A bad
-    batch that doubles the loss is worth a warning even when the next step is fine."""
-    lt = Trace.of(run, "loss", rank) or Trace.of(run, "loss", None)
-    if lt is None:
-        return False
-    i = int(np.searchsorted(lt.steps, step, side="left"))
-    j = int(np.searchsorted(lt.steps, step + horizon, side="right"))
-    after = lt.values[j: j + RECOVERY_POINTS]
-    if i < 3 or after.size < RECOVERY_POINTS:
-        return False
-    ref = median(lt.values[max(0, i - 20):i])
-    peak = float(np.max(lt.values[i:max(j, i + 1)]))
-    return ref > 0 and peak < MILD_REACTION_RATIO * ref and median(after) <= 1.05 * ref
-
-
 def _flank_start(first_step: np.ndarray, level: np.ndarray, j: int, early: float) -> int:
     """Where a rising log-level flank left the early level.
 
@@ -148,37 +86,10 @@ GRAD_LEVEL_HIGH = 1e4
 GRAD_LEVEL_LOW = 1e-6
 
 
-def _loss_fall(run: Run, rank: int | None) -> tuple[float | None, float | None]:
-    """(relative fall of the loss from its first to its last tenth, its first level)."""
-    tr = Trace.of(run, "loss", rank) or Trace.of(run, "loss", None)
-    if tr is None or len(tr) < 6:
-        return None, None
-    q = max(2, len(tr) // 10)
-    head, tail = median(tr.values[:q]), median(tr.values[-q:])
-    if not head or not math.isfinite(head):
-        return None, head
-    return (head - tail) / abs(head), head
-
-
 #: Sustained grad-norm growth is info when the loss fell by this share over the same steps: a
 #: model leaving a plateau (a GRU at chance that starts to learn) grows its gradients tenfold
 #: while the loss falls a quarter (measured on a trained run: 31%), which is learning.
 GROWTH_LEARNING_FALL = 0.2
-
-
-def _loss_fell_since(run: Run, rank: int | None, step: int) -> float | None:
-    """Relative fall of the loss from just before ``step`` to the end of the run."""
-    tr = Trace.of(run, "loss", rank) or Trace.of(run, "loss", None)
-    if tr is None or len(tr) < 10:
-        return None
-    i = int(np.searchsorted(tr.steps, step))
-    q = max(2, len(tr) // 10)
-    before = tr.values[max(0, i - q): max(i, 2)]
-    after = tr.values[-q:]
-    b = median(before)
-    if not b or not math.isfinite(b):
-        return None
-    return (b - median(after)) / abs(b)
 
 
 def _exploding_level(run: Run, g: Trace) -> Finding | None:
@@ -186,7 +97,7 @@ def _exploding_level(run: Run, g: Trace) -> Finding | None:
     lvl = median(np.abs(thin(g.values[:q])))  # a strided 100k points: a median, not a sort
     if not lvl >= GRAD_LEVEL_HIGH:
         return None
-    _, loss0 = _loss_fall(run, g.rank)
+    _, loss0 = loss_fall(run, g.rank)
     huge_loss = loss0 is not None and abs(loss0) >= 1e3
     sev: Severity = "error" if huge_loss else "warning"
     loss_txt = f" with a loss of {fmt(loss0)} (init scale)" if huge_loss else ""
@@ -208,7 +119,7 @@ def _vanishing_level(run: Run, g: Trace) -> Finding | None:
     lvl = median(np.abs(thin(g.values)))
     if not (0 < lvl <= GRAD_LEVEL_LOW):
         return None
-    fall, loss0 = _loss_fall(run, g.rank)
+    fall, loss0 = loss_fall(run, g.rank)
     if fall is None or fall >= 0.1 or (loss0 is not None and abs(loss0) < 1e-3):
         return None  # the loss fell, or sits at ~0: tiny gradients are convergence
     return Finding(symptom="vanishing_gradients", severity="warning", confidence=0.75,
@@ -262,9 +173,9 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
                 while j > 0 and bl.median[j - 1] > early + math.log(2.0):
                     j -= 1
                 onset = _flank_start(bl.first_step, bl.median, j, early)
-                reacted, why = _loss_reacted(run, g.rank, onset, int(steps[-1] - onset))
+                reacted, why = loss_reacted(run, g.rank, onset, int(steps[-1] - onset))
                 sev: Severity = "error" if reacted else "warning"
-                learning = _loss_fell_since(run, g.rank, onset)
+                learning = loss_fell_since(run, g.rank, onset)
                 if learning is not None and learning >= GROWTH_LEARNING_FALL:
                     # Gradients that grow while the loss falls by a third or more are the
                     # model starting to learn (a recurrent net leaving its flat start), not
@@ -296,14 +207,14 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
         idx = np.flatnonzero(cand)
         order = idx[np.argsort(-jump[idx])]
         horizon = int(2 * g.interval)
-        reactions = [(int(i), *_loss_reacted(run, g.rank, int(steps[i]), horizon))
+        reactions = [(int(i), *loss_reacted(run, g.rank, int(steps[i]), horizon))
                      for i in order[:10]]
         any_react = any(r for _, r, _ in reactions)
         # A reaction the loss shook off within a few logged points (a clipped step on a
         # recurrent net leaving a plateau) did no lasting harm: info, like a loss spike that
         # came straight back.
         lasting = [int(i) for i, r, _ in reactions
-                   if r and not _loss_recovered(run, g.rank, int(steps[i]), horizon)]
+                   if r and not loss_recovered(run, g.rank, int(steps[i]), horizon)]
         med_all = median(pos)
         sev = "warning" if lasting else "info"
         listed = ", ".join(f"{fmt(float(pos[i]))} at step {int(steps[i])}" for i in order[:3])
