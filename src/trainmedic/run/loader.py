@@ -129,8 +129,10 @@ def detect_format(path: Path) -> str | None:
         except ValueError:
             # "[rank0]:[titan] ..." or printed dicts "{'loss': 0.5}" are console logs; a
             # pretty-printed JSON document ("{", '{"a": ...', "[{") is JSON
+            # ("[2024-01-01 10:00:00] iteration 100/ ..." - Megatron, DeepSpeed, OpenNMT - is
+            # a console line: a JSON array's first element is a whole number before , or ])
             jsonish = first in ("{", "[") or first[:2] in ('{"', '["', "[{", "[[") or \
-                bool(re.match(r"\[\s*[-\d]", first))
+                bool(_JSON_NUMBER_ARRAY.match(first))
             return "text" if not jsonish and _is_text_log(text) else "json"
         if isinstance(obj, dict) and "log_history" not in obj and not any(
                 isinstance(v, list) and len(v) > 1 for v in obj.values()):
@@ -148,6 +150,7 @@ def detect_format(path: Path) -> str | None:
     return None
 
 
+_JSON_NUMBER_ARRAY = re.compile(r"\[\s*-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\s*(?:,|\]|$)")
 _NOT_A_NAME = re.compile(r"^\s*[-+.\d]|[:=]\s*[-+]?\.?\d|\S\s+[-+]?\.?\d")
 
 

@@ -51,7 +51,8 @@ _TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>ms/step|s/step|us/step|ms|u
                     r"(?P<sep>[|,;\t]| - )")
 _PROGRESS = (
     # mmcv/mmdet: "Epoch [1][1550/23454]"
-    re.compile(r"\bepoch\s*\[(?P<epoch>\d+)\]\s*\[(?P<pos>\d+)\s*/\s*(?P<of>\d+)\]", re.I),
+    # (and the PyTorch ImageNet example's "Epoch: [0][  10/5005]")
+    re.compile(r"\bepoch:?\s*\[(?P<epoch>\d+)\]\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\]", re.I),
     # fairseq train_inner: "epoch 001:    200 / 1374"
     re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
     # PyTorch word_language_model: "| epoch   1 |   200/ 2983 batches"
@@ -82,8 +83,14 @@ def _norm_key(words: list[str]) -> str:
     return key.strip("_")
 
 
+#: A unit in parentheses after a name ("elapsed time per iteration (ms): 1234.5", DeepSpeed's
+#: "iter time (s): 0.51") joins the name, as a unit written after the number does.
+_NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB)\s*\)\s*(?=[:=])")
+
+
 def _pairs(line: str) -> tuple[dict[str, float], bool]:
     """``{key: value}`` of one line cut into pairs, and whether a value had no key."""
+    line = _NAME_UNIT.sub(lambda m: "_" + ("pct" if m.group(1) == "%" else m.group(1)), line)
     out: dict[str, float] = {}
     words: list[str] = []
     last_key = ""
@@ -158,8 +165,16 @@ class _Reader:
         self.stepless: list[tuple[int, dict[str, Any]]] = []
         self.recognized = 0
         self.lines = 0
-        self.progress: list[tuple[dict[str, Any], int, int]] = []
-        """(row, epoch, position) of every progress counter read."""
+        self.progress: list[tuple[dict[str, Any], int, int, int]] = []
+        """(row, epoch, position, positions per epoch) of every progress counter read."""
+
+    def zero_based_epochs(self) -> None:
+        """A log whose epochs count from 0 (``Epoch: [0][10/500]``): the global step of a
+        progress counter is then ``epoch * of + position`` (read line by line as if epochs
+        counted from 1, epoch 0 and epoch 1 would share their steps)."""
+        if self.progress and min(p[1] for p in self.progress) == 0:
+            for row, ep, pos, of in self.progress:
+                row["_global"] = ep * of + pos
 
     def counters_are_global(self) -> None:
         """``Epoch [2/3] Step [95/200]``: when the position never restarts as the epoch
@@ -170,7 +185,7 @@ class _Reader:
         pairs = list(zip(prog, prog[1:], strict=False))
         turns = [(a[2], b[2]) for a, b in pairs if b[1] > a[1]]
         if turns and all(after > before for before, after in turns):
-            for row, _ep, pos in prog:
+            for row, _ep, pos, _of in prog:
                 row["_global"] = pos
 
     def line(self, no: int, raw: str) -> None:
@@ -202,7 +217,7 @@ class _Reader:
                 if i == 0:
                     row["iter"] = pos  # mmcv's "iter" is the position in the epoch
                 row["_global"] = (ep - 1) * of + pos if ep >= 1 else pos
-                self.progress.append((row, ep, pos))
+                self.progress.append((row, ep, pos, of))
                 text = text[:pm.start()] + " | " + text[pm.end():]
                 break
         em = _END_OF_EPOCH.search(text)
@@ -275,13 +290,56 @@ def _choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:
     return None
 
 
+#: Keys that can count a position inside an epoch ("Epoch 2, Batch 100", "epoch 3 iter 40").
+_POSITION_KEYS = ("batch", "batch_idx", "iter", "it", "iteration", "step", "steps")
+
+
+def _epoch_positions(rows: list[tuple[int, dict[str, Any]]]) -> None:
+    """``Epoch 1, Batch 100`` ... ``Epoch 2, Batch 1``: a counter that goes back exactly where
+    the epoch goes up is a position inside the epoch, not the step. Each such row gets a
+    global step (``_global``): the epoch's offset (epochs since the first, times the span of a
+    full epoch's positions plus one stride) plus the position. Nothing changes when a progress
+    pattern already gave one or the epoch ever goes back; a position that goes back inside
+    an epoch (a resume that replays batches) goes back in the global step too, where the
+    continuity check sees it."""
+    if not rows or any("_global" in r for _, r in rows):
+        return
+    n = len(rows)
+    for ek in _EPOCH_KEYS:
+        for pk in _POSITION_KEYS:
+            pts = [(r[ek], r[pk]) for _, r in rows if isinstance(r.get(ek), (int, float))
+                   and isinstance(r.get(pk), (int, float))]
+            if len(pts) < max(4, n // 2) or not all(
+                    float(e).is_integer() and float(q).is_integer() for e, q in pts):
+                continue
+            ep = np.asarray([e for e, _ in pts], dtype=np.int64)
+            pos = np.asarray([q for _, q in pts], dtype=np.int64)
+            de, dp = np.diff(ep), np.diff(pos)
+            if np.any(de < 0) or not np.any((dp < 0) & (de > 0)):
+                continue
+            inside = dp[(de == 0) & (dp > 0)]
+            if inside.size == 0:
+                continue
+            stride = int(np.median(inside))
+            span = max(int(pos[ep == e].max() - pos[ep == e].min()) for e in np.unique(ep))
+            per_epoch = span + stride
+            first = int(ep.min())
+            for _, r in rows:
+                e, q = r.get(ek), r.get(pk)
+                if isinstance(e, (int, float)) and isinstance(q, (int, float)):
+                    r["_global"] = (int(e) - first) * per_epoch + int(q)
+            return
+
+
 def _scan(text: str, limit: int | None = None) -> _Reader:
     reader = _Reader()
     for no, line in enumerate(text.splitlines(), 1):
         if limit is not None and reader.lines >= limit:
             break
         reader.line(no, line)
+    reader.zero_based_epochs()
     reader.counters_are_global()
+    _epoch_positions(reader.rows)
     if not reader.rows and len(reader.stepless) >= 3:
         # "Loss: 2.30" printed once per step with no counter: the lines are the steps, when
         # a loss key repeats on them (a config dump names its keys once).

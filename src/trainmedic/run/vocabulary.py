@@ -192,6 +192,9 @@ def _norm(name: str) -> str:
     # "Loss (train)", "loss[val]": a side in brackets is a side
     n = re.sub(r"\s*[(\[](train|training|val|valid|validation|eval|test)[)\]]", r"_\1", n)
     n = re.sub(r"[\s\-]+", "_", n)
+    # "tokens_per_second_per_gpu" (torchtune): a rate per device is still the rate; its
+    # changes over the run are what the detectors read
+    n = re.sub(r"(_per_(?:s|sec|second))_per_(?:gpu|device|rank|chip)$", r"\1", n)
     return n
 
 

@@ -1,0 +1,111 @@
+"""Console logs whose lines start with a bracketed time stamp (Megatron-LM, DeepSpeed,
+OpenNMT), units written in parentheses after a name, and step counters that restart every
+epoch (``Epoch 1, Batch 100``, ``Epoch: [0][10/500]``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainmedic.run import load_run
+from trainmedic.run.loader import detect_format
+
+
+def write(p: Path, text: str) -> Path:
+    p.write_text(text)
+    return p
+
+
+def _loss(i: int) -> float:
+    return round(4.0 - i / 100, 4)
+
+
+MEGATRON = "".join(
+    f" [2024-01-01 10:00:{i:02d}] iteration {i + 1:8d}/   10000 | consumed samples: "
+    f"{512 * (i + 1):12d} | elapsed time per iteration (ms): {1200 + i:.1f} | learning rate: "
+    f"1.500E-04 | global batch size:   512 | lm loss: {_loss(i):.6E} | loss scale: 1.0 | "
+    f"grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    for i in range(6))
+
+
+def test_megatron_log_starting_with_a_bracketed_stamp_is_a_console_log(tmp_path):
+    p = write(tmp_path / "megatron.log", MEGATRON)
+    assert detect_format(p) == "text"
+    run = load_run(str(p))
+    assert list(run.get("loss").steps) == [1, 2, 3, 4, 5, 6]
+    assert run.get("loss").values[0] == pytest.approx(4.0)
+    # "(ms)" after the name is the value's unit
+    assert run.get("step_time_s").values[:2].tolist() == pytest.approx([1.2, 1.201])
+    assert run.has("grad_norm") and run.has("lr") and run.has("loss_scale")
+
+
+def test_deepspeed_iter_time_in_seconds(tmp_path):
+    text = "".join(
+        f"[2024-01-01 10:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] step={i + 1}, "
+        f"skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]\n"
+        f"steps: {i + 1} loss: {_loss(i):.4f} iter time (s): 0.512 samples/sec: 250.1\n"
+        for i in range(5))
+    p = write(tmp_path / "ds.log", text)
+    assert detect_format(p) == "text"
+    run = load_run(str(p))
+    assert list(run.get("loss").steps) == [1, 2, 3, 4, 5]
+    assert run.get("step_time_s").values.tolist() == pytest.approx([0.512] * 5)
+    assert run.has("samples_per_s")
+
+
+def test_opennmt_log_reads_its_cross_entropy(tmp_path):
+    text = "".join(
+        f"[2023-01-01 12:00:00,000 INFO] Step {(i + 1) * 50}/100000; acc: 12.34; ppl: 54.6; "
+        f"xent: {_loss(i):.2f}; lr: 0.00050; sents:    1234; bsz:  456/ 789/12; "
+        f"1234/5678 tok/s;     30 sec;\n" for i in range(5))
+    run = load_run(str(write(tmp_path / "onmt.log", text)))
+    assert list(run.get("loss").steps) == [50, 100, 150, 200, 250]
+
+
+@pytest.mark.parametrize("first", ["[1, 2, 3]", "[-0.5,", "[1.5e-3]"])
+def test_a_json_array_still_sniffs_as_json(tmp_path, first):
+    p = write(tmp_path / "a.json", first + "\n")
+    assert detect_format(p) == "json"
+
+
+def test_batch_counter_restarting_every_epoch_makes_a_global_step(tmp_path):
+    text = "".join(f"Epoch {e}, Batch {b}, Loss: {_loss(10 * e + b):.4f}\n"
+                   for e in (1, 2, 3) for b in range(1, 11))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    steps = run.get("loss").steps
+    assert list(steps) == list(range(1, 31))
+    assert bool(np.all(np.diff(steps) > 0))
+
+
+def test_imagenet_example_zero_based_epochs_do_not_overlap(tmp_path):
+    text = "".join(
+        f"Epoch: [{e}][{b:4d}/  30]\tTime  0.345 ( 0.567)\tData  0.012 ( 0.123)\t"
+        f"Loss {_loss(3 * e + b // 10):.4e} ({_loss(0):.4e})\tAcc@1   0.00 (  0.12)\n"
+        for e in (0, 1, 2) for b in (0, 10, 20))
+    run = load_run(str(write(tmp_path / "imagenet.log", text)))
+    assert list(run.get("loss").steps) == [0, 10, 20, 30, 40, 50, 60, 70, 80]
+
+
+def test_a_replay_inside_an_epoch_stays_a_step_going_back(tmp_path):
+    # a resume inside epoch 2 replays batches 3-5: the global step goes back there too
+    rows = [(1, b) for b in range(1, 8)] + [(2, b) for b in range(1, 6)] + \
+        [(2, b) for b in range(3, 8)]
+    text = "".join(f"Epoch {e}, Batch {b}, Loss: {_loss(b):.4f}\n" for e, b in rows)
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    steps = run.get("loss").steps  # log order
+    assert steps.tolist() == list(range(1, 13)) + list(range(10, 15))
+
+
+def test_an_epoch_counter_alone_is_still_the_step(tmp_path):
+    text = "".join(f"Epoch {e}, Loss: {_loss(e):.4f}\n" for e in range(1, 6))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert list(run.get("loss").steps) == [1, 2, 3, 4, 5]
+
+
+def test_per_gpu_token_rate_is_the_token_rate(tmp_path):
+    text = "".join(f"Step {i + 1} | loss:{_loss(i):.6f} lr:2e-05 "
+                   f"tokens_per_second_per_gpu:{1234.5 + i}\n" for i in range(5))
+    run = load_run(str(write(tmp_path / "log_1.txt", text)))
+    assert run.get("tokens_per_s").values[0] == pytest.approx(1234.5)
