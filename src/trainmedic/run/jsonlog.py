@@ -240,6 +240,11 @@ def _numeric_list(v: Any) -> bool:
     return isinstance(v, list) and len(v) > 0 and any(as_number(x) is not None for x in v[:50])
 
 
+def _is_series_object(v: Any) -> bool:
+    """``{"steps": [...], "values": [...]}`` (Sacred's per-metric record)."""
+    return isinstance(v, dict) and isinstance(v.get("values"), list) and bool(v["values"])
+
+
 def read_json_rows(path: Path, doc: Any) -> LogTable:
     """A parsed JSON document of rows: ``[{...}, ...]`` or ``{"step": [...], "loss": [...]}``."""
     table = LogTable(path=str(path), format="json_rows")
@@ -253,6 +258,21 @@ def read_json_rows(path: Path, doc: Any) -> LogTable:
         rows_to_table(table, ((None, {(kk if kk.lower() in steps else f"{k}/{kk}"): vv
                                       for kk, vv in flatten(r).items()})
                               for k, v in doc.items() for r in v))
+    elif isinstance(doc, dict) and doc and all(_is_series_object(v) for v in doc.values()):
+        # Sacred's metrics.json: {"train.loss": {"steps": [...], "values": [...], ...}}
+        for name, obj in doc.items():
+            values = obj["values"]
+            at = obj.get("steps")
+            if not isinstance(at, list) or len(at) != len(values):
+                at = list(range(len(values)))
+                table.note("step_from_row_index", f"'{name}' has no steps list of its length; "
+                           "steps are its positions counted from 0")
+            cells = [(as_number(st), as_number(v)) for st, v in zip(at, values, strict=True)]
+            kept = [(int(st), v) for st, v in cells if st is not None and v is not None]
+            if kept:
+                table.columns[str(name)] = Series(
+                    np.asarray([st for st, _ in kept], dtype=np.int64),
+                    np.asarray([v for _, v in kept], dtype=np.float64))
     elif isinstance(doc, dict) and doc and any(_numeric_list(v) for v in doc.values()):
         from trainmedic.run.history import read_history
 

@@ -135,7 +135,9 @@ def detect_format(path: Path) -> str | None:
                 bool(_JSON_NUMBER_ARRAY.match(first))
             return "text" if not jsonish and _is_text_log(text) else "json"
         if isinstance(obj, dict) and "log_history" not in obj and not any(
-                isinstance(v, list) and len(v) > 1 for v in obj.values()):
+                isinstance(v, list) and len(v) > 1 for v in obj.values()) and not any(
+                isinstance(v, dict) and isinstance(v.get("values"), list)
+                for v in obj.values()):
             return "jsonl"
         return "json"
     first_line = text.split("\n", 1)[0]
@@ -252,6 +254,30 @@ def read_file(path: Path, fmt: str | None = None, tag_prefix: str = "") -> LogTa
         return read_mlflow_run(path)
     raise UnrecognizedInputError(str(path), f"is not a training log trainmedic reads; expected "
                                  f"{WHAT_WE_READ}")
+
+
+#: A one-metric export names its metric in the file, not in the column: TensorBoard's "Download
+#: CSV" writes ``Wall time,Step,Value`` to ``run-<run>-tag-<tag>.csv``; trackers' per-metric
+#: exports write ``step,value,timestamp``.
+_VALUE_COLUMNS = frozenset({"value", "values", "y"})
+_CLOCK_COLUMNS = frozenset({"wall time", "wall_time", "walltime", "timestamp", "time", "wall",
+                            "relative time", "relative_time", "epoch_time"})
+_TB_EXPORT = re.compile(r"^run[-_].*?[-_]tag[-_](?P<tag>.+)$")
+
+
+def _name_value_column(table: LogTable, path: Path) -> None:
+    """Rename a lone ``Value`` column (beside only clock columns) after the file it is in."""
+    values = [c for c in table.columns if c.strip().lower() in _VALUE_COLUMNS]
+    others = [c for c in table.columns if c not in values]
+    if len(values) != 1 or any(c.strip().lower() not in _CLOCK_COLUMNS for c in others):
+        return
+    m = _TB_EXPORT.match(path.stem)
+    name = m.group("tag") if m else path.stem
+    if not name or name in table.columns:
+        return
+    table.columns[name] = table.columns.pop(values[0])
+    table.note("metric_from_file_name", f"the column '{values[0]}' is the only metric, so it "
+               f"takes its name from the file: '{name}'")
 
 
 def _read_json_doc(path: Path) -> LogTable:
@@ -465,6 +491,7 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
         else:
             if got.rank is None:
                 got.rank = f.rank
+            _name_value_column(got, f.path)
             tables.append(got)
     if not tables and not runs:
         first = notes[0].detail if notes else "nothing readable"
