@@ -109,3 +109,34 @@ def test_per_gpu_token_rate_is_the_token_rate(tmp_path):
                    f"tokens_per_second_per_gpu:{1234.5 + i}\n" for i in range(5))
     run = load_run(str(write(tmp_path / "log_1.txt", text)))
     assert run.get("tokens_per_s").values[0] == pytest.approx(1234.5)
+
+
+def test_pytorch_cifar_tutorial_lines(tmp_path):
+    # print(f'[{epoch + 1}, {i + 1:5d}] loss: {running_loss / 2000:.3f}')
+    text = "".join(f"[{e}, {b:5d}] loss: {_loss(e * 10 + b // 2000):.3f}\n"
+                   for e in (1, 2) for b in (2000, 4000, 6000)) + "Finished Training\n"
+    p = write(tmp_path / "cifar.log", text)
+    assert detect_format(p) == "text"
+    run = load_run(str(p))
+    assert list(run.get("loss").steps) == [2000, 4000, 6000, 8000, 10000, 12000]
+
+
+def test_printed_tensors_are_their_numbers(tmp_path):
+    text = "".join(f"epoch 0 step {i} loss: tensor({_loss(i):.4f}, device='cuda:0', "
+                   f"grad_fn=<NllLossBackward0>)\n" for i in range(5))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert run.get("loss").values.tolist() == pytest.approx([_loss(i) for i in range(5)])
+
+
+def test_python_logging_prefix_is_not_part_of_the_name(tmp_path):
+    text = "".join(f"INFO:tensorflow:loss = {_loss(i):.5f}, step = {100 * i} (10.5 sec)\n"
+                   for i in range(1, 6))
+    run = load_run(str(write(tmp_path / "estimator.log", text)))
+    assert list(run.get("loss").steps) == [100, 200, 300, 400, 500]
+
+
+def test_tqdm_progress_bar_with_zero_based_epochs(tmp_path):
+    text = "".join(f"Epoch {e}: {50 * b // 2}%|##   | {b}/4 [00:01<00:02, 20.0it/s, "
+                   f"loss={_loss(4 * e + b):.3f}]\r" for e in (0, 1) for b in (1, 2, 3, 4))
+    run = load_run(str(write(tmp_path / "bar.log", text + "\n")))
+    assert list(run.get("loss").steps) == [1, 2, 3, 4, 5, 6, 7, 8]

@@ -126,7 +126,11 @@ def detect_format(path: Path) -> str | None:
         first = text.split("\n", 1)[0].strip()
         try:
             obj = json.loads(first)
-        except ValueError:
+        except ValueError as exc:
+            if str(exc).startswith("Extra data") and _is_text_log(text):
+                # "[1,  2000] loss: 2.187" (PyTorch's CIFAR-10 tutorial): a whole bracketed
+                # value and then words is a console line; no JSON document starts like that
+                return "text"
             # "[rank0]:[titan] ..." or printed dicts "{'loss': 0.5}" are console logs; a
             # pretty-printed JSON document ("{", '{"a": ...', "[{") is JSON
             # ("[2024-01-01 10:00:00] iteration 100/ ..." - Megatron, DeepSpeed, OpenNMT - is

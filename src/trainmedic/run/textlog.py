@@ -53,6 +53,9 @@ _PROGRESS = (
     # mmcv/mmdet: "Epoch [1][1550/23454]"
     # (and the PyTorch ImageNet example's "Epoch: [0][  10/5005]")
     re.compile(r"\bepoch:?\s*\[(?P<epoch>\d+)\]\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\]", re.I),
+    # tqdm / Lightning progress bars: "Epoch 0:  50%|#####     | 500/1000 [00:10<00:10, ..."
+    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*\d+%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*"
+               r"(?P<of>\d+)", re.I),
     # fairseq train_inner: "epoch 001:    200 / 1374"
     re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
     # PyTorch word_language_model: "| epoch   1 |   200/ 2983 batches"
@@ -63,6 +66,8 @@ _PROGRESS = (
     re.compile(r"\bepoch\s*\[?\s*(?P<epoch>\d+)\s*/\s*\d+\s*\]?[,:|\s-]*(?:step|iter|"
                r"iteration|batch)\s*\[?\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*\]?", re.I),
 )
+#: PyTorch's CIFAR-10 tutorial prints "[epoch, batch] loss: x" ("[1,  2000] loss: 2.187").
+_EPOCH_BATCH_PAIR = re.compile(r"^\s*\[\s*(?P<epoch>\d+)\s*,\s*(?P<pos>\d+)\s*\]")
 _KERAS_EPOCH = re.compile(r"^\s*epoch\s+(?P<epoch>\d+)\s*/\s*(?P<of>\d+)\s*$", re.I)
 _END_OF_EPOCH = re.compile(r"\bend of epoch\s+(?P<epoch>\d+)", re.I)
 _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validation|eval|"
@@ -88,8 +93,17 @@ def _norm_key(words: list[str]) -> str:
 _NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB)\s*\)\s*(?=[:=])")
 
 
+#: A tensor printed as it is ("loss: tensor(2.3456, device='cuda:0', grad_fn=<...>)") is its
+#: number.
+_TENSOR_REPR = re.compile(r"\btensor\(\s*(" + _NUM + r")\s*(?:,[^()]*)?\)")
+#: Python logging's "INFO:tensorflow:" / "INFO:root:" / "WARNING:__main__:" line prefix.
+_LOG_PREFIX = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):[\w.]*:")
+
+
 def _pairs(line: str) -> tuple[dict[str, float], bool]:
     """``{key: value}`` of one line cut into pairs, and whether a value had no key."""
+    line = _LOG_PREFIX.sub(" ", line)
+    line = _TENSOR_REPR.sub(r"\1", line)
     line = _NAME_UNIT.sub(lambda m: "_" + ("pct" if m.group(1) == "%" else m.group(1)), line)
     out: dict[str, float] = {}
     words: list[str] = []
@@ -220,6 +234,11 @@ class _Reader:
                 self.progress.append((row, ep, pos, of))
                 text = text[:pm.start()] + " | " + text[pm.end():]
                 break
+        bm = _EPOCH_BATCH_PAIR.match(text) if "_global" not in row else None
+        if bm:
+            # "[1,  2000] loss: 2.187": epoch and batch, made global by _epoch_positions
+            row["epoch"], row["batch"] = int(bm.group("epoch")), int(bm.group("pos"))
+            text = " | " + text[bm.end():]
         em = _END_OF_EPOCH.search(text)
         if em and "_global" not in row:
             ep = int(em.group("epoch"))
