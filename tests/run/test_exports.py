@@ -1,10 +1,12 @@
 """One-metric exports (TensorBoard's "Download CSV", trackers' step,value files) and
-Sacred's metrics.json."""
+Sacred's metrics.json, Ultralytics results.csv cut down."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from trainmedic.run import load_run
 
@@ -56,3 +58,19 @@ def test_sacred_metrics_json(tmp_path):
     run = load_run(str(p))
     assert list(run.get("loss").steps) == [0, 5, 10]
     assert run.get("val_loss").values.tolist() == [1.2]
+
+
+def test_a_yolo_results_csv_without_lr_columns_still_sums_its_loss_terms(tmp_path):
+    p = tmp_path / "results.csv"
+    p.write_text("epoch,train/box_loss,train/cls_loss,val/box_loss,val/cls_loss,"
+                 "metrics/mAP50(B)\n1,1.0,0.5,1.1,0.6,0.2\n2,0.8,0.4,1.0,0.5,0.3\n"
+                 "3,0.7,0.3,0.9,0.4,0.4\n")
+    run = load_run(str(p))
+    assert run.get("loss").values.tolist() == pytest.approx([1.5, 1.2, 1.0])
+    assert run.get("val_loss").values.tolist() == pytest.approx([1.7, 1.5, 1.3])
+
+
+def test_loss_terms_without_any_yolo_column_are_not_summed(tmp_path):
+    p = tmp_path / "results.csv"
+    p.write_text("epoch,train/box_loss,train/cls_loss\n1,1.0,0.5\n2,0.8,0.4\n3,0.7,0.3\n")
+    assert not load_run(str(p)).has("loss")

@@ -246,7 +246,10 @@ class Derivation:
     min_components: int = 2
 
 
-_YOLO_MARKERS = ("lr/pg0", "x/lr0")
+#: Columns only Ultralytics writes: its lr per param group, and its mAP names (a results.csv
+#: cut down to the losses and metrics still says YOLO).
+_YOLO_MARKERS = ("lr/pg0", "x/lr0", "metrics/map50(b)", "metrics/map50-95(b)",
+                 "metrics/map_0.5", "metrics/map_0.5:0.95", "metrics/map50(m)")
 DERIVED: tuple[Derivation, ...] = (
     # Ultralytics YOLO logs the training objective only as its terms: box + cls + dfl (v8) or
     # box + obj + cls (v5), each the epoch's running mean; the objective it optimizes is their
