@@ -140,3 +140,19 @@ def test_tqdm_progress_bar_with_zero_based_epochs(tmp_path):
                    f"loss={_loss(4 * e + b):.3f}]\r" for e in (0, 1) for b in (1, 2, 3, 4))
     run = load_run(str(write(tmp_path / "bar.log", text + "\n")))
     assert list(run.get("loss").steps) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_timm_train_lines_make_steps_and_step_times(tmp_path):
+    text = "".join(
+        f"Train: {e} [{b:4d}/30 ({100 * b // 30:3d}%)]  Loss: {_loss(b):.4f} ({_loss(b):.4f})  "
+        f"Time: {0.3 + 0.01 * ((e + b) % 3):.3f}s,  742.12/s  (0.350s,  731.43/s)  "
+        f"LR: 1.000e-03  Data: 0.012 (0.015)\n" for e in (0, 1) for b in (0, 10, 20))
+    run = load_run(str(write(tmp_path / "timm.log", text)))
+    assert list(run.get("loss").steps) == [0, 10, 20, 30, 40, 50]
+    assert run.get("step_time_s").values[:3].tolist() == pytest.approx([0.30, 0.31, 0.32])
+
+
+def test_a_rising_time_column_is_still_a_clock(tmp_path):
+    text = "".join(f"step {i} loss {_loss(i):.4f} time {10.0 * i + 5:.1f}s\n" for i in range(1, 8))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert run.get("step_time_s").values.tolist() == pytest.approx([10.0] * 6)

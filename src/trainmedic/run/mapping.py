@@ -181,6 +181,14 @@ def _step_time(table: LogTable, res: names_mod.NameResolution, run: Run,
             return
         if by_epoch and not _increasing(s):
             per_epoch.append((raw, factor))
+        elif not by_epoch and _per_row_time(s):
+            # timm's "Time: 0.345s (0.350s)", the ImageNet example's "Time  0.345 ( 0.567)":
+            # a "time" that goes up and down between logged steps is each step's own time
+            _put(run, table, "step_time_s", Series(s.steps, s.values * factor))
+            how = f"derived: '{raw}' goes up and down, so it is each logged step's own time"
+            records[raw] = entry(table.path, raw, "step_time_s", how)
+            derived_meta["step_time_s"] = how[len("derived: "):]
+            return
     if per_epoch:
         raw, factor = per_epoch[0]
         s = table.columns[raw]
@@ -203,6 +211,15 @@ def _step_time(table: LogTable, res: names_mod.NameResolution, run: Run,
 
 def _put(run: Run, table: LogTable, name: str, s: Series) -> None:
     run.series[(name, table.rank)] = s
+
+
+def _per_row_time(s: Series) -> bool:
+    """A clock-named column that is a duration per row: positive, finite, going down at least
+    once in a quarter of the rows (a clock only goes down at a restart), under an hour."""
+    v = s.values[np.isfinite(s.values)]
+    if len(v) < 4 or not bool(np.all(v > 0)) or float(v.max()) >= 3600.0:
+        return False
+    return float(np.mean(np.diff(v) < 0)) >= 0.25
 
 
 def _increasing(s: Series) -> bool:

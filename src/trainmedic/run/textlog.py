@@ -56,6 +56,8 @@ _PROGRESS = (
     # tqdm / Lightning progress bars: "Epoch 0:  50%|#####     | 500/1000 [00:10<00:10, ..."
     re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*\d+%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*"
                r"(?P<of>\d+)", re.I),
+    # timm: "Train: 3 [ 100/1251 (  8%)]" (epochs from 0)
+    re.compile(r"\btrain:\s*(?P<epoch>\d+)\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
     # fairseq train_inner: "epoch 001:    200 / 1374"
     re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
     # PyTorch word_language_model: "| epoch   1 |   200/ 2983 batches"
