@@ -156,3 +156,21 @@ def test_a_rising_time_column_is_still_a_clock(tmp_path):
     text = "".join(f"step {i} loss {_loss(i):.4f} time {10.0 * i + 5:.1f}s\n" for i in range(1, 8))
     run = load_run(str(write(tmp_path / "train.log", text)))
     assert run.get("step_time_s").values.tolist() == pytest.approx([10.0] * 6)
+
+
+@pytest.mark.parametrize("prefix", ["[rank{r}]: ", "[default{r}]:", "{r}: "])
+def test_interleaved_rank_lines_are_one_series_per_rank(tmp_path, prefix):
+    text = "".join(prefix.format(r=r) + f"step {i} loss {_loss(i) + r / 100:.4f}\n"
+                   for i in range(6) for r in range(3))
+    run = load_run(str(write(tmp_path / "torchrun.log", text)))
+    assert run.ranks() == [0, 1, 2]
+    for r in range(3):
+        assert list(run.get("loss", r).steps) == list(range(6))
+        assert run.get("loss", r).values[0] == pytest.approx(4.0 + r / 100)
+
+
+def test_numbered_lines_of_one_process_are_not_ranks(tmp_path):
+    # "1: loss 2.3" counts steps: each number appears once, so it is not a rank label
+    text = "".join(f"{i}: loss {_loss(i):.4f}\n" for i in range(1, 9))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert run.ranks() == [None]

@@ -226,8 +226,10 @@ def _names_look_like_log(cols: list[str]) -> bool:
     return bool(res.aliases or res.derived)
 
 
-def read_file(path: Path, fmt: str | None = None, tag_prefix: str = "") -> LogTable | Run:
-    """Read one file (format detected unless given). A run store comes back as a ``Run``."""
+def read_file(path: Path, fmt: str | None = None,
+              tag_prefix: str = "") -> LogTable | Run | list[LogTable]:
+    """Read one file (format detected unless given). A run store comes back as a ``Run``; a
+    console log holding several ranks' lines as one table per rank."""
     fmt = fmt or detect_format(path)
     if fmt == "empty":
         raise UnrecognizedInputError(str(path), f"is empty; expected a training log "
@@ -249,9 +251,10 @@ def read_file(path: Path, fmt: str | None = None, tag_prefix: str = "") -> LogTa
     if fmt == "json":
         return _read_json_doc(path)
     if fmt == "text":
-        from trainmedic.run.textlog import read_text_log
+        from trainmedic.run.textlog import read_text_logs
 
-        return read_text_log(path)
+        tables = read_text_logs(path)
+        return tables[0] if len(tables) == 1 else tables
     if fmt == "mlflow":
         from trainmedic.run.mlflow_store import read_mlflow_run
 
@@ -485,6 +488,8 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
             continue
         if isinstance(got, Run):
             runs.append(got)
+        elif isinstance(got, list):
+            tables.extend(got)
         elif got.format in ("json_rows", "json_history") and not f.explicit and \
                 not _names_look_like_log(
                 list(got.columns) + ([got.step_column] if got.step_column else [])):

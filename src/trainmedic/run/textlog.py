@@ -36,7 +36,8 @@ from trainmedic.errors import UnrecognizedInputError
 from trainmedic.run.series import Series
 from trainmedic.run.table import LogTable, cell_float
 
-__all__ = ["read_text_log", "recognized_share", "is_single_column", "MIN_SHARE"]
+__all__ = ["read_text_log", "read_text_logs", "rank_lines", "recognized_share", "is_single_column",
+           "MIN_SHARE"]
 
 MIN_SHARE = 0.3
 """Share of non-empty lines the reader must recognise for a file to count as a training log."""
@@ -352,9 +353,11 @@ def _epoch_positions(rows: list[tuple[int, dict[str, Any]]]) -> None:
             return
 
 
-def _scan(text: str, limit: int | None = None) -> _Reader:
+def _scan(text: str | list[tuple[int, str]], limit: int | None = None) -> _Reader:
+    """Read ``text`` (or its ``(line number, line)`` pairs) line by line."""
     reader = _Reader()
-    for no, line in enumerate(text.splitlines(), 1):
+    lines = enumerate(text.splitlines(), 1) if isinstance(text, str) else text
+    for no, line in lines:
         if limit is not None and reader.lines >= limit:
             break
         reader.line(no, line)
@@ -407,15 +410,69 @@ def is_single_column(text: str) -> bool:
     return all(cell_float(b.strip()) is not None for b in body)
 
 
-def read_text_log(path: Path) -> LogTable:
-    """Read a console log (or a one-column file) into a ``LogTable``."""
-    from trainmedic.run.jsonlog import read_text, rows_to_table
+#: Lines of several ranks in one file: torchrun's ``[rank1]:`` and ``[default1]:`` prefixes
+#: (``--tee``, ``--log-line-prefix-template``), srun -l's ``1: ``.
+_RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)\s*(?P<a>\d+)\]:?|(?P<b>\d{1,4}):\s)")
+
+
+def rank_lines(text: str) -> dict[int, list[tuple[int, str]]] | None:
+    """``{rank: [(line number, line without its prefix)]}`` when the lines of >= 2 ranks are
+    interleaved in one file (at least half the non-empty lines carry a rank prefix, each rank
+    >= 3 lines, so "1: loss 2.3" lines counting steps are not ranks); None otherwise."""
+    groups: dict[int, list[tuple[int, str]]] = {}
+    prefixed = nonempty = 0
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        nonempty += 1
+        m = _RANK_PREFIX.match(line)
+        if m:
+            prefixed += 1
+            groups.setdefault(int(m.group("a") or m.group("b")), []).append(
+                (no, line[m.end():]))
+    if len(groups) < 2 or prefixed < 0.5 * nonempty or \
+            min(len(v) for v in groups.values()) < 3:
+        return None
+    return groups
+
+
+def read_text_logs(path: Path) -> list[LogTable]:
+    """Read a console log into one ``LogTable``, or one per rank when several ranks' lines
+    are interleaved in it (``[rank1]: step 10 loss 2.3``)."""
+    from trainmedic.run.jsonlog import read_text
 
     text = read_text(path, "training log")
+    groups = rank_lines(text)
+    if groups is None:
+        return [read_text_log(path, text)]
+    out = []
+    for rank, lines in sorted(groups.items()):
+        reader = _scan(lines)
+        if not reader.rows:
+            continue
+        table = _table_from(path, reader, LogTable(path=str(path), format="text", rank=rank))
+        table.note("rank_prefix", f"rank {rank}'s lines read from their prefix")
+        out.append(table)
+    if not out:
+        return [read_text_log(path, text)]
+    return out
+
+
+def read_text_log(path: Path, text: str | None = None) -> LogTable:
+    """Read a console log (or a one-column file) into a ``LogTable``."""
+    from trainmedic.run.jsonlog import read_text
+
+    if text is None:
+        text = read_text(path, "training log")
     table = LogTable(path=str(path), format="text")
     if is_single_column(text):
         return _single_column(table, text)
-    reader = _scan(text)
+    return _table_from(path, _scan(text), table)
+
+
+def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
+    from trainmedic.run.jsonlog import rows_to_table
+
     if len(reader.rows) < 1:
         raise UnrecognizedInputError(str(path), "is text, but no line reads as a training "
                                      "log line; expected lines such as 'step 100: loss 2.31' "
