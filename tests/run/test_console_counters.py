@@ -174,3 +174,21 @@ def test_numbered_lines_of_one_process_are_not_ranks(tmp_path):
     text = "".join(f"{i}: loss {_loss(i):.4f}\n" for i in range(1, 9))
     run = load_run(str(write(tmp_path / "train.log", text)))
     assert run.ranks() == [None]
+
+
+def test_mmengine_epoch_train_lines_and_their_step_time(tmp_path):
+    text = "".join(
+        f"2023/05/01 12:00:00 - mmengine - INFO - Epoch(train)  [{e}][{b:3d}/100]  lr: 1.0e-02  "
+        f"eta: 1:00:00  time: 0.5000  data_time: 0.0100  memory: 3000  loss: {_loss(b):.4f}\n"
+        for e in (1, 2) for b in (50, 100))
+    run = load_run(str(write(tmp_path / "20230501.log", text)))
+    assert list(run.get("loss").steps) == [50, 100, 150, 200]
+    # the time stamp "1:00:00" after "eta:" does not glue "eta" onto "time"
+    assert run.get("step_time_s").values.tolist() == [0.5] * 4
+
+
+def test_mmengine_iteration_based_runner(tmp_path):
+    text = "".join(f"2023/05/01 12:00:00 - mmengine - INFO - Iter(train) [{i:4d}/1000]  "
+                   f"lr: 1.0e-02  loss: {_loss(i):.4f}\n" for i in (50, 100, 150))
+    run = load_run(str(write(tmp_path / "20230501.log", text)))
+    assert list(run.get("loss").steps) == [50, 100, 150]

@@ -53,7 +53,9 @@ _TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>ms/step|s/step|us/step|ms|u
 _PROGRESS = (
     # mmcv/mmdet: "Epoch [1][1550/23454]"
     # (and the PyTorch ImageNet example's "Epoch: [0][  10/5005]")
-    re.compile(r"\bepoch:?\s*\[(?P<epoch>\d+)\]\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\]", re.I),
+    # (mmengine: "Epoch(train)  [1][  50/1000]")
+    re.compile(r"\bepoch(?:\(train\))?:?\s*\[(?P<epoch>\d+)\]\s*\[\s*(?P<pos>\d+)\s*/\s*"
+               r"(?P<of>\d+)\]", re.I),
     # tqdm / Lightning progress bars: "Epoch 0:  50%|#####     | 500/1000 [00:10<00:10, ..."
     re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*\d+%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*"
                r"(?P<of>\d+)", re.I),
@@ -71,6 +73,8 @@ _PROGRESS = (
 )
 #: PyTorch's CIFAR-10 tutorial prints "[epoch, batch] loss: x" ("[1,  2000] loss: 2.187").
 _EPOCH_BATCH_PAIR = re.compile(r"^\s*\[\s*(?P<epoch>\d+)\s*,\s*(?P<pos>\d+)\s*\]")
+#: mmengine's iteration-based runner: "Iter(train) [  50/1000]" is iteration 50.
+_MMENGINE_ITER = re.compile(r"\biter\(train\)\s*\[\s*(\d+)\s*/\s*\d+\s*\]", re.I)
 _KERAS_EPOCH = re.compile(r"^\s*epoch\s+(?P<epoch>\d+)\s*/\s*(?P<of>\d+)\s*$", re.I)
 _END_OF_EPOCH = re.compile(r"\bend of epoch\s+(?P<epoch>\d+)", re.I)
 _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validation|eval|"
@@ -223,7 +227,7 @@ class _Reader:
             self.epoch = int(m.group("epoch"))
             self.recognized += 1
             return
-        text = _STAMP.sub(" ", raw)
+        text = _MMENGINE_ITER.sub(r"iter \1", _STAMP.sub(" | ", raw))
         row: dict[str, Any] = {}
         for i, rx in enumerate(_PROGRESS):
             pm = rx.search(text)
