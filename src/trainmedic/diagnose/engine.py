@@ -296,6 +296,8 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
             lead = 3 * w if (f.symptom == "exploding_gradients" and f.end_step is None
                              and any(g.symptom == "divergence" for g in (root, *folded))) \
                 else w
+            if _own_phase(root, f, w):
+                continue
             if lo <= rhi + w and hi >= rlo - lead:
                 folded.append(f)
                 roots[i] = (root, folded)
@@ -306,6 +308,22 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
     for root, folded in roots:
         out.append(_fold_into(root, folded, run) if folded else root)
     return out
+
+
+def _own_phase(root: Finding, f: Finding, w: int) -> bool:
+    """A real divergence (warning or worse) that began at least an incident window before the
+    first non-finite loss is a phase of its own (the loss visibly climbed for a while before
+    it broke): both are reported, each at its own onset, instead of the climb folded into the
+    NaN. (Public logs are labelled the NaN; injected lr faults the divergence.)"""
+    pair = {root.symptom, f.symptom}
+    if pair != {"nonfinite_loss", "divergence"}:
+        return False
+    nan, div = (root, f) if root.symptom == "nonfinite_loss" else (f, root)
+    if is_eval_metric(nan.metric or "loss") or div.level < SEVERITY_ORDER["warning"]:
+        return False
+    if nan.onset_step is None or div.onset_step is None:
+        return False
+    return div.onset_step <= nan.onset_step - w
 
 
 def _where_it_broke(f: Finding, run: Run) -> str:

@@ -508,6 +508,52 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
                      f"({fmt(inv(best))} -> {fmt(inv(end_lv))}) and stayed up to the last "
                      f"logged step {int(tr.steps[-1])}{tail}"),
             evidence=tuple(ev)))
-    if not trs:
+    for rank in run.ranks():
+        if not any(f.rank == rank and f.metric == "loss" for f in out):
+            climb = _climb_to_nan(run, rank)
+            if climb is not None:
+                out.append(climb)
+    if not trs and not out:
         return NotRun("needs at least 8 finite loss points")
     return out
+
+
+#: A loss that rose at every logged point over at least this many points just before its
+#: first non-finite value ...
+CLIMB_TO_NAN_POINTS = 3
+#: ... by at least this factor in all, diverged, and the climb's start is the onset: a log
+#: that blew up in its fourth epoch has too few finite points for the level analysis above.
+CLIMB_TO_NAN_RATIO = 10.0
+
+
+def _climb_to_nan(run: Run, rank: int | None) -> Finding | None:
+    """The uninterrupted rise of the training loss into its first NaN/inf, if it is one."""
+    s = run.get("loss", rank)
+    if s is None:
+        return None
+    v = s.values
+    bad = np.flatnonzero(~np.isfinite(v))
+    if bad.size == 0 or int(bad[0]) < CLIMB_TO_NAN_POINTS:
+        return None
+    i = int(bad[0])
+    pre = v[:i]
+    if not bool(np.all(pre > 0)):
+        return None
+    m = i - 1
+    while m > 0 and pre[m - 1] < pre[m]:
+        m -= 1
+    ratio = float(pre[i - 1] / pre[m])
+    if i - m < CLIMB_TO_NAN_POINTS or ratio < CLIMB_TO_NAN_RATIO:
+        return None
+    onset = int(s.steps[m])
+    return Finding(
+        symptom="divergence", severity="error", confidence=0.8, onset_step=onset,
+        end_step=int(s.steps[i]), rank=rank, metric="loss",
+        summary=(f"loss rose at every one of its last {i - m} logged points before it became "
+                 f"non-finite, {ratio:.3g}x in all ({fmt(float(pre[m]))} at step {onset} -> "
+                 f"{fmt(float(pre[i - 1]))} at step {int(s.steps[i - 1])}), then "
+                 f"{v[i]} at step {int(s.steps[i])}"),
+        evidence=(Evidence("loss", onset, float(pre[m]), None,
+                           note="start of the uninterrupted rise (the onset)"),
+                  Evidence("loss", int(s.steps[i - 1]), float(pre[i - 1]), float(pre[m]),
+                           note="last finite loss before the first non-finite one")))
