@@ -478,3 +478,32 @@ def test_per_epoch_step_counter_is_info() -> None:
     run.add("loss", steps, np.linspace(3, 1, steps.size))
     f = worst(run_detector("resume_discontinuity", run))
     assert f.severity == "info" and "per-epoch" in f.summary
+
+
+def test_a_spike_that_came_back_then_a_climb_is_a_divergence() -> None:
+    # gradients never zeroed, logged per epoch (a trained corpus run): the loss spikes 80x,
+    # comes back for a while, then climbs for good to 200x its best
+    run = Run("no_zero_grad")
+    run.add("loss", np.arange(9, 300, 10), [
+        0.859, 0.694, 38.37, 393.9, 84.46, 189644.0, 2.488, 3.236, 4.841, 10.55, 2.15e8, 23.87,
+        31.7, 31.71, 15.35, 31.16, 34.01, 55.74, 69.81, 97.03, 109.6, 126.6, 104.4, 102.4,
+        139.9, 128.5, 151.2, 111.2, 118.6, 163.8])
+    roots = [f for f in diagnose(run).findings
+             if f.symptom in ("divergence", "loss_spike") and f.level >= 1]
+    assert roots[0].symptom == "divergence" and roots[0].onset_step <= 29
+
+
+def test_rose_again_needs_a_climb_not_later_spikes() -> None:
+    from trainmedic.diagnose.engine import _rose_again
+
+    spike = Finding(symptom="loss_spike", severity="warning", confidence=1.0, onset_step=10,
+                    end_step=20, rank=None, metric="loss", summary="", evidence=())
+    climb = Run("climb")
+    climb.add("loss", np.arange(0, 100), np.r_[np.ones(20), np.exp(np.linspace(0, 3, 80))])
+    assert _rose_again(climb, spike)
+    # back to 1 for three points, knocked up 20x by a later spike and decaying from there:
+    # the end is 4x the level it came back to, but the loss is falling, not climbing
+    kicked = Run("kicked")
+    kicked.add("loss", np.arange(0, 100),
+               np.r_[np.ones(23), 20.0 * np.exp(-np.linspace(0, 1.6, 77))])
+    assert not _rose_again(kicked, spike)

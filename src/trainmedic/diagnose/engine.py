@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+import numpy as np
+
 from trainmedic.diagnose.detectors.loss_nonfinite import is_eval_metric
 from trainmedic.diagnose.finding import (
     SEVERITY_ORDER,
@@ -23,6 +25,7 @@ from trainmedic.diagnose.localization import finding_event, localization_data, l
 from trainmedic.diagnose.registry import Detector, NotRun, detectors
 from trainmedic.diagnose.router import route
 from trainmedic.diagnose.rules import LOCALIZED_SYMPTOMS
+from trainmedic.diagnose.stats import theil_sen_z
 from trainmedic.diagnose.trace import Trace
 from trainmedic.run.series import Run
 
@@ -250,6 +253,31 @@ def _same_rank(a: Finding, b: Finding) -> bool:
     return a.rank == b.rank or a.rank is None or b.rank is None
 
 
+#: A spike that came back and then a loss that climbed again to this many times the level it
+#: came back to: the incident is the climb (a divergence), not the spike.
+ROSE_AGAIN_RATIO = 3.0
+ROSE_AGAIN_Z = 3.0
+
+
+def _rose_again(run: Run, spike: Finding) -> bool:
+    """After the recovered spike, the loss's last tenth sits >= 3x the level it came back to
+    (median of the 3 points from its recovery step) ..."""
+    s = run.get(spike.metric or "loss", spike.rank)
+    if s is None or spike.end_step is None:
+        return False
+    v, st = s.values, s.steps
+    after = np.flatnonzero(st >= spike.end_step)
+    if after.size < 10 or not bool(np.all(np.isfinite(v[after]))) or \
+            not bool(np.all(v[after] > 0)):
+        return False
+    back = float(np.median(v[after[:3]]))
+    end = float(np.median(v[after[-max(3, after.size // 10):]]))
+    # ... on a significant upward trend (a robust slope >= 3 standard errors), not a loss
+    # knocked up again by later spikes that it keeps decaying from
+    return end >= ROSE_AGAIN_RATIO * back and \
+        theil_sen_z(np.log(v[after]))[1] >= ROSE_AGAIN_Z
+
+
 def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
     w = _window(run)
     prio: dict[str, float] = {s: i for i, s in enumerate(INCIDENT_ROOTS)}
@@ -267,7 +295,7 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
             return prio["nonfinite_grad"] + 0.5
         if f.symptom == "divergence" and f.onset_step is not None and any(
                 _same_rank(f, g) and abs((g.onset_step or 0) - f.onset_step) <= w
-                for g in recovered):
+                and not _rose_again(run, g) for g in recovered):
             # A spike that came back, at the divergence's onset: the loss did not stay up
             # from there; repeated spikes that keep it elevated are the incident.
             return prio["loss_spike"] + 0.5
