@@ -69,7 +69,7 @@ def sync_check(name: str, kwargs: dict[str, Any] | None, steps: int, vocab: int,
     """Run ``steps`` steps with sync debugging on around every non-fetch step."""
     import torch
 
-    from trainmedic.watch import watch
+    from trainmedic.live import watch
 
     model, opt = build(vocab, 256, 2, 128)
     x, y = batch
@@ -105,7 +105,7 @@ def sync_check(name: str, kwargs: dict[str, Any] | None, steps: int, vocab: int,
 def overhead(rounds: int, steps: int, vocab: int, run_root: Path) -> dict[str, Any]:
     import torch
 
-    from trainmedic.watch import watch
+    from trainmedic.live import watch
 
     d_model, layers, ctx, bsz = 1024, 8, 512, 16
     gen = torch.Generator(device="cuda").manual_seed(0)

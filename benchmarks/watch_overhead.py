@@ -179,7 +179,7 @@ def run_round(name: str, trainer: Trainer, steps: int, run_root: Path) -> float:
     """Install ``name``'s instrumentation (untimed), train ``steps`` steps (timed), remove it."""
     import torch
 
-    from trainmedic.watch import watch
+    from trainmedic.live import watch
 
     if name.startswith("watch"):
         kwargs: dict[str, Any] = {}
@@ -248,8 +248,8 @@ def direct_cost_us(trainer: Trainer, steps: int, run_root: Path,
     the CPU time of the watcher's own threads (store writer, live alerts, RSS sampler) per
     step, which runs beside the training thread.
     """
-    from trainmedic.watch import clock, watch
-    from trainmedic.watch import watcher as watcher_mod
+    from trainmedic.live import clock, watch
+    from trainmedic.live import watcher as watcher_mod
 
     spent: dict[str, float] = {}
     calls: dict[str, int] = {}
@@ -342,7 +342,7 @@ def net_cost_us(trainer: Trainer, steps: int, run_root: Path,
     gradients' Python objects made and their memory in cache); pairing neighbouring steps
     keeps the machine's drift out. Its threads run through both kinds of step, so what
     they cost the training thread is only in the interleaved whole-run ratios."""
-    from trainmedic.watch import watch
+    from trainmedic.live import watch
 
     parts = ("batch", "forward", "backward", "optimizer", "w.step()")
     touched = ("batch", "forward", "optimizer", "w.step()")  # the parts it runs in
@@ -395,7 +395,7 @@ def alert_pass_ms(window: int = 2000) -> float:
     """Median time of one live-alert pass over a full window of watcher-like rows."""
     import numpy as np
 
-    from trainmedic.watch.alerts import LiveAlerts
+    from trainmedic.live.alerts import LiveAlerts
 
     rng = np.random.default_rng(0)
     alerts = LiveAlerts(every=100, window=window, max_busy_fraction=None)

@@ -78,7 +78,7 @@ def test_design_edges() -> None:
     # DESIGN.md: checkpoint/ does not need diagnose/ (it takes a trusted_before callable);
     # recipe/ owns the loop and its resume test, checkpoint/ the bytes; run/ only errors
     g = _graph()
-    assert not {"diagnose", "recipe", "watch"} & set(g["checkpoint"]), dict(g["checkpoint"])
+    assert not {"diagnose", "recipe", "live"} & set(g["checkpoint"]), dict(g["checkpoint"])
     assert set(g["run"]) <= LEAVES, dict(g["run"])
     assert set(g["diagnose"]) <= LEAVES | {"run"}, dict(g["diagnose"])
 

@@ -22,8 +22,8 @@ def test_every_public_error_is_exported() -> None:
 
 
 def test_the_things_a_user_touches_are_there() -> None:
-    want = {"load_run", "Run", "diagnose_run", "Diagnosis", "Finding", "WatchConfig", "Recipe",
-            "RecipeRunner", "CheckpointManager"}
+    want = {"load_run", "Run", "diagnose_run", "Diagnosis", "Finding", "watch", "WatchConfig",
+            "Recipe", "RecipeRunner", "CheckpointManager"}
     assert want <= set(trainmedic.__all__)
 
 
@@ -67,3 +67,11 @@ def test_module_names_do_not_shadow_the_functions_they_hold() -> None:
         assert callable(fn) and not isinstance(fn, type(trainmedic))
     assert callable(trainmedic.demo.recipe) and not isinstance(
         trainmedic.demo.recipe, type(trainmedic))
+
+
+def test_watch_is_the_function_and_importing_the_watcher_does_not_rebind_it() -> None:
+    import trainmedic.live
+    import trainmedic.live.watcher  # noqa: F401 - importing it must not rebind the name
+
+    assert trainmedic.watch is trainmedic.live.watch
+    assert callable(trainmedic.watch) and not isinstance(trainmedic.watch, type(trainmedic))

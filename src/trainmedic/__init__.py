@@ -8,9 +8,10 @@ light: it imports neither torch nor numpy, and ``trainmedic diagnose`` on a log 
     >>> [f.symptom for f in d.findings]
 
 The parts: ``load_run`` / ``Run`` (reading logs), ``diagnose_run`` / ``Diagnosis`` /
-``Finding`` (diagnosis), ``WatchConfig`` (recording a run while it trains, with
-``trainmedic.watch.watch``), ``Recipe`` / ``RecipeRunner`` (a declared training),
-``CheckpointManager`` (verified checkpoints), and every error of ``trainmedic.errors``.
+``Finding`` (diagnosis), ``watch`` / ``WatchConfig`` (recording a run while it trains, in
+the loop: ``with trainmedic.watch(model, optimizer) as w``), ``Recipe`` / ``RecipeRunner`` (a
+declared training), ``CheckpointManager`` (verified checkpoints), and every error of
+``trainmedic.errors``.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ from trainmedic.errors import (
 if TYPE_CHECKING:
     from trainmedic.checkpoint import CheckpointManager
     from trainmedic.diagnose.finding import Diagnosis, Finding
+    from trainmedic.live import WatchConfig, watch
     from trainmedic.recipe import Recipe, RecipeRunner
     from trainmedic.run import Run, load_run
-    from trainmedic.watch import WatchConfig
 
 from trainmedic._version import __version__
 
@@ -53,7 +54,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Recipe": ("trainmedic.recipe", "Recipe"),
     "RecipeRunner": ("trainmedic.recipe", "RecipeRunner"),
     "Run": ("trainmedic.run", "Run"),
-    "WatchConfig": ("trainmedic.watch", "WatchConfig"),
+    "WatchConfig": ("trainmedic.live", "WatchConfig"),
+    "watch": ("trainmedic.live", "watch"),
     "load_run": ("trainmedic.run", "load_run"),
 }
 
@@ -83,6 +85,7 @@ __all__ = [
     "__version__",
     "diagnose_run",
     "load_run",
+    "watch",
 ]
 
 

@@ -130,7 +130,7 @@ class StoreLockedError(ConfigError):
 
 class NonFiniteError(TrainmedicError):
     """A step's loss or gradient was NaN/inf under the ``raise`` policy; ``.localization``
-    (a ``trainmedic.watch.nan_guard.Localization``) says where it first appeared (None when
+    (a ``trainmedic.live.nan_guard.Localization``) says where it first appeared (None when
     the step was not localized)."""
 
     def __init__(self, message: str, *, localization: Any = None) -> None:

@@ -26,7 +26,7 @@ def _single_process(monkeypatch: pytest.MonkeyPatch) -> None:
 def watched_run(run_dir: Path, *, steps: int = 8, rank: int | None = None) -> None:
     """A tiny real training loop recorded by ``trainmedic.watch``."""
     torch = pytest.importorskip("torch")
-    from trainmedic.watch import watch
+    from trainmedic.live import watch
 
     torch.set_num_threads(1)
     torch.manual_seed(0 if rank is None else rank)

@@ -311,9 +311,9 @@ def train_recorded(run_dir: pathlib.Path, model: Any, steps: int = 80, every: in
                    meta: bool = True) -> Run:
     """SGD on 4 Gaussian blobs; LayerHealth on every ``every``-th step, its values written
     into a RunStore with the loss and global grad norm, as the watcher writes them."""
+    from trainmedic.live.layer_health import LayerHealth
     from trainmedic.run.loader import load_paths
     from trainmedic.run.store import RunStore
-    from trainmedic.watch.layer_health import LayerHealth
 
     gen = torch.Generator().manual_seed(0)
     centers = torch.randn(4, dim, generator=gen) * 2

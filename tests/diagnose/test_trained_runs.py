@@ -213,7 +213,7 @@ def train(run_dir: pathlib.Path, model: torch.nn.Module, opt: torch.optim.Optimi
 
 def watch_(model: Any, opt: Any, run_dir: pathlib.Path, start_step: int, scaler: Any,
            rank: int | None, world_size: int | None) -> Any:
-    from trainmedic.watch import watch
+    from trainmedic.live import watch
 
     return watch(model, opt, run_dir=run_dir, start_step=start_step, scaler=scaler,
                  rank=rank, world_size=world_size)

@@ -147,7 +147,7 @@ def _deep_tanh_run(run_dir: pathlib.Path, init_std: float | None) -> None:
             torch.nn.init.normal_(lin.weight, std=init_std)
             torch.nn.init.zeros_(lin.bias)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    from trainmedic.watch import watch
+    from trainmedic.live import watch
 
     with watch(model, opt, run_dir=run_dir) as w:
         for step in range(200):

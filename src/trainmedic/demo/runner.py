@@ -262,7 +262,7 @@ def run_demo(config: DemoConfig, *,
     from trainmedic.checkpoint.preemption import Preempted, PreemptionWatch
     from trainmedic.demo.corpus import load_corpus
     from trainmedic.demo.model import CharTransformer
-    from trainmedic.watch import watch
+    from trainmedic.live import watch
 
     cfg = config
     run_dir = cfg.run_dir

@@ -1,7 +1,7 @@
 """The NaN guard's localizations as diagnosis evidence: which recorded ``nonfinite`` event
 belongs to a non-finite finding, what kind of break it shows, and how to say it.
 
-The live watcher records ``Localization.as_dict()`` (trainmedic.watch.nan_guard) at the step
+The live watcher records ``Localization.as_dict()`` (trainmedic.live.nan_guard) at the step
 that went non-finite as a ``RunEvent(kind="nonfinite")``. Detectors (``nonfinite_loss``,
 ``nonfinite_grad``) name the module from it, and the router picks the causes that fit the kind
 of break (rules.LOCALIZED_CAUSES). This module reads the recorded dict only: no torch.

@@ -1,5 +1,5 @@
 """Detectors on per-layer health stats (``layer/<module path>/<stat>``, recorded every N steps
-by ``trainmedic.watch.layer_health.LayerHealth`` or logged by the user), and the helpers that
+by ``trainmedic.live.layer_health.LayerHealth`` or logged by the user), and the helpers that
 read those series in module order.
 
 Module order is not in the metric names. It comes from the run's meta ``layer_order`` (the

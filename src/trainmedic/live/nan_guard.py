@@ -20,7 +20,7 @@ for the step so dropout masks are the same - with hooks on every module, and rep
 5. else ``where="not_reproduced"``: the replay was finite (the detail says what that means).
 
 The replay itself - the hooks, the forward and backward tracing, the snapshot and restore of
-the model's state - is :class:`trainmedic.watch.nan_replay.Replay`; this module holds the
+the model's state - is :class:`trainmedic.live.nan_replay.Replay`; this module holds the
 records it returns and the entry point.
 
 Restored in a ``finally``: hooks removed, each ``.grad`` back to what it held, every module
@@ -173,7 +173,7 @@ def localize_nonfinite(model: torch.nn.Module, replay: Callable[[], torch.Tensor
     """
     # Imported here: nan_replay imports this module's records (a top-level import would be
     # circular).
-    from trainmedic.watch.nan_replay import Replay
+    from trainmedic.live.nan_replay import Replay
 
     try:
         with Replay(model, step) as rp:

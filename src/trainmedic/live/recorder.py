@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from trainmedic.watch.clock import elapsed_s
+from trainmedic.live.clock import elapsed_s
 
 __all__ = ["Recorder", "CpuRow", "put_step_time", "read_now"]
 

@@ -17,9 +17,9 @@ from torch import nn  # noqa: E402
 
 from trainmedic.diagnose.engine import diagnose  # noqa: E402
 from trainmedic.diagnose.finding import Diagnosis, Finding  # noqa: E402
+from trainmedic.live import watch  # noqa: E402
 from trainmedic.run.loader import load_paths  # noqa: E402
 from trainmedic.run.series import Run  # noqa: E402
-from trainmedic.watch import watch  # noqa: E402
 
 STEPS = 60
 LAYER_EVERY = 5  # 12 measurements per layer: the detectors judge the last third (>= 3)

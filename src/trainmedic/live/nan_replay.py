@@ -1,7 +1,7 @@
 """The NaN guard's replay engine: re-run one step with hooks on every module, record where a
 NaN/inf first appeared, and put the model back as it was.
 
-:func:`trainmedic.watch.nan_guard.localize_nonfinite` is the entry point and says what the
+:func:`trainmedic.live.nan_guard.localize_nonfinite` is the entry point and says what the
 verdicts mean; this module is how they are found.
 
 Why tensor hooks on per-module input *aliases* and not ``register_full_backward_hook``: that
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainmedic.watch.nan_guard import MAX_PARAM_NAMES, Localization, RngState
+from trainmedic.live.nan_guard import MAX_PARAM_NAMES, Localization, RngState
 
 if TYPE_CHECKING:
     import torch

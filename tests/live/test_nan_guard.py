@@ -12,13 +12,13 @@ from collections.abc import Callable
 import pytest
 
 from trainmedic.diagnose.engine import diagnose
-from trainmedic.run.store import RunStore, read_store
-from trainmedic.watch.nan_guard import (
+from trainmedic.live.nan_guard import (
     Localization,
     NonFiniteError,
     capture_rng_state,
     localize_nonfinite,
 )
+from trainmedic.run.store import RunStore, read_store
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

@@ -1,6 +1,6 @@
 """Watch a Hugging Face ``transformers`` Trainer run: a ``TrainerCallback`` that feeds the watcher.
 
->>> from trainmedic.watch.hf_callback import TrainmedicCallback      # doctest: +SKIP
+>>> from trainmedic.live.hf_callback import TrainmedicCallback      # doctest: +SKIP
 >>> trainer = Trainer(model, args, train_dataset=ds, eval_dataset=ev,
 ...                   callbacks=[TrainmedicCallback(run_dir="runs/exp1")])
 >>> trainer.train()                         # then: trainmedic diagnose runs/exp1
@@ -52,15 +52,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError, MissingExtraError
+from trainmedic.live.config import check_callback_kwargs
+from trainmedic.live.watcher import Watcher
 from trainmedic.run.names import resolve_names
-from trainmedic.watch.config import check_callback_kwargs
-from trainmedic.watch.watcher import Watcher
 
 try:
     from transformers import TrainerCallback
 except ImportError as exc:  # the optional extra is missing
     raise MissingExtraError(
-        "trainmedic.watch.hf_callback needs Hugging Face transformers (and accelerate, which its "
+        "trainmedic.live.hf_callback needs Hugging Face transformers (and accelerate, which its "
         "Trainer requires); install the extra: pip install 'trainmedic[hf]'"
     ) from exc
 

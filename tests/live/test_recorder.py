@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from trainmedic.watch.recorder import Recorder
+from trainmedic.live.recorder import Recorder
 
 torch = pytest.importorskip("torch")
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from trainmedic.watch.norms import GradNorm, clip_grads_with_norm, global_l2_norm
+from trainmedic.live.norms import GradNorm, clip_grads_with_norm, global_l2_norm
 
 torch = pytest.importorskip("torch")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from trainmedic.watch.step_guard import MAX_LOCALIZATIONS, StepGuard, nonfinite_names
+from trainmedic.live.step_guard import MAX_LOCALIZATIONS, StepGuard, nonfinite_names
 
 torch = pytest.importorskip("torch")
 

@@ -1,6 +1,6 @@
 """When the watcher speaks: a line at the start, one at ``close()``, a progress line on a TTY.
 
-The wording and the writing are :mod:`trainmedic.watch.console`'s; this module only
+The wording and the writing are :mod:`trainmedic.live.console`'s; this module only
 decides when, from values the watcher already holds (no device sync of its own), and keeps
 every rank but 0 of a distributed run silent.
 """
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainmedic.watch.console import emit, exit_line, progress_line, start_line
+from trainmedic.live.console import emit, exit_line, progress_line, start_line
 
 __all__ = ["Announcer", "recorded_summary", "stderr_is_tty"]
 

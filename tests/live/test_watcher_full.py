@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from trainmedic.errors import ConfigError
+from trainmedic.live import WatchConfig, watch
 from trainmedic.run.loader import load_paths
 from trainmedic.run.store import StoreLockedError, read_store
-from trainmedic.watch import WatchConfig, watch
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -179,7 +179,7 @@ def test_record_policy_lets_the_update_run(tmp_path: pathlib.Path) -> None:
 
 def test_a_failed_start_leaves_nothing_behind(tmp_path: pathlib.Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainmedic.watch import watcher as watcher_mod
+    from trainmedic.live import watcher as watcher_mod
 
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -213,7 +213,7 @@ def test_two_watchers_on_one_run_dir_are_refused(tmp_path: pathlib.Path) -> None
 def test_a_crash_mid_run_keeps_what_was_flushed(tmp_path: pathlib.Path) -> None:
     code = f"""
 import os, torch
-from trainmedic.watch import watch
+from trainmedic.live import watch
 m = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(m.parameters(), lr=0.01)
 w = watch(m, opt, run_dir={str(tmp_path)!r}, flush_interval_s=0.05, alert_every=None)
@@ -293,7 +293,7 @@ def test_backward_only_nan_is_not_called_a_masking_logger(tmp_path: pathlib.Path
 
 
 def test_raise_policy_names_the_module_and_keeps_the_record(tmp_path: pathlib.Path) -> None:
-    from trainmedic.watch import NonFiniteError
+    from trainmedic.live import NonFiniteError
 
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -317,7 +317,7 @@ def test_disk_full_stops_telemetry_not_training(tmp_path: pathlib.Path) -> None:
     pytest.importorskip("resource")
     code = f"""
 import resource, signal, torch
-from trainmedic.watch import watch
+from trainmedic.live import watch
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a failed write returns EFBIG instead
 m = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(m.parameters(), lr=0.01)
@@ -403,7 +403,7 @@ def test_the_replay_draws_the_dropout_masks_of_the_step(tmp_path: pathlib.Path) 
 @pytest.mark.parametrize("foreach", [None, False])
 def test_clip_through_the_watcher_records_the_pre_clip_norm_once(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, foreach: bool | None) -> None:
-    from trainmedic.watch.norms import GradNorm
+    from trainmedic.live.norms import GradNorm
 
     calls = []
     norm_of_grads = GradNorm.__call__

@@ -17,8 +17,8 @@ import pytest
 import trainmedic.diagnose.engine as engine
 from trainmedic.diagnose.finding import Finding
 from trainmedic.errors import ConfigError
-from trainmedic.watch import alerts as alerts_mod
-from trainmedic.watch.alerts import LiveAlerts
+from trainmedic.live import alerts as alerts_mod
+from trainmedic.live.alerts import LiveAlerts
 
 EVERY = 100
 
@@ -73,7 +73,7 @@ def test_spike_alerted_once_with_its_onset_via_callback_log_and_event(
     y = _loss_curve(3000, spikes=(700,))
     a = _la(every=EVERY, window=2000, on_finding=got.append,
                    record_event=lambda s, k, d: events.append((s, k, d)))
-    with caplog.at_level(logging.WARNING, logger="trainmedic.watch.alerts"):
+    with caplog.at_level(logging.WARNING, logger="trainmedic.live.alerts"):
         _drive(a, _losses(y), len(y))
     spikes = [f for f in got if f.symptom == "loss_spike"]
     assert len(spikes) == 1, [f.summary for f in got]
@@ -130,9 +130,10 @@ def test_a_resumed_run_judges_its_first_steps_with_the_rows_before_the_resume() 
 
 
 def test_stop_on_matches_a_symptom_the_engine_folded_into_a_nan_loss() -> None:
-    # The loss rises from 1010 and is inf from 1100: one pass sees both, and the engine
-    # reports one nonfinite_loss finding with the divergence folded into it.
-    y = _loss_curve(1200, diverge_at=1010, rise_per_step=1 / 40)
+    # The loss rises from 1085 and is inf from 1100: one pass sees both, and the engine
+    # reports one nonfinite_loss finding with the divergence folded into it (a climb that
+    # began less than an incident window before the NaN is not a phase of its own).
+    y = _loss_curve(1200, diverge_at=1085, rise_per_step=1 / 5)
     y[1100:] = math.inf
     a = _drive(_la(every=200, window=2000, stop_on={"divergence"}), _losses(y), 1200)
     assert [f.symptom for f in a.findings] == ["nonfinite_loss"]
@@ -261,7 +262,7 @@ def test_close_runs_the_final_pass_and_is_idempotent() -> None:
 
 def test_rank_is_carried_to_findings_and_log(caplog: pytest.LogCaptureFixture) -> None:
     y = _loss_curve(900, spikes=(700,))
-    with caplog.at_level(logging.WARNING, logger="trainmedic.watch.alerts"):
+    with caplog.at_level(logging.WARNING, logger="trainmedic.live.alerts"):
         a = _drive(_la(every=EVERY, window=2000, rank=3), _losses(y), 900)
     assert [f.rank for f in a.findings] == [3]
     assert any("loss_spike (rank 3)" in r.getMessage() for r in caplog.records)
@@ -279,7 +280,7 @@ def test_a_raising_callback_is_logged_and_alerts_go_on(caplog: pytest.LogCapture
         raise OSError("disk full")
 
     y = _loss_curve(4000, spikes=(700, 3000))
-    with caplog.at_level(logging.WARNING, logger="trainmedic.watch.alerts"):
+    with caplog.at_level(logging.WARNING, logger="trainmedic.live.alerts"):
         _drive(_la(every=EVERY, window=2000, on_finding=bad, record_event=bad_event),
                _losses(y), 4000)
     assert [f.onset_step for f in calls] == [700, 3000]
@@ -315,7 +316,7 @@ def test_a_failing_pass_is_logged_and_the_worker_survives(
 
     monkeypatch.setattr(engine, "diagnose", flaky)
     y = _loss_curve(900, spikes=(700,))
-    with caplog.at_level(logging.ERROR, logger="trainmedic.watch.alerts"):
+    with caplog.at_level(logging.ERROR, logger="trainmedic.live.alerts"):
         a = _drive(_la(every=EVERY, window=2000), _losses(y), 900)
     assert any("pass at step 99 failed" in r.getMessage() for r in caplog.records)
     assert [f.onset_step for f in a.findings] == [700]
@@ -418,8 +419,8 @@ def test_unknown_stop_symptom_lists_the_valid_codes() -> None:
 def test_watch_stops_a_diverging_model(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
                                        request: pytest.FixtureRequest) -> None:
     torch = pytest.importorskip("torch")
+    from trainmedic.live import watch
     from trainmedic.run.store import read_store
-    from trainmedic.watch import watch
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)

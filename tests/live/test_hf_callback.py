@@ -25,9 +25,9 @@ pytest.importorskip("tqdm").tqdm.monitor_interval = 0
 
 from trainmedic.diagnose.engine import diagnose  # noqa: E402
 from trainmedic.errors import ConfigError  # noqa: E402
+from trainmedic.live.hf_callback import TrainmedicCallback, eval_row  # noqa: E402
+from trainmedic.live.norms import GradNorm  # noqa: E402
 from trainmedic.run.loader import load_paths  # noqa: E402
-from trainmedic.watch.hf_callback import TrainmedicCallback, eval_row  # noqa: E402
-from trainmedic.watch.norms import GradNorm  # noqa: E402
 
 VOCAB, SEQ = 64, 16
 
@@ -221,7 +221,7 @@ def test_the_stop_file_ends_the_trainer_early_and_saves(tmp_path):
 _DDP_SCRIPT = """
 import json, os, sys
 import torch, transformers
-from trainmedic.watch.hf_callback import TrainmedicCallback
+from trainmedic.live.hf_callback import TrainmedicCallback
 torch.set_num_threads(1)
 V, T = 64, 16
 class DS(torch.utils.data.Dataset):
@@ -297,12 +297,12 @@ def test_bad_watcher_arguments_are_refused_when_the_callback_is_made(tmp_path):
 
 def test_a_missing_extra_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
-    monkeypatch.delitem(sys.modules, "trainmedic.watch.hf_callback")
+    monkeypatch.delitem(sys.modules, "trainmedic.live.hf_callback")
     with pytest.raises(ImportError, match=r"pip install 'trainmedic\[hf\]'"):
-        importlib.import_module("trainmedic.watch.hf_callback")
+        importlib.import_module("trainmedic.live.hf_callback")
 
 
 def test_importing_the_watch_package_does_not_import_transformers():
-    code = ("import sys, trainmedic.watch; "
+    code = ("import sys, trainmedic.live; "
             "sys.exit('transformers' in sys.modules or 'accelerate' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -4,7 +4,7 @@ The watcher calls it at three points of a step: :meth:`StepGuard.check_grads` in
 optimizer pre-step hook (with the global grad norm), :meth:`StepGuard.end_step` from
 ``w.step()`` (with the host values of the step and the user's ``replay`` closure), and
 :meth:`StepGuard.check_fetched` when device values arrive in a batched fetch ("record" on an
-accelerator). Localization itself is :func:`trainmedic.watch.nan_guard.localize_nonfinite`.
+accelerator). Localization itself is :func:`trainmedic.live.nan_guard.localize_nonfinite`.
 
 Policies (``WatchConfig.nan_policy``): ``skip`` drops the update (every ``.grad`` set to
 ``None`` before ``optimizer.step()``: torch optimizers leave such parameters, their moments and
@@ -58,7 +58,7 @@ class StepGuard:
         self._drops = policy in ("skip", "raise")
         self._last_scale: float | None = None  # a GradScaler's scale at the last step
         if self._drops:
-            from trainmedic.watch.nan_guard import rng_state_reader
+            from trainmedic.live.nan_guard import rng_state_reader
 
             self._read_rng = rng_state_reader(device)
 
@@ -73,7 +73,7 @@ class StepGuard:
         ``None``: what a replay of that step draws its dropout masks from."""
         if self._rng_raw is None:
             return None
-        from trainmedic.watch.nan_guard import as_rng_state
+        from trainmedic.live.nan_guard import as_rng_state
 
         return as_rng_state(self._rng_raw)
 
@@ -137,7 +137,7 @@ class StepGuard:
         localization = None
         if replay is not None and same_state and model is not None \
                 and self.events < MAX_LOCALIZATIONS:
-            from trainmedic.watch.nan_guard import localize_nonfinite
+            from trainmedic.live.nan_guard import localize_nonfinite
 
             scale = None
             if scaler is not None and scaler.is_enabled():
@@ -146,7 +146,7 @@ class StepGuard:
                                               loss_scale=scale)
         self.record(s, bad, localization, skipped=skipped)
         if self.policy == "raise":
-            from trainmedic.watch.nan_guard import NonFiniteError
+            from trainmedic.live.nan_guard import NonFiniteError
 
             before_raise()
             where = f"; {localization.detail}" if localization is not None else ""

@@ -1,5 +1,5 @@
 """The watcher's terminal lines: one at the start, one at the exit, a progress line on a TTY
-(trainmedic.watch.announce decides when; trainmedic.watch.console says what)."""
+(trainmedic.live.announce decides when; trainmedic.live.console says what)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from trainmedic.errors import ConfigError
-from trainmedic.watch import WatchConfig, watch
-from trainmedic.watch import console as watch_text
-from trainmedic.watch.console import emit, exit_line, progress_line, start_line
+from trainmedic.live import WatchConfig, watch
+from trainmedic.live import console as watch_text
+from trainmedic.live.console import emit, exit_line, progress_line, start_line
 
 torch = pytest.importorskip("torch")
 
@@ -144,6 +144,6 @@ def test_new_fields_are_validated_naming_the_field(field: str, value: Any) -> No
 @pytest.mark.parametrize("module", ["hf_callback", "lightning_callback"])
 def test_trainer_callbacks_leave_the_progress_line_to_the_trainers_bar(
         tmp_path: pathlib.Path, module: str) -> None:
-    mod = pytest.importorskip(f"trainmedic.watch.{module}")
+    mod = pytest.importorskip(f"trainmedic.live.{module}")
     assert mod.TrainmedicCallback(run_dir=tmp_path).watch_kwargs["progress"] is False
     assert mod.TrainmedicCallback(run_dir=tmp_path, progress=True).watch_kwargs["progress"]

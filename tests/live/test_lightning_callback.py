@@ -14,9 +14,9 @@ L = pytest.importorskip("lightning.pytorch")
 
 from trainmedic.diagnose.engine import diagnose  # noqa: E402
 from trainmedic.errors import ConfigError  # noqa: E402
+from trainmedic.live.lightning_callback import TrainmedicCallback, val_row  # noqa: E402
+from trainmedic.live.norms import GradNorm  # noqa: E402
 from trainmedic.run.loader import load_paths  # noqa: E402
-from trainmedic.watch.lightning_callback import TrainmedicCallback, val_row  # noqa: E402
-from trainmedic.watch.norms import GradNorm  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -240,23 +240,23 @@ def _hide(monkeypatch, *packages):
             monkeypatch.setitem(sys.modules, name, None)
     for p in packages:
         monkeypatch.setitem(sys.modules, p, None)
-    monkeypatch.delitem(sys.modules, "trainmedic.watch.lightning_callback")
+    monkeypatch.delitem(sys.modules, "trainmedic.live.lightning_callback")
 
 
 def test_pytorch_lightning_alone_is_used_when_lightning_is_absent(monkeypatch):
     pl = pytest.importorskip("pytorch_lightning")
     _hide(monkeypatch, "lightning")
-    mod = importlib.import_module("trainmedic.watch.lightning_callback")
+    mod = importlib.import_module("trainmedic.live.lightning_callback")
     assert issubclass(mod.TrainmedicCallback, pl.Callback)
 
 
 def test_a_missing_extra_names_the_install_command(monkeypatch):
     _hide(monkeypatch, "lightning", "pytorch_lightning")
     with pytest.raises(ImportError, match=r"pip install 'trainmedic\[lightning\]'"):
-        importlib.import_module("trainmedic.watch.lightning_callback")
+        importlib.import_module("trainmedic.live.lightning_callback")
 
 
 def test_importing_the_watch_package_does_not_import_lightning():
-    code = ("import sys, trainmedic.watch; sys.exit(any(m.split('.')[0] in "
+    code = ("import sys, trainmedic.live; sys.exit(any(m.split('.')[0] in "
             "('lightning', 'pytorch_lightning') for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -1,6 +1,6 @@
 """The live watcher: per-step telemetry of a PyTorch loop, recorded into the run store.
 
->>> from trainmedic.watch import watch                              # doctest: +SKIP
+>>> from trainmedic.live import watch                              # doctest: +SKIP
 >>> with watch(model, optimizer, run_dir="runs/exp1", stop_on={"divergence"}) as w:
 ...     for x, y in w.wrap_loader(loader):      # times the wait for each batch
 ...         optimizer.zero_grad()
@@ -13,7 +13,7 @@
 ...     w.log({"val_loss": evaluate(model)})     # any other metric, at the current step
 
 What is recorded and how each is measured: docs/tour.md ("In your loop") and the fields of
-:class:`~trainmedic.watch.config.WatchConfig`. In brief: loss, lr, the global grad norm (in
+:class:`~trainmedic.live.config.WatchConfig`. In brief: loss, lr, the global grad norm (in
 an optimizer step pre-hook, after backward and any clipping), step and data time, forward time
 with several ranks, memory, throughput, and the GradScaler's loss scale.
 
@@ -23,7 +23,7 @@ or ``"raise"`` on an accelerator, which reads one flag per step (it must know be
 ``optimizer.step()`` whether to drop the update); the default there is ``"record"``.
 On CPU, rows reach the store (and the live alerts) in batches of up to 32 steps or half
 ``flush_interval_s``; :meth:`Watcher.flush` hands over everything at once.
-See :class:`~trainmedic.watch.config.WatchConfig` for every option.
+See :class:`~trainmedic.live.config.WatchConfig` for every option.
 """
 
 from __future__ import annotations
@@ -36,16 +36,16 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainmedic.errors import ConfigError
+from trainmedic.live.announce import Announcer, recorded_summary
+from trainmedic.live.clock import ForwardClock, TimedLoader
+from trainmedic.live.config import WatchConfig
+from trainmedic.live.host_memory import RssSampler, rss_mb
+from trainmedic.live.inputs import check_loss, check_optimizer_params, trainable_params
+from trainmedic.live.norms import GradNorm, clip_grads_with_norm
+from trainmedic.live.recorder import Recorder, put_step_time, read_now
+from trainmedic.live.run_dir import choose_run_dir, stop_file_path
+from trainmedic.live.step_guard import StepGuard
 from trainmedic.run.store import RunStore
-from trainmedic.watch.announce import Announcer, recorded_summary
-from trainmedic.watch.clock import ForwardClock, TimedLoader
-from trainmedic.watch.config import WatchConfig
-from trainmedic.watch.host_memory import RssSampler, rss_mb
-from trainmedic.watch.inputs import check_loss, check_optimizer_params, trainable_params
-from trainmedic.watch.norms import GradNorm, clip_grads_with_norm
-from trainmedic.watch.recorder import Recorder, put_step_time, read_now
-from trainmedic.watch.run_dir import choose_run_dir, stop_file_path
-from trainmedic.watch.step_guard import StepGuard
 
 if TYPE_CHECKING:
     import torch
@@ -95,7 +95,7 @@ class Watcher:
         try:
             cfg = config if config is not None else WatchConfig(**options)
         except TypeError as exc:
-            raise ConfigError(f"watch(): {exc}; see trainmedic.watch.WatchConfig for the "
+            raise ConfigError(f"watch(): {exc}; see trainmedic.live.WatchConfig for the "
                               f"options") from None
         if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
             raise ConfigError(f"start_step must be an integer >= 0, got {start_step!r}")
@@ -206,7 +206,7 @@ class Watcher:
         self._layers: Any = None
         self._layers_armed = False
         if cfg.layer_every is not None and model is not None:
-            from trainmedic.watch.layer_health import LayerHealth
+            from trainmedic.live.layer_health import LayerHealth
 
             self._layers = LayerHealth(model, every=cfg.layer_every,
                                        max_modules=cfg.layer_max_modules)
@@ -217,7 +217,7 @@ class Watcher:
         self._stop_file = stop_file
         self._alerts: Any = None
         if cfg.alert_every is not None:
-            from trainmedic.watch.alerts import start_live_alerts
+            from trainmedic.live.alerts import start_live_alerts
 
             self._alerts = start_live_alerts(cfg, self.store, dict(self._meta), stop_file,
                                              start_step)

@@ -194,7 +194,7 @@ def check_callback_kwargs(watch_kwargs: Mapping[str, Any]) -> None:
     start of training: its own (``rank``, ``meta``, ...) and :class:`WatchConfig`'s fields."""
     import inspect
 
-    from trainmedic.watch.watcher import Watcher
+    from trainmedic.live.watcher import Watcher
 
     params = inspect.signature(Watcher.__init__).parameters
     own = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}

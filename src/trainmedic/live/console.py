@@ -1,9 +1,9 @@
 """What the watcher says on the terminal: the start line, the exit line, the progress line.
 
-Pure functions return the text; :func:`emit` hands it to the ``trainmedic.watch.console``
+Pure functions return the text; :func:`emit` hands it to the ``trainmedic.live.console``
 logger, whose one handler writes it to stderr (a script's own output on stdout stays clean).
 Logging, not ``print``: a library's words go through logging, so a user can silence or
-redirect them like any other (``logging.getLogger("trainmedic.watch.console")``), and the
+redirect them like any other (``logging.getLogger("trainmedic.live.console")``), and the
 handler is only attached when that logger has none. The watcher (``announce.py``) decides
 when: once at the start, once at ``close()``, and a throttled progress line on a TTY.
 Nothing here imports torch, the watcher or ``report/`` (a domain package never does).
@@ -75,7 +75,7 @@ def progress_line(step: int, *, loss: float | None, it_per_s: float | None,
 
 
 #: The logger the watcher's lines go to (propagate off: a root handler would print twice).
-LOGGER_NAME = "trainmedic.watch.console"
+LOGGER_NAME = "trainmedic.live.console"
 
 
 class _ConsoleHandler(logging.Handler):

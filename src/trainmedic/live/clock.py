@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 if TYPE_CHECKING:
     import torch
 
-    from trainmedic.watch.watcher import Watcher
+    from trainmedic.live.watcher import Watcher
 
 __all__ = ["ForwardClock", "TimedLoader", "EventPair", "elapsed_s"]
 

@@ -1,6 +1,6 @@
 """Watch a Lightning run: a ``Callback`` that feeds the watcher.
 
->>> from trainmedic.watch.lightning_callback import TrainmedicCallback   # doctest: +SKIP
+>>> from trainmedic.live.lightning_callback import TrainmedicCallback   # doctest: +SKIP
 >>> trainer = lightning.Trainer(max_steps=1000,
 ...                             callbacks=[TrainmedicCallback(run_dir="runs/exp1")])
 >>> trainer.fit(module, train_loader, val_loader)
@@ -48,9 +48,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError, MissingExtraError
+from trainmedic.live.config import check_callback_kwargs
+from trainmedic.live.watcher import Watcher
 from trainmedic.run.names import resolve_names
-from trainmedic.watch.config import check_callback_kwargs
-from trainmedic.watch.watcher import Watcher
 
 if TYPE_CHECKING:
     import torch
@@ -68,7 +68,7 @@ def _callback_base() -> Any:
             return importlib.import_module(package).Callback
         except ImportError:
             continue
-    raise MissingExtraError("trainmedic.watch.lightning_callback needs Lightning (lightning or "
+    raise MissingExtraError("trainmedic.live.lightning_callback needs Lightning (lightning or "
                       "pytorch_lightning); install the extra: pip install 'trainmedic[lightning]'")
 
 

@@ -1,5 +1,5 @@
 """A run_dir that already holds a record: WatchConfig.if_exists (error, version, overwrite,
-resume), applied by trainmedic.watch.run_dir before the store opens."""
+resume), applied by trainmedic.live.run_dir before the store opens."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from trainmedic.errors import ConfigError
+from trainmedic.live import watch
+from trainmedic.live.run_dir import last_step
 from trainmedic.run.store import RunStore, StoreLockedError, read_store
-from trainmedic.watch import watch
-from trainmedic.watch.run_dir import last_step
 
 torch = pytest.importorskip("torch")
 
@@ -144,7 +144,7 @@ def test_overwrite_that_cannot_move_the_record_says_so(tmp_path: pathlib.Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from trainmedic.watch import run_dir as run_dir_mod
+    from trainmedic.live import run_dir as run_dir_mod
 
     _run(tmp_path, [1.0])
 

@@ -88,7 +88,7 @@ class _CollectiveCounter:
         self.pkg_dir = os.path.dirname(os.path.abspath(trainmedic.__file__)) + os.sep
         self.total: dict[str, int] = {}
         self.from_trainmedic: dict[str, int] = {}
-        assert "trainmedic.watch.watcher" not in sys.modules, "install before the watcher"
+        assert "trainmedic.live.watcher" not in sys.modules, "install before the watcher"
         import torch.distributed.distributed_c10d as c10d
 
         for name in COLLECTIVES:
@@ -149,7 +149,7 @@ def _model(arch: str, slow_forward: bool) -> torch.nn.Module:
 
 
 def _run_case(run_dir: pathlib.Path, case: str, rank: int) -> None:
-    from trainmedic.watch import watch
+    from trainmedic.live import watch
 
     slowed, arch = CASES[case]
     ddp = torch.nn.parallel.DistributedDataParallel(

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from trainmedic.errors import ConfigError  # noqa: E402
-from trainmedic.watch.layer_health import (  # noqa: E402
+from trainmedic.live.layer_health import (  # noqa: E402
     MIN_DEAD_SAMPLES,
     ROOT_NAME,
     STATS,
@@ -343,7 +343,7 @@ def test_cap_keeps_first_and_last_parametrized_layers_and_logs_once(
     for _ in range(30):
         layers += [nn.Linear(4, 4), nn.ReLU()]
     model = nn.Sequential(*layers, nn.Linear(4, 1), nn.Sigmoid())
-    with caplog.at_level(logging.INFO, logger="trainmedic.watch.layer_health"):
+    with caplog.at_level(logging.INFO, logger="trainmedic.live.layer_health"):
         lh = LayerHealth(model, every=1, max_modules=10)
     order = lh.module_order
     assert len(order) == 10 and "0" in order and "60" in order
@@ -388,8 +388,8 @@ def test_end_to_end_through_watch(tmp_path: Any, monkeypatch: pytest.MonkeyPatch
     """``watch(..., layer_every=N)``: stats on every N-th step in the store, read back and
     diagnosed; a ReLU layer with most units born dead is named."""
     from trainmedic.diagnose import diagnose
+    from trainmedic.live import watch
     from trainmedic.run.loader import load_paths
-    from trainmedic.watch import watch
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)

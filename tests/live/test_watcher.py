@@ -14,8 +14,8 @@ import pytest
 
 import trainmedic
 from trainmedic.errors import ConfigError
+from trainmedic.live import host_memory, watch
 from trainmedic.run.store import read_store
-from trainmedic.watch import host_memory, watch
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -258,7 +258,7 @@ def test_rows_are_batched_but_stored_in_step_order(tmp_path: pathlib.Path) -> No
 def test_importing_watch_does_not_import_torch() -> None:
     src = str(pathlib.Path(trainmedic.__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=src)
-    code = "import sys, trainmedic.watch\nassert 'torch' not in sys.modules\nprint('ok')"
+    code = "import sys, trainmedic.live\nassert 'torch' not in sys.modules\nprint('ok')"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
