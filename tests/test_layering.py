@@ -10,7 +10,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "trainmedic"
 #: Leaves anything may import, and the top-level facade (which lazily re-exports the parts).
-LEAVES = {"errors", "_version", "basis"}
+LEAVES = {"errors", "_version", "basis", "numbers"}
 TOP = "(top)"
 
 

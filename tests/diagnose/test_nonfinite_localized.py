@@ -50,13 +50,13 @@ def detect(run: Run) -> Any:
 
 def test_without_an_event_the_finding_reads_as_before() -> None:
     f = detect(nan_run())
-    assert f.summary == "loss became nan at step 120 and stayed non-finite (loss)"
+    assert f.summary == "loss became NaN at step 120 and stayed non-finite (loss)"
     assert [e.metric for e in f.evidence] == ["loss"]
 
 
 def test_a_forward_localization_names_the_module_and_is_measured_evidence() -> None:
     f = detect(with_event(nan_run(), 120, FORWARD))
-    assert f.summary.startswith("loss became nan at step 120 and stayed non-finite (loss); ")
+    assert f.summary.startswith("loss became NaN at step 120 and stayed non-finite (loss); ")
     assert f.summary.endswith(
         "the first non-finite value appeared in the output of `blocks.1.attn` (forward)")
     ev = f.evidence[1]

@@ -114,9 +114,9 @@ def test_wording() -> None:
     assert "could not be written" in exit_line("r", first_step=0, last_step=3, stored=False)
     assert progress_line(12, loss=2.31456, it_per_s=37.51, alerts=1) == \
         "trainmedic: step 12  loss 2.315  37.5 it/s  1 alert"
-    assert progress_line(0, loss=float("nan"), it_per_s=None) == "trainmedic: step 0  loss nan"
+    assert progress_line(0, loss=float("nan"), it_per_s=None) == "trainmedic: step 0  loss NaN"
     assert progress_line(3, loss=1.5e-5, it_per_s=12345.0) == \
-        "trainmedic: step 3  loss 1.500e-05  12345 it/s"
+        "trainmedic: step 3  loss 1.500e-5  12345 it/s"
 
 
 def test_emit_never_raises_on_a_broken_stderr(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,18 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainmedic.diagnose.stats import median
+from trainmedic.numbers import fmt_num
 from trainmedic.run.series import Run
 
 __all__ = ["Trace", "traces", "fmt"]
 
 
 def fmt(x: float | None) -> str:
-    """A number for a summary line: 4 significant digits, NaN/inf spelled out."""
-    if x is None:
-        return "n/a"
-    if not np.isfinite(x):
-        return str(x)
-    return f"{x:.4g}"
+    """A number for a summary line: :func:`trainmedic.numbers.fmt_num`, the one formatter."""
+    return fmt_num(x)
 
 
 @dataclass(frozen=True)

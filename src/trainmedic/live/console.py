@@ -16,6 +16,8 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from trainmedic.numbers import fmt_num
+
 __all__ = ["start_line", "exit_line", "progress_line", "emit", "LOGGER_NAME"]
 
 _PREFIX = "trainmedic:"
@@ -23,17 +25,6 @@ _PREFIX = "trainmedic:"
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def _num(x: float) -> str:
-    """A loss or rate with 4 significant digits, without an exponent for usual values."""
-    if x != x:  # NaN
-        return "nan"
-    if x in (float("inf"), float("-inf")):
-        return "inf" if x > 0 else "-inf"
-    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
-        return f"{x:.3e}"
-    return f"{x:.4g}"
 
 
 def start_line(run_dir: str, recorded: Sequence[str], *, note: str | None = None) -> str:
@@ -66,7 +57,7 @@ def progress_line(step: int, *, loss: float | None, it_per_s: float | None,
     """``trainmedic: step 1200  loss 2.314  37.5 it/s  1 alert``: one short line, redrawn."""
     parts = [f"{_PREFIX} step {step}"]
     if loss is not None:
-        parts.append(f"loss {_num(loss)}")
+        parts.append(f"loss {fmt_num(loss)}")
     if it_per_s is not None and it_per_s > 0:
         parts.append(f"{it_per_s:.3g} it/s" if it_per_s < 1000 else f"{it_per_s:.0f} it/s")
     if alerts:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainmedic.live.nan_guard import MAX_PARAM_NAMES, Localization, RngState
+from trainmedic.numbers import fmt_num
 
 if TYPE_CHECKING:
     import torch
@@ -63,10 +64,6 @@ def _tensors(obj: Any, depth: int = 0) -> Iterator[torch.Tensor]:
     elif depth < 6 and isinstance(obj, dict):
         for o in obj.values():
             yield from _tensors(o, depth + 1)
-
-
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3g}"
 
 
 def _show(name: str) -> str:
@@ -399,8 +396,8 @@ class Replay:
             c.name, "forward", self.step,
             f"output of {_show(c.name)} ({self._cls(c.name)}) became {_kind(out_nan, out_bad)} "
             f"({int(out_bad)} of {c.out.numel} values; first in forward order) while its "
-            f"inputs were finite (input abs-max {_fmt(in_max)}, parameter abs-max "
-            f"{_fmt(pmax)}){where_txt}",
+            f"inputs were finite (input abs-max {fmt_num(in_max)}, parameter abs-max "
+            f"{fmt_num(pmax)}){where_txt}",
             input_absmax=in_max, param_absmax=pmax, output_absmax=out_max, dtype=c.out.dtype)
 
     def _descends(self, k: _Call, c: _Call) -> bool:
@@ -418,7 +415,7 @@ class Replay:
         roots = self._root_calls()
         out_max = max((m for c in roots if (m := self._summary(c.out)[1]) is not None),
                       default=None)
-        seen = (f"the model's output was finite (abs-max {_fmt(out_max)})" if roots else
+        seen = (f"the model's output was finite (abs-max {fmt_num(out_max)})" if roots else
                 "no module of the model ran in the replay")
         return Localization(
             None, "loss", self.step,
@@ -485,10 +482,10 @@ class Replay:
         return Localization(
             c.name, "backward", self.step,
             f"{_show(c.name)} ({self._cls(c.name)}) received a finite gradient for its output "
-            f"(abs-max {_fmt(out_g)}) and produced a non-finite gradient for its {target} "
+            f"(abs-max {fmt_num(out_g)}) and produced a non-finite gradient for its {target} "
             f"({int(row[0])} {_kind(row[2], row[0])} of {g.numel} values; first in backward "
             "order); forward "
-            f"input abs-max {_fmt(in_max)}, output abs-max {_fmt(out_max)}",
+            f"input abs-max {fmt_num(in_max)}, output abs-max {fmt_num(out_max)}",
             input_absmax=in_max, param_absmax=pmax, output_absmax=out_max,
             dtype=c.out.dtype)
 

@@ -22,6 +22,7 @@ from trainmedic.diagnose.finding import (
     Finding,
     Intervention,
 )
+from trainmedic.numbers import fmt_num
 from trainmedic.run.names import CANONICAL
 from trainmedic.run.series import ImportNote, Run
 
@@ -47,30 +48,6 @@ BASIS_WORDS: dict[str, str] = {
     "estimated": "estimated",
     "not_checked": "not checked",
 }
-
-
-def fmt_num(x: float | int | None) -> str:
-    """A number for humans: ``NaN``/``inf`` spelled out, 4 significant digits, exponent when
-    the magnitude is outside [1e-3, 1e5)."""
-    if x is None:
-        return "n/a"
-    if isinstance(x, bool):
-        return str(x)
-    if isinstance(x, int):
-        return f"{x:,}" if abs(x) >= 10_000 else str(x)
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x == 0:
-        return "0"
-    ax = abs(x)
-    if ax >= 1e5 or ax < 1e-3:
-        return f"{x:.3g}" if ax >= 1e5 else f"{x:.3e}".replace("e-0", "e-")
-    if ax >= 1e3:
-        # 1999.5 must not read as 2000: keep one decimal in this range.
-        return f"{x:.1f}".removesuffix(".0")
-    return f"{x:.4g}"
 
 
 def fmt_step(step: int | None) -> str:
