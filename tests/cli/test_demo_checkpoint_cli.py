@@ -168,8 +168,9 @@ def test_after_a_divergence_resume_starts_before_it(tmp_path: pathlib.Path,
     from trainmedic.diagnose.onset import divergence_onset
 
     out = tmp_path / "run"
+    # seed 3: its climb starts after the first checkpoint (step 5), as the test needs
     main(["demo", "--fault", "diverge", "--steps", "40", "--checkpoint-every", "5",
-          "--out", str(out), "--json"])
+          "--seed", "3", "--out", str(out), "--json"])
     onset = divergence_onset(out)
     assert onset is not None and 5 < onset < 35
     kept = committed(out / "checkpoints")
@@ -178,7 +179,7 @@ def test_after_a_divergence_resume_starts_before_it(tmp_path: pathlib.Path,
     assert len(kept) == 4 and len(before) == 1
     capsys.readouterr()
     main(["demo", "--fault", "diverge", "--steps", "40", "--checkpoint-every", "5",
-          "--out", str(out), "--resume", "--json"])
+          "--seed", "3", "--out", str(out), "--resume", "--json"])
     assert f"resuming from {out / 'checkpoints' / before[0]}" in capsys.readouterr().err
     steps, _ = losses(out)
     # the store holds the first run, then the resumed one from that step on

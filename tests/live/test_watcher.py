@@ -292,3 +292,26 @@ def test_cuda_step_does_not_sync(tmp_path: pathlib.Path) -> None:
     assert len(run.get("step_time_s")) == 24  # type: ignore[arg-type]  # CUDA events: pairs
     assert len(run.get("update_ratio")) == 5  # type: ignore[arg-type]
     assert any(m.startswith("layer/") for m in run.metrics())
+
+
+def test_lr_is_the_one_the_step_used_when_the_scheduler_moves_first(
+        tmp_path: pathlib.Path) -> None:
+    # optimizer.step(); scheduler.step(); w.step(loss): the lr in the optimizer is already
+    # the next step's by the time w.step runs; the step's own is recorded
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.1 * (s + 1))
+    x, y = torch.randn(16, 8), torch.randn(16, 1)
+    used = []
+    with watch(model, opt, run_dir=tmp_path) as w:
+        for _ in range(5):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            used.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+            w.step(loss, batch_size=16)
+    lr = read_store(tmp_path / "metrics.sqlite").get("lr")
+    assert lr is not None
+    np.testing.assert_allclose(lr.values, used)

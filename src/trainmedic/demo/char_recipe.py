@@ -26,12 +26,12 @@ from trainmedic.demo.model import CharTransformer
 from trainmedic.errors import ConfigError
 from trainmedic.recipe.recipe import PRECISIONS, Recipe
 
-__all__ = ["recipe", "CharWindows", "encoded_corpus"]
+__all__ = ["recipe", "CharWindows", "encoded_corpus", "next_char_loss", "OPTIMIZERS",
+           "SCHEDULES"]
 
 
 def encoded_corpus() -> tuple[torch.Tensor, int]:
-    """The shipped corpus as int64 character ids, and the vocabulary size (sorted characters,
-    as ``run_demo`` uses them)."""
+    """The shipped corpus as int64 character ids, and the vocabulary size (sorted characters)."""
     text = load_corpus()
     vocab = sorted(set(text))
     index = {ch: i for i, ch in enumerate(vocab)}
@@ -40,14 +40,17 @@ def encoded_corpus() -> tuple[torch.Tensor, int]:
 
 class CharWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """Window ``i`` of ``context_len`` characters (and the next-character targets) starts at
-    ``i * context_len`` plus a random offset in ``[0, jitter]``, drawn from torch's global RNG
-    (in a worker: the one torch seeds ``base_seed + worker_id``)."""
+    ``i * stride`` (default ``context_len``: windows side by side) plus a random offset in
+    ``[0, jitter]``, drawn from torch's global RNG (in a worker: the one torch seeds
+    ``base_seed + worker_id``)."""
 
-    def __init__(self, ids: torch.Tensor, context_len: int, jitter: int) -> None:
+    def __init__(self, ids: torch.Tensor, context_len: int, jitter: int,
+                 stride: int | None = None) -> None:
         self.ids = ids
         self.context_len = context_len
         self.jitter = jitter
-        self.n = (len(ids) - context_len - 1 - jitter) // context_len + 1
+        self.stride = stride or context_len
+        self.n = (len(ids) - context_len - 1 - jitter) // self.stride + 1
         if self.n < 1:
             raise ConfigError(f"train_chars: {len(ids)} characters hold no window of "
                               f"{context_len} + {jitter} jitter; give more")
@@ -57,22 +60,24 @@ class CharWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         off = int(torch.randint(0, self.jitter + 1, ())) if self.jitter else 0
-        s = i * self.context_len + off
+        s = i * self.stride + off
         return self.ids[s:s + self.context_len], self.ids[s + 1:s + self.context_len + 1]
 
 
-def _next_char_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+def next_char_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
     x, y = batch
     logits = model(x)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
-def _lr_factor(step: int, *, steps: int) -> float:
-    """Linear warm-up over 10 % of the steps (at least 5), then cosine down to 10 %: the
-    demo's own schedule (``trainmedic.demo.runner``), as a multiplier of the peak."""
+def _lr_factor(step: int, *, steps: int, decay: bool = True) -> float:
+    """Linear warm-up over 10 % of the steps (at least 5), then cosine down to 10 % (or held
+    at the peak when ``decay`` is off), as a multiplier of the peak."""
     warm = max(5, steps // 10)
     if step < warm:
         return (step + 1) / warm
+    if not decay:
+        return 1.0
     progress = (step - warm) / max(1, steps - warm)
     return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
@@ -83,17 +88,27 @@ def _int(name: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
+#: ``optimizer`` values: AdamW (the boring default), or SGD with momentum.
+OPTIMIZERS = ("adamw", "sgd")
+#: ``schedule`` values: warm-up then cosine to 10 %, or warm-up then held at the peak.
+SCHEDULES = ("cosine", "hold")
+
+
 def recipe(*, steps: int = 200, seed: int = 0, num_workers: int = 0, dropout: float = 0.1,
            batch_size: int = 16, context_len: int = 64, lr: float = 3e-3,
            weight_decay: float = 0.01, grad_accum: int = 1, precision: str = "fp32",
            max_grad_norm: float | None = 1.0, train_chars: int | None = None, jitter: int = 8,
-           loader_generator: bool = True) -> Recipe:
+           loader_generator: bool = True, optimizer: str = "adamw", momentum: float = 0.9,
+           schedule: str = "cosine", stride: int | None = None) -> Recipe:
     """The demo's char transformer as a :class:`~trainmedic.Recipe`.
 
     ``steps`` sizes the LR schedule (the runner is told how many steps to run);
     ``train_chars`` keeps only the first characters of the training split (small epochs, for
     tests that cross epoch boundaries); ``loader_generator`` False leaves the loader without
     a generator of its own, so it draws its permutation from the global torch RNG.
+    ``optimizer`` (``OPTIMIZERS``; ``momentum`` for SGD), ``schedule`` (``SCHEDULES``) and
+    ``stride`` (between window starts; default ``context_len``) are what the demo's faults
+    change.
     """
     _int("steps", steps, 1, 10**9)
     _int("seed", seed, 0, 2**63 - 1)
@@ -107,6 +122,13 @@ def recipe(*, steps: int = 200, seed: int = 0, num_workers: int = 0, dropout: fl
         raise ConfigError(f"dropout must be a number in [0, 1), got {dropout!r}")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < 10:
         raise ConfigError(f"lr must be a number in (0, 10), got {lr!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got "
+                          f"{optimizer!r}")
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if stride is not None:
+        _int("stride", stride, 1, context_len)
     if precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got "
                           f"{precision!r}")
@@ -120,18 +142,22 @@ def recipe(*, steps: int = 200, seed: int = 0, num_workers: int = 0, dropout: fl
         "num_workers": num_workers, "dropout": dropout, "batch_size": batch_size,
         "context_len": context_len, "lr": lr, "weight_decay": weight_decay,
         "grad_accum": grad_accum, "precision": precision, "max_grad_norm": max_grad_norm,
-        "train_chars": train_chars, "jitter": jitter, "loader_generator": loader_generator}
+        "train_chars": train_chars, "jitter": jitter, "loader_generator": loader_generator,
+        "optimizer": optimizer, "momentum": momentum, "schedule": schedule, "stride": stride}
 
     torch.manual_seed(seed)
     model = CharTransformer(vocab_size, context_len=context_len, dropout=float(dropout))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt: torch.optim.Optimizer = (
+        torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        if optimizer == "adamw" else
+        torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, functools.partial(_lr_factor, steps=steps))
+        opt, functools.partial(_lr_factor, steps=steps, decay=schedule == "cosine"))
     scaler = torch.amp.GradScaler("cpu") if precision == "fp16-mixed" else None
     generator = torch.Generator().manual_seed(seed) if loader_generator else None
-    data = DataLoader(CharWindows(train, context_len, jitter), batch_size=batch_size,
+    data = DataLoader(CharWindows(train, context_len, jitter, stride), batch_size=batch_size,
                       shuffle=True, drop_last=True, num_workers=num_workers,
                       generator=generator)
-    return Recipe(model=model, optimizer=optimizer, loss_fn=_next_char_loss, data=data,
+    return Recipe(model=model, optimizer=opt, loss_fn=next_char_loss, data=data,
                   scheduler=scheduler, scaler=scaler, precision=precision,
                   grad_accum=grad_accum, max_grad_norm=max_grad_norm, config=config, seed=seed)

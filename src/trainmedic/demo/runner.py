@@ -1,83 +1,54 @@
 """``trainmedic demo``: train the tiny character transformer on CPU, with one fault injected.
 
-Every fault is produced by the training itself, never by editing recorded numbers; the
-watcher records what happened into the run store exactly as it would for a user's loop.
+The demo is the demo recipe (``trainmedic.demo.char_recipe.recipe``) run by
+:class:`~trainmedic.recipe.runner.RecipeRunner` under the watcher: the product's one training
+loop. A fault (``trainmedic.demo.faults``: the registry and what each one does) changes the
+recipe, the batches or the step, never the recorded numbers; the watcher records what
+happened into the run store exactly as it would for a user's loop.
 
-=========  ================================================================================
-fault      mechanism
-=========  ================================================================================
-none       AdamW, linear warm-up then cosine decay to 10 %, peak lr 3e-3: the boring default
-diverge    SGD with momentum 0.9 at lr 1.0, warmed up over 10 % of the steps, then held: the
-           weights grow geometrically, the loss climbs from step ~10 and overflows to inf/NaN
-           about step 23; the watcher's NaN guard drops every non-finite update and replays the
-           first ones to name the module where the first non-finite value appeared
-spike      three poisoned batches late in the run (corrupt labels: ordinary text in, one
-           rare character as every label, a different one each time); the loss jumps ~3.5x
-           and is back to normal the next step
-flat       the optimizer holds a stale deep copy of the model's parameters (built before the
-           model was re-created), so every step updates the copy and the model never learns
-overfit    the training set is 0.4 % of the corpus (~430 characters): the model memorizes it
-           and the validation loss turns up while the training loss keeps falling
-stall      the data loader sleeps 20 ms per batch (a slow disk / decode stand-in), so the
-           loop waits for data most of each step
-leak       the loop keeps every step's logits and probabilities (still attached to their
-           autograd graph) "for an end-of-epoch metric", and a copy of the weights every step
-           "to pick the best one at the end", in lists never cleared: resident memory grows by
-           ~0.9 MB a step
-=========  ================================================================================
-
-Checkpoints (``checkpoint_every``, ``resume``): the model and optimizer through
-``CheckpointManager`` under ``<run_dir>/checkpoints``, and the training state of
-``trainmedic.checkpoint.training_state`` (step, the global RNG streams and, in ``extra``, the
-state of the generator the batches are drawn from), so a resumed demo draws the very batches
-the uninterrupted one would and records the same losses. The learning rate is a function of
-the step, so there is no scheduler state. SIGTERM / SIGUSR1 save at the next step boundary and
-stop the run (:class:`~trainmedic.checkpoint.preemption.Preempted`); touching
+Checkpoints (``checkpoint_every``, ``resume``) are the runner's: model, optimizer, schedule and
+the training state (step, the RNG streams, the data loader's position) through
+``CheckpointManager`` under ``<run_dir>/checkpoints``, so a resumed demo draws the very batches
+the uninterrupted one would and records the same losses. SIGTERM / SIGUSR1 save at the next
+step boundary and stop the run (:class:`~trainmedic.checkpoint.preemption.Preempted`); touching
 ``<run_dir>/checkpoints/SAVE_NOW`` saves and goes on. The ``flat`` fault's stale copy (the
-one its optimizer steps) is not saved: a resumed ``flat`` run starts the copy over.
+one its optimizer steps) is the optimizer's: a resumed ``flat`` run carries it on.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import functools
 import gc
 import logging
-import math
 import pathlib
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainmedic.demo.faults import FAULTS, get_fault
 from trainmedic.errors import ConfigError
 from trainmedic.run.store import remove_store
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from trainmedic.checkpoint.preemption import Preempted
 
 __all__ = ["DemoConfig", "FAULTS", "DEFAULT_STEPS", "run_demo"]
 
 logger = logging.getLogger(__name__)
 
-#: Every fault ``trainmedic demo --fault`` accepts, ``none`` first.
-FAULTS: tuple[str, ...] = ("none", "diverge", "spike", "flat", "overfit", "stall", "leak")
-
 #: Steps per demo when not given: long enough for every detector to see its fault clearly.
 DEFAULT_STEPS = 200
 
-_PEAK_LR = 3e-3
-_DIVERGE_LR = 1.0
-_DIVERGE_MOMENTUM = 0.9
 #: Per-layer health every this many steps: the demo shows the full watcher.
 _LAYER_EVERY = 25
-_STALL_SLEEP_S = 0.020
-_OVERFIT_TRAIN_FRACTION = 0.004
-_SPIKE_AT = (0.55, 0.7, 0.85)
+#: The peak lr of the healthy demo (AdamW); the diverge fault sets its own.
+_PEAK_LR = 3e-3
+#: The 64 held-out windows ``val_loss`` is taken on (the same ones every run).
+_VAL_WINDOWS = 64
+_VAL_SEED = 12345
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -172,18 +143,6 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
         raise ConfigError(f"{name} must be between {lo} and {hi}, got {value}")
 
 
-def _lr_at(step: int, steps: int, peak: float, *, decay: bool = True) -> float:
-    """Linear warm-up over 10 % of the run (at least 5 steps), then cosine down to 10 %
-    (or held at ``peak`` when ``decay`` is off)."""
-    warm = max(5, steps // 10)
-    if step < warm:
-        return peak * (step + 1) / warm
-    if not decay:
-        return peak
-    progress = (step - warm) / max(1, steps - warm)
-    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
-
-
 def trusted_before(run_dir: Path) -> Callable[[], int | None]:
     """What the demo's checkpoint manager calls to know from which step checkpoints hold a
     broken model: the divergence onset ``trainmedic diagnose`` finds in the demo's run."""
@@ -219,32 +178,31 @@ def _return_freed_memory() -> None:
         pass
 
 
-def _save(manager: Any, model: Any, optimizer: Any, gen: Any, step: int, batch: int,
-          context: int) -> pathlib.Path:
-    """A checkpoint at the boundary after ``step`` steps: weights, optimizer, counters, RNG,
-    and the batch generator's state (the demo's data position)."""
-    from trainmedic.checkpoint import training_state
+def _recipe(cfg: DemoConfig) -> Any:
+    """The demo recipe with the fault's changes: no dropout and no clipping (the demo shows
+    what a plain loop does), 8 characters of window jitter."""
+    from trainmedic.demo.char_recipe import recipe
 
-    loop = training_state.LoopState(step=step, samples_seen=step * batch,
-                                    tokens_seen=step * batch * context)
-    train = training_state.capture(loop, config_hash=None,
-                                   extra={"batch_generator": gen.get_state()})
-    path: pathlib.Path = manager.save(step, {"model": model, "optimizer": optimizer,
-                                             "train": train})
-    return path
+    fault = get_fault(cfg.fault)
+    settings: dict[str, Any] = {"steps": cfg.steps, "seed": cfg.seed, "dropout": 0.0,
+                                "batch_size": cfg.batch_size, "context_len": cfg.context_len,
+                                "lr": _PEAK_LR, "max_grad_norm": None}
+    settings.update(fault.overrides(cfg.steps))
+    return fault.adapt(recipe(**settings))
 
 
-def _resume(manager: Any, model: Any, optimizer: Any, gen: Any, force: bool) -> int:
-    """Load the latest good checkpoint into the model, optimizer, RNG and batch generator;
-    return its step."""
-    from trainmedic.checkpoint import training_state
+def _val_windows(context_len: int) -> tuple[Any, Any]:
+    """The fixed held-out windows (inputs, next-character targets) of ``val_loss``."""
+    import torch
 
-    loaded = manager.load({"model": model, "optimizer": optimizer}, force=force)
-    loop = training_state.LoopState()
-    training_state.restore(loaded.train, loop)
-    gen.set_state(loaded.train["extra"]["batch_generator"])
-    logger.info("demo resumed from %s at step %d", loaded.path, loop.step)
-    return loop.step
+    from trainmedic.demo.char_recipe import encoded_corpus
+
+    ids, _ = encoded_corpus()
+    val = ids[-(len(ids) // 10):]
+    starts = torch.randint(0, len(val) - context_len - 1, (_VAL_WINDOWS,),
+                           generator=torch.Generator().manual_seed(_VAL_SEED))
+    return (torch.stack([val[s:s + context_len] for s in starts]),
+            torch.stack([val[s + 1:s + context_len + 1] for s in starts]))
 
 
 def run_demo(config: DemoConfig, *,
@@ -255,14 +213,12 @@ def run_demo(config: DemoConfig, *,
     SIGUSR1 saves at the next step boundary and raises
     :class:`~trainmedic.checkpoint.preemption.Preempted` once the store is closed.
     """
-    import numpy as np
     import torch
-    import torch.nn.functional as F
 
     from trainmedic.checkpoint.preemption import Preempted, PreemptionWatch
-    from trainmedic.demo.corpus import load_corpus
-    from trainmedic.demo.model import CharTransformer
+    from trainmedic.demo.char_recipe import next_char_loss
     from trainmedic.live import watch
+    from trainmedic.recipe.runner import RecipeRunner
 
     cfg = config
     run_dir = cfg.run_dir
@@ -281,128 +237,61 @@ def run_demo(config: DemoConfig, *,
     threads_before = torch.get_num_threads()
     torch.set_num_threads(cfg.num_threads or 1)
     try:
-        text = load_corpus()
-        vocab = sorted(set(text))
-        ids = np.frombuffer(text.encode("latin-1", "replace"), dtype=np.uint8)
-        lut = np.zeros(256, dtype=np.int64)
-        for i, ch in enumerate(vocab):
-            lut[ord(ch) if ord(ch) < 256 else ord("?")] = i
-        data = torch.from_numpy(lut[ids])
-        n_val = len(data) // 10
-        train, val = data[:-n_val], data[-n_val:]
-        if cfg.fault == "overfit":
-            train = train[: max(cfg.context_len * 4, int(len(train) * _OVERFIT_TRAIN_FRACTION))]
-        T, B = cfg.context_len, cfg.batch_size
-        if len(train) <= T + 1:
-            raise ConfigError(f"context_len {T} is longer than the training text")
-
-        gen = torch.Generator().manual_seed(cfg.seed)
-        torch.manual_seed(cfg.seed)
-        model = CharTransformer(len(vocab), context_len=T)
-        peak = _DIVERGE_LR if cfg.fault == "diverge" else _PEAK_LR
-        optimizer: torch.optim.Optimizer
-        if cfg.fault == "flat":
-            # The bug: an optimizer built over a copy made before the "real" model was set up
-            # (e.g. before loading weights or moving devices); it steps the copy only.
-            stale = copy.deepcopy(model)
-            optimizer = torch.optim.AdamW(stale.parameters(), lr=peak, weight_decay=0.01)
-        elif cfg.fault == "diverge":
-            # Plain SGD with momentum at a rate it cannot take: unlike Adam, whose step size
-            # is bounded by the lr, nothing stops the weights growing geometrically.
-            optimizer = torch.optim.SGD(model.parameters(), lr=peak,
-                                        momentum=_DIVERGE_MOMENTUM)
-        else:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
-        start = 0
-        if resuming:
-            start = _resume(manager, model, optimizer, gen, cfg.force)
-
-        val_gen = torch.Generator().manual_seed(12345)
-        val_starts = torch.randint(0, len(val) - T - 1, (64,), generator=val_gen)
-        val_x = torch.stack([val[s:s + T] for s in val_starts])
-        val_y = torch.stack([val[s + 1:s + T + 1] for s in val_starts])
-        rare_chars = torch.bincount(train, minlength=len(vocab)).argsort().tolist()
-        spike_steps = {int(f * cfg.steps) for f in _SPIKE_AT} if cfg.fault == "spike" else set()
-
-        def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            for step in range(start, cfg.steps):
-                if cfg.fault == "stall":
-                    time.sleep(_STALL_SLEEP_S)  # the slow loader: real wall time, measured
-                starts = torch.randint(0, len(train) - T - 1, (B,), generator=gen)
-                x = torch.stack([train[s:s + T] for s in starts])
-                y = torch.stack([train[s + 1:s + T + 1] for s in starts])
-                if step in spike_steps:
-                    # A corrupt batch: the labels are one junk (rare) character throughout.
-                    junk = rare_chars[len(spike_steps & set(range(step)))]
-                    y = torch.full_like(y, junk)
-                yield x, y
+        recipe = _recipe(cfg)
+        model = recipe.model
+        val_x, val_y = _val_windows(cfg.context_len)
 
         def evaluate() -> float:
             model.eval()
             with torch.no_grad():
-                logits = model(val_x)
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), val_y.reshape(-1))
+                loss = next_char_loss(model, (val_x, val_y))
             model.train()
             return float(loss)
 
-        kept_for_metric: list[torch.Tensor] = []  # the leak's list
+        B, T = cfg.batch_size, cfg.context_len
         meta = {"demo_fault": cfg.fault, "demo_seed": cfg.seed, "demo_steps": cfg.steps,
                 "model": "CharTransformer(d_model=64, n_layers=2)",
-                "batch_size": B, "context_len": T, "peak_lr": peak,
-                "optimizer": type(optimizer).__name__,
+                "batch_size": B, "context_len": T,
+                "peak_lr": recipe.optimizer.defaults["lr"],
+                "optimizer": type(recipe.optimizer).__name__,
                 "config": {k: str(v) for k, v in dataclasses.asdict(cfg).items()}}
-
-        def batch_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            logits = model(x)
-            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-
-        preempted: Preempted | None = None
         with contextlib.ExitStack() as stack:
             preemption = None
             if manager is not None and cfg.checkpoint_every is not None:
                 preemption = stack.enter_context(
                     PreemptionWatch(flag_file=cfg.checkpoint_dir / "SAVE_NOW"))
+            runner = RecipeRunner(recipe, manager=manager, save_every=cfg.checkpoint_every,
+                                  preemption=preemption, force=cfg.force)
+            if resuming:
+                runner.resume()
             # The demo command draws its own progress and says where the run went: the
             # watcher's start/exit lines and progress line would say it twice.
-            w = stack.enter_context(watch(model, optimizer, run_dir=run_dir, meta=meta,
+            w = stack.enter_context(watch(model, recipe.optimizer, run_dir=run_dir, meta=meta,
                                           layer_every=_LAYER_EVERY, nan_policy="skip",
-                                          start_step=start, announce=False, progress=False))
-            for step, (x, y) in enumerate(w.wrap_loader(batches()), start=start):
-                for group in optimizer.param_groups:
-                    group["lr"] = _lr_at(step, cfg.steps, peak, decay=cfg.fault != "diverge")
-                model.zero_grad(set_to_none=True)
-                logits = model(x)
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-                loss.backward()
-                optimizer.step()
-                if cfg.fault == "leak":
-                    # "for an end-of-epoch calibration metric": graph and all, never cleared
-                    kept_for_metric.extend((logits, logits.softmax(-1)))
-                    # "to pick the best weights at the end": a full copy every step
-                    kept_for_metric.extend(p.detach().clone() for p in model.parameters())
+                                          start_step=runner.loop.step, announce=False,
+                                          progress=False))
+            runner.fetch_batch = get_fault(cfg.fault).fetch(runner, w.fetch_batch, cfg.steps)
+            drawn: list[Any] = [None]
+
+            def on_batch(batch: Any) -> None:
+                drawn[0] = batch
+
+            def on_step(done: int, loss: Any) -> None:
                 # replay: the NaN guard reruns this batch, only on a non-finite step.
                 w.step(loss, batch_size=B, tokens=B * T,
-                       replay=functools.partial(batch_loss, x, y))
-                if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+                       replay=functools.partial(recipe.loss_fn, model, drawn[0]))
+                if done % cfg.eval_every == 0 or done == cfg.steps:
                     w.log({"val_loss": evaluate()})
                 if progress is not None:
-                    progress(step + 1, cfg.steps)
-                if manager is None:
-                    continue
-                request = preemption.poll() if preemption is not None else None
-                due = cfg.checkpoint_every is not None and (step + 1) % cfg.checkpoint_every == 0
-                if due or request is not None:
-                    path = _save(manager, model, optimizer, gen, step + 1, B, T)
-                    if request == "save" and preemption is not None:
-                        preemption.clear_save_request()
-                    if request == "stop" and preemption is not None:
-                        preempted = Preempted(step + 1, path, preemption.signal_received)
-                        break
-        del kept_for_metric
+                    progress(done, cfg.steps)
+
+            runner.on_batch, runner.on_step = on_batch, on_step
+            result = runner.run(cfg.steps)
+            drawn.clear()
         if manager is not None:
             manager.wait()
-        if preempted is not None:
-            raise preempted
+        if result.preempted:
+            raise Preempted(result.step, result.saved[-1], result.signal)
     finally:
         torch.set_num_threads(threads_before)
     return run_dir

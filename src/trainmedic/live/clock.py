@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from trainmedic.live.watcher import Watcher
 
-__all__ = ["ForwardClock", "TimedLoader", "EventPair", "elapsed_s"]
+__all__ = ["ForwardClock", "TimedLoader", "CallIterator", "EventPair", "elapsed_s"]
 
 T = TypeVar("T")
 
@@ -135,3 +135,14 @@ class TimedLoader(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._iterable)  # type: ignore[arg-type]
+
+
+class CallIterator(Iterator[T]):
+    """An iterator whose ``next()`` calls ``get``: one batch per call
+    (``Watcher.fetch_batch`` times a loop that draws its batches by calling)."""
+
+    def __init__(self, get: Callable[[], T]) -> None:
+        self._get = get
+
+    def __next__(self) -> T:
+        return self._get()

@@ -12,18 +12,13 @@
 ...             break
 ...     w.log({"val_loss": evaluate(model)})     # any other metric, at the current step
 
-What is recorded and how each is measured: docs/tour.md ("In your loop") and the fields of
-:class:`~trainmedic.live.config.WatchConfig`. In brief: loss, lr, the global grad norm (in
-an optimizer step pre-hook, after backward and any clipping), step and data time, forward time
-with several ranks, memory, throughput, and the GradScaler's loss scale.
-
-No host-device sync per step: values that live on a GPU stay there and are fetched together
-every ``fetch_every`` steps with one ``tolist()``. The only exception is ``nan_policy="skip"``
-or ``"raise"`` on an accelerator, which reads one flag per step (it must know before
-``optimizer.step()`` whether to drop the update); the default there is ``"record"``.
-On CPU, rows reach the store (and the live alerts) in batches of up to 32 steps or half
-``flush_interval_s``; :meth:`Watcher.flush` hands over everything at once.
-See :class:`~trainmedic.live.config.WatchConfig` for every option.
+What is recorded and how (docs/tour.md, "In your loop"; every option is a field of
+:class:`~trainmedic.live.config.WatchConfig`): loss, lr, the global grad norm (in an optimizer
+pre-step hook), step and data time, forward time with several ranks, memory, throughput and
+the loss scale. No host-device sync per step: GPU values are fetched every ``fetch_every``
+steps with one ``tolist()``, except the one flag per step ``nan_policy="skip"``/``"raise"``
+reads on an accelerator (default there: ``"record"``). On CPU, rows reach the store and the
+alerts in batches of up to 32 steps or half ``flush_interval_s`` (:meth:`Watcher.flush`).
 """
 
 from __future__ import annotations
@@ -37,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainmedic.errors import ConfigError
 from trainmedic.live.announce import Announcer, recorded_summary
-from trainmedic.live.clock import ForwardClock, TimedLoader
+from trainmedic.live.clock import CallIterator, ForwardClock, TimedLoader
 from trainmedic.live.config import WatchConfig
 from trainmedic.live.host_memory import RssSampler, rss_mb
 from trainmedic.live.inputs import check_loss, check_optimizer_params, trainable_params
@@ -163,6 +158,7 @@ class Watcher:
         self._t_last = time.perf_counter()
         self._t_request: float | None = None
         self._grad_norm_now: torch.Tensor | float | None = None
+        self._lr_now: Any = None  # the lr optimizer.step() used (a scheduler may move it after)
         # A norm already taken this step (by clip_grad_norm_(), or an integration's callback
         # before the framework clips): the pre-step hook uses it instead of reading every
         # gradient again. _norm_in_hook=False: the hook takes none (Lightning's callback,
@@ -251,15 +247,15 @@ class Watcher:
 
     def wrap_loader(self, iterable: Iterable[T]) -> TimedLoader[T]:
         """Iterate ``iterable`` through this to record ``data_time_s`` per step. Without the
-        forward clock, the NaN guard then reads the RNG state a replay needs (for dropout) as
-        each batch arrives, not in a forward pre-hook: exact unless the loop draws random
-        numbers between batch and forward. A step without a batch from here restores the hook."""
-        clock = self._forward
-        if clock is not None and not clock.timed and not self._closed:
-            clock.remove()
-            self._forward = None
-            self._rng_at_batch = True
+        forward clock, the NaN guard then reads the RNG state a replay needs (for dropout) as each
+        batch arrives: exact unless the loop draws random numbers between batch and forward."""
+        self._rng_from_batches()
         return TimedLoader(iterable, self)
+
+    def _rng_from_batches(self) -> None:
+        if self._forward is not None and not self._forward.timed and not self._closed:
+            self._forward.remove()
+            self._forward, self._rng_at_batch = None, True
 
     def clip_grad_norm_(self, max_norm: float, *, foreach: bool | None = None) -> Any:
         """``torch.nn.utils.clip_grad_norm_`` over the watched parameters (call it where the
@@ -344,8 +340,7 @@ class Watcher:
         # The common CPU step: every value is a host float now. The row is kept as a tuple
         # and built, stored and fed to the live alerts in a batch (Recorder.hold): run once
         # per step on cold caches, that Python costs more than reading the values.
-        opt = self.optimizer
-        lr = opt.param_groups[0].get("lr") if opt is not None and opt.param_groups else None
+        lr, self._lr_now = (self._lr() if self._lr_now is None else self._lr_now), None
         if lr is not None and type(lr) is not float:
             lr = float(lr)
         rec = self._rec
@@ -386,7 +381,7 @@ class Watcher:
                 device["compute_time_s"] = fwd
             else:
                 host["compute_time_s"] = fwd
-        lr = self._lr()
+        lr, self._lr_now = (self._lr() if self._lr_now is None else self._lr_now), None
         if lr is not None:
             if isinstance(lr, torch.Tensor) and rec.defers(lr):
                 device["lr"] = lr.detach().reshape(())
@@ -503,6 +498,11 @@ class Watcher:
         if self._t_request is None:
             self._t_request = t
 
+    def fetch_batch(self, get: Callable[[], T]) -> T:
+        """``get()`` a batch through the data clock (``RecipeRunner.fetch_batch = this``)."""
+        self._rng_from_batches()
+        return self._next_batch(CallIterator(get))
+
     def _next_batch(self, it: Iterator[T]) -> T:
         """The wrapped loader's next batch: the wait is charged to the current step (which
         starts at its first request), and the guard's RNG state read when it arrives."""
@@ -530,17 +530,17 @@ class Watcher:
             self._forward = ForwardClock(self.model, cuda=self._cuda, timed=False,
                                          on_forward_start=self._guard.capture_rng)
 
-    def _lr(self) -> Any:
-        if self.optimizer is None or not self.optimizer.param_groups:
-            return None
-        return self.optimizer.param_groups[0].get("lr")
+    def _lr(self) -> Any:  # a tensor lr copied: a scheduler may change it in place after
+        groups = self.optimizer.param_groups if self.optimizer is not None else None
+        lr: Any = groups[0].get("lr") if groups else None
+        return lr.detach().clone() if hasattr(lr, "detach") else lr
 
     def _on_pre_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # After backward (and after any clipping), before the update changes anything; the
         # pre-clip norm when clip_grad_norm_() took one this step.
         gn = self._clip_norm if self._clip_norm is not None else (
             self._grad_norm() if self._norm_in_hook else None)
-        self._grad_norm_now = gn
+        self._grad_norm_now, self._lr_now = gn, self._lr()
         if self._layers_armed:
             self._layers.on_grads()
         if self._guard.check_grads(gn, self._torch, self._params, self.optimizer):

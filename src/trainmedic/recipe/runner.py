@@ -140,6 +140,10 @@ class RecipeRunner:
         self.on_batch: Callable[[Any], None] | None = None
         #: Called after every optimizer step with (steps done, the step's loss tensor).
         self.on_step: Callable[[int, Any], None] | None = None
+        #: Draws each training micro-batch: called with the function that takes the next one
+        #: from the loader (``fetch_batch(next_batch) -> batch``), so a watcher can time the
+        #: wait (``Watcher.fetch_batch``). Batches a resume replays do not go through it.
+        self.fetch_batch: Callable[[Callable[[], Any]], Any] | None = None
         self._started = False
 
     # -- state ---------------------------------------------------------------------------------
@@ -223,7 +227,8 @@ class RecipeRunner:
         model, opt, scaler = r.model, r.optimizer, r.scaler
         total: torch.Tensor | None = None
         for micro in range(r.grad_accum):
-            batch = self.position.next_batch()
+            batch = self.position.next_batch() if self.fetch_batch is None \
+                else self.fetch_batch(self.position.next_batch)
             samples, tokens = batch_size_of(batch)
             self.loop.samples_seen += samples
             self.loop.tokens_seen += tokens
