@@ -2,7 +2,8 @@
 loss that falls, then diverges from step 200 of 300; or stays healthy) written the way
 Megatron-LM, DeepSpeed, OpenNMT, timm, mmengine, Keras, HF, torchtune, nanoGPT, the PyTorch
 examples, tqdm bars, TensorBoard's CSV export, W&B's chart export, Sacred and plain CSVs
-write it. Each must be read and get the divergence (and the healthy run nothing loud)."""
+write it, with colours, progress-bar backspaces, UTF-16 and decimal commas. Each must be read
+and get the divergence (and the healthy run nothing loud)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,15 @@ def _writers(L: list[float]) -> dict[str, tuple[str, int]]:
         "metrics.json": (json.dumps({"train.loss": {"steps": list(r), "values": L}}), 1),
         "excel.csv": ("Iteration,Training Loss,Learning Rate\n" + "".join(
             f"{i},{L[i]},1e-3\n" for i in r), 1),
+        "excel_de.csv": ("Schritt;loss\n" + "".join(
+            f"{i};{L[i]:.6f}\n".replace(".", ",") for i in r), 1),
+        "rich_colours.log": ("".join(f"\x1b[32mEpoch {i // 10}\x1b[0m step {i} \x1b[1mloss"
+                                     f"\x1b[0m={L[i]:.4f} lr=0.001\n" for i in r), 1),
+        "keras_bars.log": ("".join(
+            f"Epoch {i + 1}/{N}\n" + "".join(
+                f"\r{k:3d}/100 [====] - ETA: 0s - loss: {L[i] * 1.01:.4f}" + "\b" * 40
+                for k in (1, 50)) + f"\r100/100 [==============================] - 1s "
+            f"5ms/step - loss: {L[i]:.4f}\n" for i in r), 1),
     }
 
 
@@ -95,6 +105,8 @@ def _diagnose(tmp_path: Path, name: str, diverge: bool):
     text, per_row = _writers(_losses(diverge))[name]
     p = tmp_path / name
     p.write_text(text)
+    if name == "nanogpt.log":  # and once more as PowerShell's redirect writes it: UTF-16
+        p.write_text(text, encoding="utf-16")
     return diagnose(load_run(str(p))), per_row
 
 

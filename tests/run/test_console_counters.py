@@ -192,3 +192,47 @@ def test_mmengine_iteration_based_runner(tmp_path):
                    f"lr: 1.0e-02  loss: {_loss(i):.4f}\n" for i in (50, 100, 150))
     run = load_run(str(write(tmp_path / "20230501.log", text)))
     assert list(run.get("loss").steps) == [50, 100, 150]
+
+
+def test_ansi_colours_are_not_binary(tmp_path):
+    text = "".join(f"\x1b[32mEpoch 0\x1b[0m step {i} \x1b[1mloss\x1b[0m={_loss(i):.4f}\n"
+                   for i in range(6))
+    p = write(tmp_path / "rich.log", text)
+    assert detect_format(p) == "text"
+    assert list(load_run(str(p)).get("loss").steps) == list(range(6))
+
+
+def test_keras_progress_bars_with_backspaces_keep_the_epoch_line(tmp_path):
+    text = "".join(
+        f"Epoch {e}/3\n" + "".join(f"\r{k:3d}/100 [====] - ETA: 0s - loss: 9.9999" + "\b" * 40
+                                   for k in (1, 50))
+        + f"\r100/100 [==============================] - 1s 5ms/step - loss: {_loss(e):.4f}"
+        f" - val_loss: {_loss(e) + 0.1:.4f}\n" for e in (1, 2, 3))
+    p = write(tmp_path / "keras.log", text)
+    assert detect_format(p) == "text"
+    run = load_run(str(p))
+    assert list(run.get("loss").steps) == [1, 2, 3]  # one row per epoch: not the ETA lines
+    assert run.get("loss").values.tolist() == pytest.approx([_loss(e) for e in (1, 2, 3)])
+
+
+def test_a_utf16_log_from_powershell(tmp_path):
+    p = tmp_path / "log.txt"
+    p.write_text("".join(f"step {i} loss {_loss(i):.4f}\n" for i in range(6)), encoding="utf-16")
+    assert detect_format(p) == "text"
+    assert load_run(str(p)).get("loss").values[0] == pytest.approx(4.0)
+
+
+def test_a_csv_with_decimal_commas(tmp_path):
+    p = write(tmp_path / "export.csv", "step;loss;lr\n" + "".join(
+        f"{i};{str(_loss(i)).replace('.', ',')};1,5e-03\n" for i in range(6)))
+    run = load_run(str(p))
+    assert run.get("loss").values.tolist() == pytest.approx([_loss(i) for i in range(6)])
+    assert run.get("lr").values[0] == pytest.approx(1.5e-3)
+    assert any(n.kind == "decimal_comma" and n.path == str(p) for n in run.notes)
+
+
+def test_a_semicolon_csv_with_decimal_points_is_read_as_it_is(tmp_path):
+    p = write(tmp_path / "export.csv", "step;loss\n0;1.5\n1;1.25\n2;1.0\n")
+    run = load_run(str(p))
+    assert run.get("loss").values.tolist() == [1.5, 1.25, 1.0]
+    assert not any(n.kind == "decimal_comma" for n in run.notes)

@@ -34,13 +34,25 @@ __all__ = ["read_jsonl", "read_json_rows", "read_text", "flatten", "as_number", 
 _MAX_DEPTH = 8
 
 
+#: The byte-order marks of UTF-16 text (little-endian first).
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
 def read_text(path: Path, expected: str) -> str:
-    """The file as text (UTF-8, BOM dropped), or an UnreadableInputError naming ``expected``."""
+    """The file as text (UTF-8, BOM dropped; UTF-16 with its BOM), or an
+    UnreadableInputError naming ``expected``."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise UnreadableInputError(str(path), f"cannot open the file ({exc.strerror}); "
                                    f"expected a readable {expected}") from exc
+    if raw.startswith(UTF16_BOMS):
+        # PowerShell's `python train.py > log.txt` writes UTF-16 with a byte-order mark
+        try:
+            return raw.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise UnreadableInputError(str(path), f"starts like UTF-16 text but is not (byte "
+                                       f"{exc.start}); expected a {expected}") from exc
     if b"\x00" in raw[:4096]:
         raise UnrecognizedInputError(str(path), f"holds binary data; expected a {expected}")
     try:

@@ -105,6 +105,10 @@ def detect_format(path: Path) -> str | None:
 
         if looks_like_tfrecord(head):
             return "tensorboard"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        # UTF-16 text (PowerShell's redirect): only a console log is read that way
+        text16 = head[:len(head) // 2 * 2].decode("utf-16", errors="ignore")
+        return "text" if text16.strip() and _is_text_log(text16) else None
     if head.startswith(_GZIP_MAGIC) or b"\x00" in head:
         return None
     text_head = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
@@ -176,7 +180,9 @@ def _is_text_log(text: str) -> bool:
 
 
 def _printable(text: str) -> bool:
-    bad = sum(1 for ch in text if ord(ch) < 32 and ch not in "\r\n\t")
+    # ESC (colours: ANSI sequences) and backspace (Keras' progress bar redrawing itself) are
+    # what terminals print; the line reader drops them
+    bad = sum(1 for ch in text if ord(ch) < 32 and ch not in "\r\n\t\x1b\b")
     return bad == 0
 
 

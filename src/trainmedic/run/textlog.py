@@ -42,6 +42,9 @@ __all__ = ["read_text_log", "read_text_logs", "rank_lines", "recognized_share", 
 MIN_SHARE = 0.3
 """Share of non-empty lines the reader must recognise for a file to count as a training log."""
 
+#: What a terminal draws but a log does not mean: ANSI escape sequences (colours, cursor
+#: moves) and backspaces (Keras' verbose=1 progress bar redrawing itself).
+_TERMINAL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\x08")
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T_]\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?|"
                     r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b|\[rank\d+\]:?|\brank\d+\b")
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+|" \
@@ -210,6 +213,8 @@ class _Reader:
                 row["_global"] = pos
 
     def line(self, no: int, raw: str) -> None:
+        if "\x1b" in raw or "\b" in raw:
+            raw = _TERMINAL.sub("", raw)
         if not raw.strip():
             return
         self.lines += 1
@@ -268,6 +273,11 @@ class _Reader:
                 "loss" in k or "acc" in k for k in pairs):
             row["epoch"] = self.epoch
             has_step = by_keras_epoch = True
+            if "ETA:" in text:
+                # "32/100 [=====>....] - ETA: 1s - loss: 0.52": a progress bar's running
+                # mean partway through the epoch; the epoch's line is the one without ETA
+                self.recognized += 1
+                return
         for k in [k for k in row if k.startswith("line_time_")]:
             # "67s - loss: ..." after "Epoch 3/20": the time the epoch took
             row[("epoch_time_" if by_keras_epoch else "step_time_") + k[len("line_time_"):]] = \
