@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainmedic.errors import UnreadableInputError
+from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
 
 if TYPE_CHECKING:
     from trainmedic.run.table import LogTable
@@ -43,7 +43,10 @@ def read_decimal_commas(path: Path) -> LogTable:
     with tempfile.TemporaryDirectory(prefix="trainmedic-csv-") as tmp:
         copy = Path(tmp) / path.name
         copy.write_bytes(raw.replace(b",", b"."))
-        table = read_csv(copy)
+        try:
+            table = read_csv(copy)
+        except UnrecognizedInputError as exc:  # named after the user's file, not the copy
+            raise UnrecognizedInputError(str(path), exc.message) from None
     table.path = str(path)
     table.notes = [dataclasses.replace(n, path=str(path)) for n in table.notes]
     table.note("decimal_comma", "';'-separated cells with decimal commas ('2,345'): read as "
