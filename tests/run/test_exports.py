@@ -74,3 +74,15 @@ def test_loss_terms_without_any_yolo_column_are_not_summed(tmp_path):
     p = tmp_path / "results.csv"
     p.write_text("epoch,train/box_loss,train/cls_loss\n1,1.0,0.5\n2,0.8,0.4\n3,0.7,0.3\n")
     assert not load_run(str(p)).has("loss")
+
+
+def test_a_wandb_run_folder_reads_the_history_not_the_summary(tmp_path):
+    files = tmp_path / "wandb" / "run-20240101_000000-abc123" / "files"
+    files.mkdir(parents=True)
+    rows = [{"_step": i, "_runtime": 0.5 * i, "train/loss": 3.0 - 0.01 * i,
+             "train/global_step": 8 * i} for i in range(20)]
+    (files / "wandb-history.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (files / "wandb-summary.json").write_text(json.dumps({"train/loss": 2.81, "_step": 19}))
+    run = load_run(str(files.parent))
+    assert run.get("loss").steps.tolist() == [8 * i for i in range(20)]  # one series, no 19
+    assert any("wandb-summary.json" in n.detail for n in run.notes)

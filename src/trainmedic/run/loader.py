@@ -48,6 +48,10 @@ _SKIP_SUFFIXES = frozenset({
     ".py", ".sh", ".c", ".cc", ".cpp", ".h", ".js", ".ts", ".css", ".toml", ".ini", ".cfg",
     ".ipynb", ".rst", ".tex", ".pdf",
 })
+#: Files in a folder that hold a run's last values, not its history: read as rows they would
+#: add a point at another step's numbering (W&B's summary at its _step beside a history read
+#: at HF's global step made a spike and a resume that never happened).
+_SUMMARY_FILES = frozenset({"wandb-summary.json"})
 _SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints", "node_modules", ".venv"})
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?!\d)", re.IGNORECASE)
 # Keras' TensorBoard callback writes train/ and validation/ sub-folders with the same tags.
@@ -373,6 +377,7 @@ def _walk(root: Path, skip: frozenset[Path] = frozenset()) -> Iterator[tuple[Pat
 def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
     found: list[_Found] = []
     skipped: list[str] = []
+    summaries: list[str] = []
     unreadable: list[str] = []
     looked = 0
     from trainmedic.run.mlflow_store import find_mlflow_runs
@@ -382,6 +387,9 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
         found.append(_Found(d, "mlflow", rank_of(d, root)))
     for p, _depth in _walk(root, frozenset(mlruns)):
         if p.suffix.lower() in _SKIP_SUFFIXES and "tfevents" not in p.name:
+            continue
+        if p.name in _SUMMARY_FILES:
+            summaries.append(str(p.relative_to(root)))
             continue
         looked += 1
         if looked > MAX_FILES:
@@ -408,6 +416,10 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
         if fmt == "tensorboard" and p.parent != root and p.parent.name.lower() in _SPLIT_DIRS:
             prefix = p.parent.name
         found.append(_Found(p, fmt, rank_of(p, root), prefix))
+    if summaries:
+        notes.append(ImportNote("skipped_file", "run summaries (each metric's last value, not "
+                                f"a history) were not read: {', '.join(summaries[:5])}",
+                                path=str(root)))
     if skipped:
         notes.append(ImportNote("skipped_file", "CSV/JSONL files without a step or metric "
                                 f"column were not read: {', '.join(skipped[:5])}"
