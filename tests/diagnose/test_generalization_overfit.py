@@ -231,3 +231,28 @@ def test_a_training_loss_logged_as_zero_shows_no_memorization() -> None:
     s = np.arange(5, 301, 5)
     run.add("loss", s, np.zeros(s.size))
     assert all(e.severity == "info" for e in overfit_events(run, None))
+
+
+def _five_epochs(val: list[float], train: list[float]) -> Run:
+    run = Run("hf5")
+    run.add("loss", [1, 2, 3, 4, 5], train)
+    run.add("val_loss", [1, 2, 3, 4, 5], val)
+    return run
+
+
+def test_a_short_series_rising_after_its_best_is_read_by_its_shape() -> None:
+    # five epochs: best at 2, then every evaluation higher (0.53, 0.58, 0.64) while the
+    # training loss falls 0.5 -> 0.1: the medians see only +9%, the shape says overfitting
+    run = _five_epochs([0.55, 0.50, 0.53, 0.58, 0.64], [0.8, 0.5, 0.3, 0.2, 0.1])
+    ev = overfit_event(run, Trace.of(run, "val_loss"))
+    assert ev is not None and ev.best_step == 2 and ev.rising_tail == pytest.approx(0.28)
+    assert ev.severity == "warning"
+
+
+def test_a_rise_that_wobbles_or_a_training_loss_that_did_not_fall_is_not_the_shape() -> None:
+    wobble = _five_epochs([0.55, 0.50, 0.58, 0.56, 0.64], [0.8, 0.5, 0.3, 0.2, 0.1])
+    ev = overfit_event(wobble, Trace.of(wobble, "val_loss"))
+    assert ev is not None and ev.rising_tail == 0.0
+    stuck = _five_epochs([0.55, 0.50, 0.53, 0.58, 0.64], [0.5, 0.5, 0.5, 0.5, 0.5])
+    ev2 = overfit_event(stuck, Trace.of(stuck, "val_loss"))
+    assert ev2 is None or ev2.severity == "info"

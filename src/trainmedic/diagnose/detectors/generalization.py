@@ -129,6 +129,9 @@ class OverfitEvent:
     """The best is the first evaluation: the validation loss rose from the start."""
     block: int = 1
     """Evaluations per point: a series longer than MAX_EVALS is read as block medians."""
+    rising_tail: float = 0.0
+    """When every evaluation after the best is at least the one before it (>= 3 of them):
+    the last one's relative rise over the best; 0.0 otherwise."""
     segment: int | None = None
     """In a log of several runs appended one after another (the step restarts): which run,
     from 1 (None for an ordinary log)."""
@@ -312,8 +315,12 @@ def overfit_event(run: Run, vt: Trace) -> OverfitEvent | None:
     progress = float(s[0]) - best_level
     given_back = rise_d / progress if progress >= OVERFIT_WARN_SIGMAS * sig and progress > 0 \
         else 0.0
+    tail = t[m:]
+    rising_tail = _rel(float(tail[-1] - tail[0]), float(tail[0]), is_log) \
+        if tail.size >= 4 and bool(np.all(np.diff(tail) >= 0)) else 0.0
     ev = OverfitEvent(
         metric=vt.metric, rank=vt.rank, n_evals=n_raw, best_step=best_step,
+        rising_tail=rising_tail,
         best_value=float(vt.values[m]), block=block,
         best_level=math.exp(best_level) if is_log else best_level,
         end_step=int(vt.steps[-1]), end_level=math.exp(end_level) if is_log else end_level,
@@ -351,6 +358,14 @@ def _with_severity(ev: OverfitEvent) -> OverfitEvent:
     if ev.n_after < 3 and (ev.rise < OVERFIT_TWO_AFTER_RISE
                            or ev.share_after < OVERFIT_TWO_AFTER_SHARE):
         strong = False
+    # A short eval series read by its shape, as three evaluations are: every evaluation after
+    # the best rose (>= 3 of them, over >= a quarter of the run), the last >= 15% above the
+    # best, while the training loss fell (a 5-epoch fine-tune: 0.50, 0.53, 0.58, 0.64). The
+    # medians above need more points than that to see a rise.
+    if ev.rising_tail >= OVERFIT_THREE_EVAL_RISE and ev.share_after >= OVERFIT_TWO_AFTER_SHARE \
+            and ev.train_at_best is not None and ev.train_at_end is not None \
+            and ev.train_at_end < ev.train_at_best:
+        strong = True
     if not ev.train_logged and ev.abrupt_jump >= ABRUPT_JUMP:
         strong = False
     if ev.train_at_best == 0.0 and ev.train_at_end == 0.0:
