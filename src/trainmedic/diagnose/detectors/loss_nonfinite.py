@@ -258,6 +258,12 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
             finite_loss_steps = tr.all_steps[np.isfinite(tr.all_values)]
             bad_g = ~np.isfinite(g.all_values)
             masked = bad_g & np.isin(g.all_steps, finite_loss_steps)
+            scaler = _scaler_skips(run, tr.rank, g.all_steps)
+            if masked.any() and bool(np.all(scaler[masked])):
+                # every one at a drop of the logged loss scale: the dynamic loss scaler
+                # skipped an overflow step, as it is built to; loss_scale_collapse judges
+                # whether the scale itself collapsed
+                continue
             if masked.any():
                 idx = np.flatnonzero(masked)
                 at_end = bool(bad_g[-1])
@@ -318,6 +324,22 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
                                    note=f"{tail + 1} consecutive bit-identical logged values "
                                         f"after {distinct_before} distinct ones"),)))
     return out
+
+
+def _scaler_skips(run: Run, rank: int | None, steps: np.ndarray) -> np.ndarray:
+    """Which of ``steps`` a logged loss scale dropped at (at that step or the next logged
+    one): where fp16's dynamic loss scaler met an overflow and skipped the step."""
+    ls = Trace.of(run, "loss_scale", rank) or Trace.of(run, "loss_scale", None)
+    if ls is None or len(ls) < 2:
+        return np.zeros(steps.shape, dtype=bool)
+    drops = ls.steps[1:][np.diff(ls.values) < 0]
+    if drops.size == 0:
+        return np.zeros(steps.shape, dtype=bool)
+    # the first logged loss-scale step at or after each step: a drop there is this step's
+    nxt = np.searchsorted(ls.steps, steps, side="left")
+    at = ls.steps[np.minimum(nxt, len(ls) - 1)]
+    after = ls.steps[np.minimum(nxt + 1, len(ls) - 1)]
+    return np.isin(at, drops) | np.isin(after, drops)
 
 
 #: HF Trainer rounds the logged loss to 4 decimals: a converged loss repeats 0.0 or 0.0001.
