@@ -302,7 +302,7 @@ def test_a_missing_extra_names_the_install_command(monkeypatch):
         importlib.import_module("trainmedic.live.hf_callback")
 
 
-def test_importing_the_watch_package_does_not_import_transformers():
+def test_importing_the_live_package_does_not_import_transformers():
     code = ("import sys, trainmedic.live; "
             "sys.exit('transformers' in sys.modules or 'accelerate' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

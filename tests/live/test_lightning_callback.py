@@ -256,7 +256,7 @@ def test_a_missing_extra_names_the_install_command(monkeypatch):
         importlib.import_module("trainmedic.live.lightning_callback")
 
 
-def test_importing_the_watch_package_does_not_import_lightning():
+def test_importing_the_live_package_does_not_import_lightning():
     code = ("import sys, trainmedic.live; sys.exit(any(m.split('.')[0] in "
             "('lightning', 'pytorch_lightning') for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

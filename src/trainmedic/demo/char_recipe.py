@@ -30,8 +30,11 @@ __all__ = ["recipe", "CharWindows", "encoded_corpus", "next_char_loss", "OPTIMIZ
            "SCHEDULES"]
 
 
+@functools.cache
 def encoded_corpus() -> tuple[torch.Tensor, int]:
-    """The shipped corpus as int64 character ids, and the vocabulary size (sorted characters)."""
+    """The shipped corpus as int64 character ids, and the vocabulary size (sorted characters).
+    Encoded once per process (the recipe, the demo's validation windows and the overfit fault
+    all read it): the tensor is shared, so slice it, never write into it."""
     text = load_corpus()
     vocab = sorted(set(text))
     index = {ch: i for i, ch in enumerate(vocab)}

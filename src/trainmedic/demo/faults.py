@@ -135,7 +135,7 @@ class _Flat(Fault):
         return recipe
 
 
-#: The overfit fault's share of the training text, and its window stride.
+#: The overfit fault's share of the training text.
 OVERFIT_TRAIN_FRACTION = 0.004
 
 

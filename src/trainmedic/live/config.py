@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from trainmedic.errors import ConfigError
 
-__all__ = ["WatchConfig", "NAN_POLICIES", "IF_EXISTS", "check_callback_kwargs"]
+__all__ = ["WatchConfig", "NAN_POLICIES", "IF_EXISTS", "check_callback_kwargs",
+           "callback_watch_kwargs"]
 
 #: What the NaN guard does when the loss or the gradient norm is non-finite.
 NAN_POLICIES = ("auto", "skip", "raise", "record")
@@ -207,3 +208,13 @@ def check_callback_kwargs(watch_kwargs: Mapping[str, Any]) -> None:
         if name not in allowed:
             raise ConfigError(f"TrainmedicCallback: unknown watcher argument '{name}'; expected "
                               f"one of {', '.join(allowed)}")
+
+
+def callback_watch_kwargs(watch_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """A trainer callback's arguments for its :class:`Watcher`, checked now (see
+    :func:`check_callback_kwargs`), with the live progress line off unless asked for: the
+    trainer draws its own bar, and a second line would fight it for the TTY."""
+    check_callback_kwargs(watch_kwargs)
+    out = dict(watch_kwargs)
+    out.setdefault("progress", False)
+    return out

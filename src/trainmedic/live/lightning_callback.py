@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError, MissingExtraError
-from trainmedic.live.config import check_callback_kwargs
+from trainmedic.live.config import callback_watch_kwargs
 from trainmedic.live.watcher import Watcher
 from trainmedic.run.names import resolve_names
 
@@ -84,11 +84,8 @@ class TrainmedicCallback(_Callback):
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], **watch_kwargs: Any) -> None:
-        check_callback_kwargs(watch_kwargs)
         self.run_dir = run_dir
-        self.watch_kwargs = dict(watch_kwargs)
-        # The trainer draws its own progress bar: no second line fighting it for the TTY.
-        self.watch_kwargs.setdefault("progress", False)
+        self.watch_kwargs = callback_watch_kwargs(watch_kwargs)
         self.watcher: Watcher | None = None
         self._last_step = 0
         self._mark = time.perf_counter()

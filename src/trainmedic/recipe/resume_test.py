@@ -182,37 +182,34 @@ def _digest_tensor(t: Any) -> str:
     return h.hexdigest()[:16]
 
 
-def _digests(obj: Any, prefix: str = "") -> dict[str, str]:
-    """Flatten a state dict: ``{"state.0.exp_avg": digest, "param_groups.0.lr": repr}``."""
-    import torch
-
-    out: dict[str, str] = {}
-    if isinstance(obj, torch.Tensor):
-        out[prefix] = _digest_tensor(obj)
-    elif isinstance(obj, Mapping):
-        for k, v in obj.items():
-            out.update(_digests(v, f"{prefix}.{k}" if prefix else str(k)))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            out.update(_digests(v, f"{prefix}.{i}" if prefix else str(i)))
-    else:
-        out[prefix] = repr(obj)
-    return out
-
-
-def _tensors(obj: Any, prefix: str = "") -> dict[str, Any]:
-    import torch
-
+def _leaves(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Flatten nested mappings, lists and tuples into ``{"state.0.exp_avg": leaf, ...}``."""
     out: dict[str, Any] = {}
-    if isinstance(obj, torch.Tensor):
-        out[prefix] = obj.detach().to("cpu", copy=True)
-    elif isinstance(obj, Mapping):
+    if isinstance(obj, Mapping):
         for k, v in obj.items():
-            out.update(_tensors(v, f"{prefix}.{k}" if prefix else str(k)))
+            out.update(_leaves(v, f"{prefix}.{k}" if prefix else str(k)))
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            out.update(_tensors(v, f"{prefix}.{i}" if prefix else str(i)))
+            out.update(_leaves(v, f"{prefix}.{i}" if prefix else str(i)))
+    else:
+        out[prefix] = obj
     return out
+
+
+def _digests(obj: Any) -> dict[str, str]:
+    """A state dict flattened: ``{"state.0.exp_avg": digest, "param_groups.0.lr": repr}``."""
+    import torch
+
+    return {k: _digest_tensor(v) if isinstance(v, torch.Tensor) else repr(v)
+            for k, v in _leaves(obj).items()}
+
+
+def _tensors(obj: Any) -> dict[str, Any]:
+    """The tensors of a state dict, flattened, copied to the CPU."""
+    import torch
+
+    return {k: v.detach().to("cpu", copy=True) for k, v in _leaves(obj).items()
+            if isinstance(v, torch.Tensor)}
 
 
 def batch_digest(batch: Any) -> str:

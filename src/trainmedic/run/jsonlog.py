@@ -22,6 +22,7 @@ from trainmedic.run.series import Series
 from trainmedic.run.table import (
     MAX_STEP,
     MISSING_TOKENS,
+    UTF16_BOMS,
     LogTable,
     NoteCounter,
     cell_float,
@@ -32,10 +33,6 @@ from trainmedic.run.table import (
 __all__ = ["read_jsonl", "read_json_rows", "read_text", "flatten", "as_number", "rows_to_table"]
 
 _MAX_DEPTH = 8
-
-
-#: The byte-order marks of UTF-16 text (little-endian first).
-UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 def read_text(path: Path, expected: str) -> str:

@@ -24,7 +24,7 @@ from trainmedic.run import names as names_mod
 from trainmedic.run.mapping import table_to_run
 from trainmedic.run.merge import drop_superseded_hf_states, merge_into, repeats
 from trainmedic.run.series import ImportNote, Run
-from trainmedic.run.table import LogTable
+from trainmedic.run.table import UTF16_BOMS, LogTable
 
 __all__ = ["load_paths", "detect_format", "rank_of", "table_to_run", "read_file",
            "MAX_DEPTH", "MAX_FILES"]
@@ -109,7 +109,7 @@ def detect_format(path: Path) -> str | None:
 
         if looks_like_tfrecord(head):
             return "tensorboard"
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+    if head.startswith(UTF16_BOMS):
         # UTF-16 text (PowerShell's redirect): only a console log is read that way
         text16 = head[:len(head) // 2 * 2].decode("utf-16", errors="ignore")
         return "text" if text16.strip() and _is_text_log(text16) else None

@@ -16,8 +16,12 @@ import numpy as np
 
 from trainmedic.run.series import ImportNote, Series
 
-__all__ = ["LogTable", "NoteCounter", "steps_across_epochs", "cell_float", "MISSING_TOKENS",
-           "MAX_STEP", "duration_seconds"]
+__all__ = ["UTF16_BOMS", "LogTable", "NoteCounter", "steps_across_epochs", "cell_float",
+           "MISSING_TOKENS", "MAX_STEP", "duration_seconds"]
+
+
+#: The byte-order marks of UTF-16 text (little-endian first): PowerShell's `>` writes it.
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 @dataclass

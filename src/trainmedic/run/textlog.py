@@ -113,8 +113,10 @@ _LOG_PREFIX = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):[\w.]*
 def _pairs(line: str) -> tuple[dict[str, float], bool]:
     """``{key: value}`` of one line cut into pairs, and whether a value had no key."""
     line = _LOG_PREFIX.sub(" ", line)
-    line = _TENSOR_REPR.sub(r"\1", line)
-    line = _NAME_UNIT.sub(lambda m: "_" + ("pct" if m.group(1) == "%" else m.group(1)), line)
+    if "tensor(" in line:
+        line = _TENSOR_REPR.sub(r"\1", line)
+    if ")" in line:
+        line = _NAME_UNIT.sub(lambda m: "_" + ("pct" if m.group(1) == "%" else m.group(1)), line)
     out: dict[str, float] = {}
     words: list[str] = []
     last_key = ""
@@ -357,7 +359,8 @@ def _epoch_positions(rows: list[tuple[int, dict[str, Any]]]) -> None:
             if inside.size == 0:
                 continue
             stride = int(np.median(inside))
-            span = max(int(pos[ep == e].max() - pos[ep == e].min()) for e in np.unique(ep))
+            starts = np.flatnonzero(np.r_[True, de > 0])  # epochs are contiguous: ep rises
+            span = int(np.max(np.maximum.reduceat(pos, starts) - np.minimum.reduceat(pos, starts)))
             per_epoch = span + stride
             first = int(ep.min())
             for _, r in rows:
