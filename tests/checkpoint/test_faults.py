@@ -126,12 +126,12 @@ def _saver(root: str, point: str) -> None:
     armed = {"on": False}
     if point != "random":
         _arm(point, armed)
-    print("ready", start, flush=True)
+    _say(f"ready {start}")
     for step in range(start + 1, start + 1 + SAVES_PER_CHILD):
         _train_step(state, step)
         armed["on"] = step == start + 3
         mgr.save(step, {**state, "train": {"step": step}})
-        print("committed", step, flush=True)
+        _say(f"committed {step}")
         time.sleep(random.uniform(0, 0.005))
     time.sleep(120)  # wait to be killed
 
@@ -171,6 +171,13 @@ def _disk_full(root: str, async_save: bool) -> None:
 
 # ------------------------------------------------------------------------------- test side
 torch = pytest.importorskip("torch") if __name__ != "__main__" else None
+
+
+def _say(line: str) -> None:
+    """One whole line in one write: print() writes its pieces (and the newline) separately
+    when stdout is unbuffered, and a SIGKILL between them left "committed" without its step."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def _env() -> dict[str, str]:
