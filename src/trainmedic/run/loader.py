@@ -178,9 +178,11 @@ def _header_like(first_line: str) -> bool:
 
 
 def _is_text_log(text: str) -> bool:
+    from trainmedic.run.aligned import aligned_rows
     from trainmedic.run.textlog import MIN_SHARE, is_single_column, recognized_share
 
-    return is_single_column(text) or recognized_share(text) >= MIN_SHARE
+    return is_single_column(text) or recognized_share(text) >= MIN_SHARE or \
+        aligned_rows(text, limit=400) is not None
 
 
 def _printable(text: str) -> bool:

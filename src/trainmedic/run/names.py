@@ -260,6 +260,10 @@ DERIVED: tuple[Derivation, ...] = (
                family="ultralytics", requires_any=_YOLO_MARKERS),
     Derivation(canonical="val_loss", pattern=r"val/[a-z0-9_]+_(?:loss|om|oo)",
                family="ultralytics", requires_any=_YOLO_MARKERS),
+    # Its console prints the same terms without the "train/" namespace, beside GPU_mem
+    # ("Epoch GPU_mem box_loss cls_loss dfl_loss Instances Size").
+    Derivation(canonical="loss", pattern=r"(?:box|obj|cls|dfl|seg|pose|kobj|rle)_loss",
+               family="ultralytics", requires_any=("gpu_mem",)),
 )
 
 

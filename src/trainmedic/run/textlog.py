@@ -33,6 +33,15 @@ from typing import Any
 import numpy as np
 
 from trainmedic.errors import UnrecognizedInputError
+from trainmedic.run.counters import (
+    END_OF_EPOCH,
+    EPOCH_BATCH_PAIR,
+    EPOCH_KEYS,
+    KERAS_EPOCH,
+    MMENGINE_ITER,
+    PROGRESS,
+    epoch_positions,
+)
 from trainmedic.run.series import Series
 from trainmedic.run.table import LogTable, cell_float
 
@@ -53,44 +62,26 @@ _TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>ms/step|s/step|us/step|ms|u
                     r"\s?(?:GiB|GB|MiB|MB|KiB|KB|gib|gb|mib|mb|kb)|sec|min|h)?(?![\w.])|"
                     r"(?P<word>[A-Za-z_][\w./%-]*)|(?P<open>\()|(?P<close>\))|"
                     r"(?P<sep>[|,;\t]| - )")
-_PROGRESS = (
-    # mmcv/mmdet: "Epoch [1][1550/23454]"
-    # (and the PyTorch ImageNet example's "Epoch: [0][  10/5005]")
-    # (mmengine: "Epoch(train)  [1][  50/1000]")
-    re.compile(r"\bepoch(?:\(train\))?:?\s*\[(?P<epoch>\d+)\]\s*\[\s*(?P<pos>\d+)\s*/\s*"
-               r"(?P<of>\d+)\]", re.I),
-    # tqdm / Lightning progress bars: "Epoch 0:  50%|#####     | 500/1000 [00:10<00:10, ..."
-    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*\d+%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*"
-               r"(?P<of>\d+)", re.I),
-    # timm: "Train: 3 [ 100/1251 (  8%)]" (epochs from 0)
-    re.compile(r"\btrain:\s*(?P<epoch>\d+)\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
-    # fairseq train_inner: "epoch 001:    200 / 1374"
-    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
-    # PyTorch word_language_model: "| epoch   1 |   200/ 2983 batches"
-    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s+batches", re.I),
-    # PyTorch examples (MNIST): "Train Epoch: 1 [640/60000 (1%)]"
-    re.compile(r"\bepoch:?\s*(?P<epoch>\d+)\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
-    # "Epoch [1/10], Step [100/600]", "epoch 1/10 iter 50/200"
-    re.compile(r"\bepoch\s*\[?\s*(?P<epoch>\d+)\s*/\s*\d+\s*\]?[,:|\s-]*(?:step|iter|"
-               r"iteration|batch)\s*\[?\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*\]?", re.I),
-)
-#: PyTorch's CIFAR-10 tutorial prints "[epoch, batch] loss: x" ("[1,  2000] loss: 2.187").
-_EPOCH_BATCH_PAIR = re.compile(r"^\s*\[\s*(?P<epoch>\d+)\s*,\s*(?P<pos>\d+)\s*\]")
-#: mmengine's iteration-based runner: "Iter(train) [  50/1000]" is iteration 50.
-_MMENGINE_ITER = re.compile(r"\biter\(train\)\s*\[\s*(\d+)\s*/\s*\d+\s*\]", re.I)
-_KERAS_EPOCH = re.compile(r"^\s*epoch\s+(?P<epoch>\d+)\s*/\s*(?P<of>\d+)\s*$", re.I)
-_END_OF_EPOCH = re.compile(r"\bend of epoch\s+(?P<epoch>\d+)", re.I)
 _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validation|eval|"
                          r"evaluation) (?:subset|set|results?|metrics)\b|^\s*(?:valid|"
                          r"validation|eval)\b\s*[:|]", re.I)
 _STEP_KEYS = ("num_updates", "global_step", "step", "steps", "iteration", "iter", "it",
               "training_iter", "train_iter", "update", "updates", "batch_idx")
-_EPOCH_KEYS = ("epoch", "training_epoch", "train_epoch", "ep")
+_EPOCH_KEYS = EPOCH_KEYS
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
 _VAL_PREFIXES = ("valid", "val_", "validation", "eval", "test")
 _TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
 _DROP_KEYS = frozenset({"eta", "remaining", "day", "days", "of", "at", "on", "in"})
 _SAMPLE_LINES = 400
+#: absl / glog's line prefix ("I0101 10:00:00.000000 140000 model_lib_v2.py:705] "): TF
+#: Object Detection, JAX and t5x logs.
+_ABSL_PREFIX = re.compile(r"^[IWEF]\d{4}\s+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+\s+[\w.-]+:\d+\]\s?")
+#: A tqdm bar: "  3%|▎         | 100/3000 [00:10<05:00,  9.80it/s]" (the part in brackets
+#: up to a postfix of metrics, which stays on the line).
+_BAR = re.compile(r"(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*"
+                  r"(?:\[[\d:?]+<[\d:?]+,\s*[\d.?]+\s*(?:it/s|s/it)\]?)?")
+_EPOCH_WORD = re.compile(r"\bepoch\b", re.I)
+_TOKEN_WORDS = re.compile(r"[A-Za-z]{2,}")
 
 
 def _norm_key(words: list[str]) -> str:
@@ -140,7 +131,9 @@ def _pairs(line: str) -> tuple[dict[str, float], bool]:
         if v is None:
             continue
         unit = (m.group("unit") or "").strip().lower()
-        key = _norm_key(words[-3:])
+        # "Train loss/train/total: 2.3" (Composer): a namespaced name is the whole key
+        spaced = bool(words) and words[-1][:1].isalpha() and "/" in words[-1].strip("/")
+        key = _norm_key(words[-1:] if spaced else words[-3:])
         last = key.rsplit("_", 1)[-1]
         if key not in _STEP_KEYS + _EPOCH_KEYS and last in _STEP_KEYS + _EPOCH_KEYS:
             key = last  # "Training iter 3150", "Training Epoch: 1"
@@ -193,6 +186,14 @@ class _Reader:
         self.lines = 0
         self.progress: list[tuple[dict[str, Any], int, int, int]] = []
         """(row, epoch, position, positions per epoch) of every progress counter read."""
+        self.bars: dict[int, int] = {}
+        """``{total: position}`` of the last draw of each bare tqdm bar (by its total)."""
+        self.bar_draws: dict[int, int] = {}
+        self.block: tuple[int, dict[str, Any]] | None = None
+        """The row a step line opened, that the metric lines right under it fill
+        (Composer's ``[epoch=1][batch=10/100]:`` over ``Train loss/train/total: 2.3``)."""
+        self.block_no = 0
+        self.block_open = False
 
     def zero_based_epochs(self) -> None:
         """A log whose epochs count from 0 (``Epoch: [0][10/500]``): the global step of a
@@ -214,29 +215,64 @@ class _Reader:
             for row, _ep, pos, _of in prog:
                 row["_global"] = pos
 
+    def _attach(self, no: int, row: dict[str, Any]) -> bool:
+        """Put a stepless metric line into the row of the step line right above it (a block
+        of metric lines under a step line, or a printed dict after "Step 100 per-step time
+        0.5s"), when none of its keys is already there."""
+        if self.block is None or no - self.block_no > 1 or \
+                any(k in _STEP_KEYS or k in _EPOCH_KEYS for k in row):
+            return False
+        first, target = self.block
+        if any(k in target for k in row):
+            return False
+        target.update(row)
+        if not self.block_open:
+            self.rows.append((first, target))
+            self.block_open = True
+        self.block_no = no
+        self.recognized += 1
+        return True
+
     def line(self, no: int, raw: str) -> None:
         if "\x1b" in raw or "\b" in raw:
             raw = _TERMINAL.sub("", raw)
         if not raw.strip():
             return
         self.lines += 1
+        if raw[:1] in "IWEF" and (am := _ABSL_PREFIX.match(raw)):
+            raw = raw[am.end():]
+        bar = _BAR.search(raw) if "%|" in raw else None
+        if bar is not None and not _EPOCH_WORD.search(raw[:bar.start()]):
+            # A bare tqdm bar (HF Trainer's "  3%|▎  | 100/3000 [00:10<05:00, 9.8it/s]"):
+            # its position is the step of the metric lines printed next to or after it.
+            of = int(bar.group("of"))
+            self.bars[of] = int(bar.group("pos"))
+            self.bar_draws[of] = self.bar_draws.get(of, 0) + 1
+            raw = raw[:bar.start()] + " | " + raw[bar.end():]
+            if not _TOKEN_WORDS.search(raw):
+                self.recognized += 1
+                return
         d = _dict_in(raw)
         if d is not None:
             from trainmedic.run.jsonlog import as_number, flatten
 
             flat = flatten(d)
             if any(as_number(v) is not None for v in flat.values()):
+                if self._attach(no, flat):
+                    return
+                if self.bars:
+                    flat["_bars"] = dict(self.bars)
                 self.rows.append((no, flat))
                 self.recognized += 1
             return
-        m = _KERAS_EPOCH.match(raw)
+        m = KERAS_EPOCH.match(raw)
         if m:
             self.epoch = int(m.group("epoch"))
             self.recognized += 1
             return
-        text = _MMENGINE_ITER.sub(r"iter \1", _STAMP.sub(" | ", raw))
+        text = MMENGINE_ITER.sub(r"iter \1", _STAMP.sub(" | ", raw))
         row: dict[str, Any] = {}
-        for i, rx in enumerate(_PROGRESS):
+        for i, rx in enumerate(PROGRESS):
             pm = rx.search(text)
             if pm:
                 ep, pos, of = int(pm.group("epoch")), int(pm.group("pos")), int(pm.group("of"))
@@ -248,12 +284,12 @@ class _Reader:
                 self.progress.append((row, ep, pos, of))
                 text = text[:pm.start()] + " | " + text[pm.end():]
                 break
-        bm = _EPOCH_BATCH_PAIR.match(text) if "_global" not in row else None
+        bm = EPOCH_BATCH_PAIR.match(text) if "_global" not in row else None
         if bm:
-            # "[1,  2000] loss: 2.187": epoch and batch, made global by _epoch_positions
+            # "[1,  2000] loss: 2.187": epoch and batch, made global by epoch_positions
             row["epoch"], row["batch"] = int(bm.group("epoch")), int(bm.group("pos"))
             text = " | " + text[bm.end():]
-        em = _END_OF_EPOCH.search(text)
+        em = END_OF_EPOCH.search(text)
         if em and "_global" not in row:
             ep = int(em.group("epoch"))
             row["epoch"] = ep
@@ -285,13 +321,22 @@ class _Reader:
             row[("epoch_time_" if by_keras_epoch else "step_time_") + k[len("line_time_"):]] = \
                 row.pop(k)
         metrics = [k for k in row if k not in _EPOCH_KEYS + _STEP_KEYS and k != "_global"]
+        if has_step and not metrics:
+            self.block, self.block_no, self.block_open = (no, row), no, False
+            self.recognized += 1
+            return
+        if not has_step and metrics and self._attach(no, row):
+            return
         if has_step and metrics:
             for k, v in self.pending.items():
                 row.setdefault(k, v)
             self.pending = {}
             self.rows.append((no, row))
             self.recognized += 1
+            self.block, self.block_no, self.block_open = (no, row), no, True
         elif not has_step:
+            if self.bars and metrics:
+                row["_bars"] = dict(self.bars)
             if metrics and not raw.lstrip().startswith(('"', "'")):  # not JSON members
                 self.stepless.append((no, dict(row)))
             # A progress bar's "Step: 646ms" before the epoch's summary line: its timings
@@ -299,6 +344,29 @@ class _Reader:
             self.pending = {k: v for k, v in pairs.items() if k.endswith(_TIME_SUFFIXES)}
             if self.pending:
                 self.recognized += 1
+
+
+def _bar_steps(reader: _Reader) -> None:
+    """Metric lines printed under bare tqdm bars take the position of the bar drawn most
+    often (the training loop's: an eval loop's shorter bars come and go) as their step."""
+    if not reader.bar_draws:
+        return
+    main = max(reader.bar_draws, key=lambda of: reader.bar_draws[of])
+    barred = [(no, r) for no, r in reader.stepless if main in r.get("_bars", {})]
+    if barred:
+        reader.stepless = [(no, r) for no, r in reader.stepless if "_bars" not in r]
+        reader.rows = sorted(reader.rows + barred, key=lambda nr: nr[0])
+        reader.recognized += len(barred)
+    for _, r in reader.rows:
+        bars = r.pop("_bars", None)
+        if bars is not None and main in bars:
+            r["_bar_step"] = bars[main]
+
+
+def _rises(rows: list[tuple[int, dict[str, Any]]], key: str) -> bool:
+    vals = [r[key] for _, r in rows if isinstance(r.get(key), (int, float))]
+    return len(vals) >= max(2, len(rows) // 2) and all(
+        float(b) > float(a) for a, b in zip(vals, vals[1:], strict=False))
 
 
 def _choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:
@@ -312,7 +380,9 @@ def _choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:
         return "_global"
     suffixed = tuple(sorted(k for k in {k for _, r in rows for k in r}
                             if k.endswith(("_iter", "_step", "num_updates"))))
-    for cands in (_STEP_KEYS, suffixed, _EPOCH_KEYS):
+    for cands in (_STEP_KEYS, suffixed, ("_bar_step",), _EPOCH_KEYS):
+        if cands is _EPOCH_KEYS and _rises(rows, "batch"):
+            return "batch"  # "[epoch=1][batch=10/100]": a batch counter that never resets
         best = None
         for k in cands:
             vals = [r[k] for _, r in rows if isinstance(r.get(k), (int, float))]
@@ -328,48 +398,6 @@ def _choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:
     return None
 
 
-#: Keys that can count a position inside an epoch ("Epoch 2, Batch 100", "epoch 3 iter 40").
-_POSITION_KEYS = ("batch", "batch_idx", "iter", "it", "iteration", "step", "steps")
-
-
-def _epoch_positions(rows: list[tuple[int, dict[str, Any]]]) -> None:
-    """``Epoch 1, Batch 100`` ... ``Epoch 2, Batch 1``: a counter that goes back exactly where
-    the epoch goes up is a position inside the epoch, not the step. Each such row gets a
-    global step (``_global``): the epoch's offset (epochs since the first, times the span of a
-    full epoch's positions plus one stride) plus the position. Nothing changes when a progress
-    pattern already gave one or the epoch ever goes back; a position that goes back inside
-    an epoch (a resume that replays batches) goes back in the global step too, where the
-    continuity check sees it."""
-    if not rows or any("_global" in r for _, r in rows):
-        return
-    n = len(rows)
-    for ek in _EPOCH_KEYS:
-        for pk in _POSITION_KEYS:
-            pts = [(r[ek], r[pk]) for _, r in rows if isinstance(r.get(ek), (int, float))
-                   and isinstance(r.get(pk), (int, float))]
-            if len(pts) < max(4, n // 2) or not all(
-                    float(e).is_integer() and float(q).is_integer() for e, q in pts):
-                continue
-            ep = np.asarray([e for e, _ in pts], dtype=np.int64)
-            pos = np.asarray([q for _, q in pts], dtype=np.int64)
-            de, dp = np.diff(ep), np.diff(pos)
-            if np.any(de < 0) or not np.any((dp < 0) & (de > 0)):
-                continue
-            inside = dp[(de == 0) & (dp > 0)]
-            if inside.size == 0:
-                continue
-            stride = int(np.median(inside))
-            starts = np.flatnonzero(np.r_[True, de > 0])  # epochs are contiguous: ep rises
-            span = int(np.max(np.maximum.reduceat(pos, starts) - np.minimum.reduceat(pos, starts)))
-            per_epoch = span + stride
-            first = int(ep.min())
-            for _, r in rows:
-                e, q = r.get(ek), r.get(pk)
-                if isinstance(e, (int, float)) and isinstance(q, (int, float)):
-                    r["_global"] = (int(e) - first) * per_epoch + int(q)
-            return
-
-
 def _scan(text: str | list[tuple[int, str]], limit: int | None = None) -> _Reader:
     """Read ``text`` (or its ``(line number, line)`` pairs) line by line."""
     reader = _Reader()
@@ -378,9 +406,10 @@ def _scan(text: str | list[tuple[int, str]], limit: int | None = None) -> _Reade
         if limit is not None and reader.lines >= limit:
             break
         reader.line(no, line)
+    _bar_steps(reader)
     reader.zero_based_epochs()
     reader.counters_are_global()
-    _epoch_positions(reader.rows)
+    epoch_positions(reader.rows)
     if not reader.rows and len(reader.stepless) >= 3:
         # "Loss: 2.30" printed once per step with no counter: the lines are the steps, when
         # a loss key repeats on them (a config dump names its keys once).
@@ -484,6 +513,15 @@ def read_text_log(path: Path, text: str | None = None) -> LogTable:
     table = LogTable(path=str(path), format="text")
     if is_single_column(text):
         return _single_column(table, text)
+    if recognized_share(text) < MIN_SHARE:
+        from trainmedic.run.aligned import aligned_rows
+        from trainmedic.run.jsonlog import rows_to_table
+
+        rows = aligned_rows(text)
+        if rows is not None:
+            table.note("aligned_table", "read as a table of space-aligned columns under a "
+                       "header line")
+            return rows_to_table(table, rows)
     return _table_from(path, _scan(text), table)
 
 
@@ -500,6 +538,7 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
     last_step: Any = None
     for no, r in reader.rows:
         r = dict(r)
+        r.pop("_bar_step" if step != "_bar_step" else "", None)
         if step is not None:
             v = r.pop(step, None)
             r.pop("_global", None)
@@ -534,7 +573,10 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
     if skipped:
         table.note("skipped_line", f"{skipped} of {reader.lines} lines are not metric lines "
                    "(messages, warnings, progress bars) and were not read")
-    if step is not None and step not in ("step", "_global"):
+    if step == "_bar_step":
+        table.note("step_from_progress_bar", "steps are the positions of the progress bar "
+                   "drawn before each metric line")
+    elif step is not None and step not in ("step", "_global"):
         table.meta["text_step_key"] = step
     if not table.columns:
         raise UnrecognizedInputError(str(path), "is text with step lines but no numeric "

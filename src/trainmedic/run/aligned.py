@@ -1,0 +1,101 @@
+"""Tables a trainer prints with spaces between the columns.
+
+fastai's recorder (``epoch  train_loss  valid_loss  accuracy  time``), pandas'
+``DataFrame.to_string()`` (an index column before the values), Ultralytics' console
+(``Epoch  GPU_mem  box_loss ...`` repeated over each epoch's row, the row ending in a progress
+bar) and hand-written ``print(f"{step:6d} {loss:8.4f}")`` loops all print a header of names
+over rows of values aligned by spaces. No delimiter says where a cell ends, so the CSV reader
+cannot take them and the line reader sees numbers without names.
+
+A header is a line of >= 2 names (no cell a number). A row under it holds one value per name
+(pandas adds a leading row index): a number, a clock time (``00:05`` and ``1:02:03`` are
+seconds), a count over a total (``3/300`` is 3), a size with a unit letter (``3.2G``), or a
+word saying "not logged" (``No log``, ``nan``, ``-``). Anything after the last value of a row
+is ignored (Ultralytics' progress bar). The table is read when most non-empty lines are such
+rows or their headers.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from trainmedic.run.table import MISSING_TOKENS, cell_float
+
+__all__ = ["aligned_rows", "MIN_ROWS"]
+
+MIN_ROWS = 3
+"""Rows of values a header must stand over for the text to be read as a table."""
+
+_NAME = re.compile(r"^[A-Za-z_][\w./%()-]*$")
+_CLOCK = re.compile(r"^(?:(\d+):)?(\d{1,2}):(\d{2}(?:\.\d+)?)$")
+_COUNT = re.compile(r"^(\d+)/\d+$")
+_SIZE = re.compile(r"^([-+]?\d+(?:\.\d+)?)[KMGT]i?B?$")
+_SAMPLE_LINES = 400
+
+
+def _value(cell: str) -> float | None | str:
+    """The number a cell holds, None when it says nothing was logged, "" when it is not a
+    value at all."""
+    v = cell_float(cell)
+    if v is not None:
+        return v
+    low = cell.lower()
+    if low in MISSING_TOKENS:
+        return None
+    m = _CLOCK.match(cell)
+    if m:
+        return int(m.group(1) or 0) * 3600.0 + int(m.group(2)) * 60.0 + float(m.group(3))
+    m = _COUNT.match(cell) or _SIZE.match(cell)
+    if m:
+        return float(m.group(1))
+    return ""
+
+
+def _header(cells: list[str]) -> bool:
+    return len(cells) >= 2 and all(_NAME.match(c) for c in cells)
+
+
+def _row(cells: list[str], names: list[str]) -> dict[str, Any] | None:
+    """The row a line's cells make under ``names``, or None when they do not fit."""
+    n = len(names)
+    vals = [_value(c.rstrip(":")) for c in cells]
+    if len(vals) >= n + 1 and all(v != "" for v in vals[:n + 1]) and \
+            isinstance(vals[0], float) and vals[0].is_integer() and \
+            (len(vals) == n + 1 or vals[n + 1] == ""):
+        cells, vals = cells[1:], vals[1:]  # pandas' row index before the values
+    if len(vals) < n or any(v == "" for v in vals[:n]):
+        return None
+    if len(vals) > n and vals[n] != "" and not cells[n - 1].endswith(":"):
+        return None  # more values than names, and no "640:" before a progress bar
+    row = {name: v for name, v in zip(names, vals[:n], strict=True) if v is not None}
+    return row if any(isinstance(v, float) for v in row.values()) else None
+
+
+def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[str, Any]]] | None:
+    """``[(line number, {name: value})]`` of a space-aligned table, or None when ``text`` is
+    not one (fewer than ``MIN_ROWS`` rows, or under half of the non-empty lines are rows or
+    headers). ``limit`` reads only that many non-empty lines."""
+    rows: list[tuple[int, dict[str, Any]]] = []
+    names: list[str] | None = None
+    fitted = nonempty = 0
+    for no, line in enumerate(text.splitlines(), 1):
+        cells = line.replace("No log", "-").split()  # HF notebooks' table cell
+        if not cells:
+            continue
+        nonempty += 1
+        if limit is not None and nonempty > limit:
+            break
+        if _header(cells):
+            names = cells
+            fitted += 1
+            continue
+        if names is None:
+            continue
+        row = _row(cells, names)
+        if row is not None:
+            rows.append((no, row))
+            fitted += 1
+    if len(rows) < MIN_ROWS or fitted < 0.5 * nonempty:
+        return None
+    return rows

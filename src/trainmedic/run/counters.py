@@ -1,0 +1,91 @@
+"""Progress counters: where a console line sits in the run.
+
+Trainers print their position as an epoch and a place inside it (``Epoch [1][1550/23454]``,
+``| epoch 1 | 200/ 2983 batches``, ``Epoch 2, Batch 100``) rather than a global step. These
+patterns and ``epoch_positions`` turn such counters into one global step the line reader
+(``textlog``) can put rows on.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+__all__ = ["PROGRESS", "EPOCH_BATCH_PAIR", "MMENGINE_ITER", "KERAS_EPOCH", "END_OF_EPOCH",
+           "POSITION_KEYS", "EPOCH_KEYS", "epoch_positions"]
+
+PROGRESS = (
+    # mmcv/mmdet: "Epoch [1][1550/23454]"
+    # (and the PyTorch ImageNet example's "Epoch: [0][  10/5005]")
+    # (mmengine: "Epoch(train)  [1][  50/1000]")
+    re.compile(r"\bepoch(?:\(train\))?:?\s*\[(?P<epoch>\d+)\]\s*\[\s*(?P<pos>\d+)\s*/\s*"
+               r"(?P<of>\d+)\]", re.I),
+    # tqdm / Lightning progress bars: "Epoch 0:  50%|#####     | 500/1000 [00:10<00:10, ..."
+    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*\d+%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*"
+               r"(?P<of>\d+)", re.I),
+    # timm: "Train: 3 [ 100/1251 (  8%)]" (epochs from 0)
+    re.compile(r"\btrain:\s*(?P<epoch>\d+)\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
+    # fairseq train_inner: "epoch 001:    200 / 1374"
+    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
+    # PyTorch word_language_model: "| epoch   1 |   200/ 2983 batches"
+    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s+batches", re.I),
+    # PyTorch examples (MNIST): "Train Epoch: 1 [640/60000 (1%)]"
+    re.compile(r"\bepoch:?\s*(?P<epoch>\d+)\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
+    # Lightning's RichProgressBar: "Epoch 3/29  ━━━━━━━━╸━━━━━━━ 50/100 0:00:05 • 0:00:05"
+    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*/\s*\d+\s+[━╸╺╼╾─ ]*[━╸╺╼╾─][━╸╺╼╾─ ]*"
+               r"(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
+    # "Epoch [1/10], Step [100/600]", "epoch 1/10 iter 50/200"
+    re.compile(r"\bepoch\s*\[?\s*(?P<epoch>\d+)\s*/\s*\d+\s*\]?[,:|\s-]*(?:step|iter|"
+               r"iteration|batch)\s*\[?\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*\]?", re.I),
+)
+#: PyTorch's CIFAR-10 tutorial prints "[epoch, batch] loss: x" ("[1,  2000] loss: 2.187").
+EPOCH_BATCH_PAIR = re.compile(r"^\s*\[\s*(?P<epoch>\d+)\s*,\s*(?P<pos>\d+)\s*\]")
+#: mmengine's iteration-based runner: "Iter(train) [  50/1000]" is iteration 50.
+MMENGINE_ITER = re.compile(r"\biter\(train\)\s*\[\s*(\d+)\s*/\s*\d+\s*\]", re.I)
+KERAS_EPOCH = re.compile(r"^\s*epoch\s+(?P<epoch>\d+)\s*/\s*(?P<of>\d+)\s*$", re.I)
+END_OF_EPOCH = re.compile(r"\bend of epoch\s+(?P<epoch>\d+)", re.I)
+
+EPOCH_KEYS = ("epoch", "training_epoch", "train_epoch", "ep")
+
+#: Keys that can count a position inside an epoch ("Epoch 2, Batch 100", "epoch 3 iter 40").
+POSITION_KEYS = ("batch", "batch_idx", "iter", "it", "iteration", "step", "steps")
+
+
+def epoch_positions(rows: list[tuple[int, dict[str, Any]]]) -> None:
+    """``Epoch 1, Batch 100`` ... ``Epoch 2, Batch 1``: a counter that goes back exactly where
+    the epoch goes up is a position inside the epoch, not the step. Each such row gets a
+    global step (``_global``): the epoch's offset (epochs since the first, times the span of a
+    full epoch's positions plus one stride) plus the position. Nothing changes when a progress
+    pattern already gave one or the epoch ever goes back; a position that goes back inside
+    an epoch (a resume that replays batches) goes back in the global step too, where the
+    continuity check sees it."""
+    if not rows or any("_global" in r for _, r in rows):
+        return
+    n = len(rows)
+    for ek in EPOCH_KEYS:
+        for pk in POSITION_KEYS:
+            pts = [(r[ek], r[pk]) for _, r in rows if isinstance(r.get(ek), (int, float))
+                   and isinstance(r.get(pk), (int, float))]
+            if len(pts) < max(4, n // 2) or not all(
+                    float(e).is_integer() and float(q).is_integer() for e, q in pts):
+                continue
+            ep = np.asarray([e for e, _ in pts], dtype=np.int64)
+            pos = np.asarray([q for _, q in pts], dtype=np.int64)
+            de, dp = np.diff(ep), np.diff(pos)
+            if np.any(de < 0) or not np.any((dp < 0) & (de > 0)):
+                continue
+            inside = dp[(de == 0) & (dp > 0)]
+            if inside.size == 0:
+                continue
+            stride = int(np.median(inside))
+            starts = np.flatnonzero(np.r_[True, de > 0])  # epochs are contiguous: ep rises
+            span = int(np.max(np.maximum.reduceat(pos, starts) - np.minimum.reduceat(pos, starts)))
+            per_epoch = span + stride
+            first = int(ep.min())
+            for _, r in rows:
+                e, q = r.get(ek), r.get(pk)
+                if isinstance(e, (int, float)) and isinstance(q, (int, float)):
+                    r["_global"] = (int(e) - first) * per_epoch + int(q)
+            return

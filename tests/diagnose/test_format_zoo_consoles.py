@@ -1,0 +1,195 @@
+"""More console and export habits, end to end (the run of ``test_format_zoo``: a loss that
+falls, then diverges from row 200 of 300, or stays healthy): fastai's recorder table, pandas'
+``to_string()``, Ultralytics' console, torchtitan, the PyTorch word-language-model and MNIST
+examples, MLX, LitGPT, HF notebook tables, PaddleClas, mmcv and mmdet JSON, timm's
+summary.csv, torchvision's references, absl-prefixed TF Object Detection lines, llm.c,
+Composer's metric blocks, Ignite, scikit-learn, diffusers, Keras verbose=2, Lightning's rich
+and NeMo's tqdm bars, hydra, accelerate, HF stdout with its tqdm bar drawn over the dicts.
+
+Each is written from what the tool prints (no code copied); each must get exactly the
+divergence near its onset (in the log's own step units), and its healthy twin nothing loud."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from test_format_zoo import ONSET, N, _losses
+
+from trainmedic.diagnose import diagnose
+from trainmedic.run import load_run
+
+Step = Callable[[int], int]
+
+
+def _every(k: int) -> Step:
+    return lambda i: i * k
+
+
+def _epochs(per_epoch_rows: int, stride: int, of: int, first_pos: int) -> Step:
+    """Row i is at position first_pos + (i % per_epoch_rows) * stride of epoch i // rows."""
+    return lambda i: (i // per_epoch_rows) * of + first_pos + (i % per_epoch_rows) * stride
+
+
+def _writers(L: list[float]) -> dict[str, tuple[str, Step]]:
+    r = range(N)
+    ppl = [math.exp(min(v, 50.0)) for v in L]
+    w: dict[str, tuple[str, Step]] = {
+        "fastai.log": ("epoch     train_loss  valid_loss  accuracy  time    \n" + "".join(
+            f"{i:<10d}{L[i]:<12.6f}{L[i] * 1.05:<12.6f}{0.5:<10.6f}00:05     \n" for i in r),
+            _every(1)),
+        "fastai_history.csv": ("epoch,train_loss,valid_loss,accuracy,time\n" + "".join(
+            f"{i},{L[i]:.6f},{L[i] * 1.05:.6f},0.5,00:05\n" for i in r), _every(1)),
+        "torchtitan.log": ("".join(
+            f"[rank0]:[titan] 2025-01-01 10:00:00,000 - root - INFO - \x1b[31mstep: {i + 1:2d}"
+            f"  \x1b[32mloss: {L[i]:7.4f}  \x1b[33mmemory: 20.50GiB(25.91%)  \x1b[34mtps: "
+            f"3,456  \x1b[36mtflops: 100.12  \x1b[35mmfu: 30.12%\x1b[39m\n" for i in r),
+            _every(1)),
+        "wlm.log": ("".join(
+            f"| epoch {i // 10 + 1:3d} | {(i % 10 + 1) * 200:5d}/ 2983 batches | lr 20.00 | "
+            f"ms/batch 45.00 | loss {L[i]:5.2f} | ppl {ppl[i]:8.2f}\n" + (
+                "-" * 89 + f"\n| end of epoch {i // 10 + 1:3d} | time: 140.00s | valid loss "
+                f"{L[i] * 1.02:5.2f} | valid ppl {ppl[i]:8.2f}\n" + "-" * 89 + "\n"
+                if i % 10 == 9 else "") for i in r), _epochs(10, 200, 2983, 200)),
+        "mnist.log": ("".join(
+            f"Train Epoch: {i // 10 + 1} [{(i % 10) * 640}/60000 ({(i % 10) * 100 // 94}%)]"
+            f"\tLoss: {L[i]:.6f}\n" + (
+                f"\nTest set: Average loss: {L[i] * 1.02:.4f}, Accuracy: 9800/10000 (98%)\n\n"
+                if i % 10 == 9 else "") for i in r), _epochs(10, 640, 60000, 0)),
+        "mlx.log": ("".join(
+            f"Iter {i + 1}: Train loss {L[i]:.3f}, Learning Rate 1.000e-05, It/sec 0.512, "
+            f"Tokens/sec 500.123, Trained Tokens {1000 * (i + 1)}, Peak mem 5.012 GB\n"
+            for i in r), _every(1)),
+        "litgpt.log": ("".join(
+            f"Epoch 1 | iter {i + 1} step {i + 1} | loss train: {L[i]:.3f}, val: n/a | iter "
+            f"time: 500.00 ms (step) remaining time: 0:10:00\n" for i in r), _every(1)),
+        "hf_notebook.tsv": ("Step\tTraining Loss\n" + "".join(
+            f"{(i + 1) * 10}\t{L[i]:.6f}\n" for i in r), _every(10)),
+        "hf_notebook_nolog.tsv": ("Epoch\tTraining Loss\tValidation Loss\tAccuracy\n" + "".join(
+            f"{i + 1}\t{'No log' if i < 3 else f'{L[i]:.6f}'}\t{L[i] * 1.02:.6f}\t0.5\n"
+            for i in r), _every(1)),
+        "paddle.log": ("".join(
+            f"[2024/01/01 10:00:00] ppcls INFO: [Train][Epoch {i // 100 + 1}/10][Iter: "
+            f"{i % 100}/100]lr: 0.10000, top1: 0.10000, CELoss: {L[i]:.5f}, loss: {L[i]:.5f}, "
+            f"batch_cost: 0.50000s, reader_cost: 0.01000, ips: 100.00000 samples/s, eta: "
+            f"0:10:00\n" for i in r), _every(1)),
+        "mmcv.log": ("".join(
+            f"2021-01-01 10:00:00,000 - mmdet - INFO - Epoch [{i // 100 + 1}][{(i % 100 + 1) * 50}"
+            f"/5000]\tlr: 1.000e-02, eta: 1 day, 2:00:00, time: 0.500, data_time: 0.010, "
+            f"memory: 3000, loss_rpn_cls: 0.5000, loss_cls: 0.3000, loss: {L[i]:.4f}\n"
+            for i in r), _every(50)),
+        "mmdet.log.json": ('{"env_info": "sys.platform: linux", "seed": 0}\n' + "".join(
+            json.dumps({"mode": "train", "epoch": i // 100 + 1, "iter": (i % 100 + 1) * 50,
+                        "lr": 0.01, "memory": 3000, "data_time": 0.01, "loss_cls": 0.3,
+                        "loss": round(L[i], 4), "time": 0.5}) + "\n" for i in r), _every(50)),
+        "yolo_console.log": ("".join(
+            "\n      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size\n"
+            f"{i + 1:>11}/{N}      3.2G  {L[i]:9.4f}  {L[i] * 0.5:9.4f}  {1.2:9.4f}         32"
+            "        640: 100%|██████████| 50/50 [00:10<00:00,  5.00it/s]\n" for i in r),
+            _every(1)),
+        "timm_summary.csv": ("epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n" + "".join(
+            f"{i},{L[i]},{L[i] * 1.02},50.0,80.0,0.001\n" for i in r), _every(1)),
+        "tv_reference.log": ("".join(
+            f"Epoch: [{i // 50}]  [{(i % 50) * 10:4d}/500]  eta: 1 day, 0:00:00  lr: 0.1  "
+            f"img/s: 50.0  loss: {L[i]:.4f} ({L[i]:.4f})  acc1: 0.0000 (0.0000)  acc5: 0.0000 "
+            "(0.0000)  time: 0.3450  data: 0.0150  max mem: 10000\n" for i in r), _every(10)),
+        "absl_od.log": ("".join(
+            f"I0101 10:00:{i % 60:02d}.000000 140000 model_lib_v2.py:705] Step {(i + 1) * 100} "
+            f"per-step time 0.500s\nI0101 10:00:{i % 60:02d}.000000 140000 model_lib_v2.py:708]"
+            " {'Loss/classification_loss': 0.5, 'Loss/localization_loss': 0.3, "
+            f"'Loss/total_loss': {L[i]:.6f}, 'learning_rate': 0.01}}\n" for i in r),
+            _every(100)),
+        "llmc.log": ("".join(
+            f"step {i + 1:4d}/{N} | train loss {L[i]:.6f} | norm 1.2345 | lr 1.00e-04 | "
+            "(1500.00 ms | 50000 tok/s)\n" for i in r), _every(1)),
+        "composer.log": ("".join(
+            f"[epoch=1][batch={i + 1}/{N}]:\n\t Train time/epoch: 0\n\t Train time/batch: {i}\n"
+            f"\t Train loss/train/total: {L[i]:.4f}\n\t Train metrics/train/LanguageCrossEntropy"
+            f": {L[i]:.4f}\n\t Train throughput/batches_per_sec: 2.0\n" for i in r), _every(1)),
+        "ignite.log": ("".join(f"Epoch[{i // 10 + 1}] Iteration[{(i % 10 + 1) * 10}/100] Loss: "
+                               f"{L[i]:.2f}\n" for i in r), _every(10)),
+        "sklearn.log": ("".join(f"Iteration {i + 1}, loss = {L[i]:.8f}\n" for i in r),
+                        _every(1)),
+        "diffusers.log": ("".join(
+            f"Steps: {i * 100 // N:3d}%|█▌        | {i + 1}/{N} [00:50<07:30,  2.00it/s, "
+            f"loss={L[i]:.3f}, lr=1e-5]\r" for i in r) + "\n", _every(1)),
+        "keras_v2.log": ("".join(
+            f"Epoch {i + 1}/{N}\n100/100 - 2s - loss: {L[i]:.4f} - accuracy: 0.8000 - val_loss: "
+            f"{L[i] * 1.02:.4f} - val_accuracy: 0.7900 - 2s/epoch - 20ms/step\n" for i in r),
+            _every(1)),
+        "records.json": (json.dumps([{"step": i, "loss": L[i]} for i in r]), _every(1)),
+        "aligned.txt": ("  step      loss        lr\n" + "".join(
+            f"{i:6d}  {L[i]:8.4f}  0.001000\n" for i in r), _every(1)),
+        "rich_bar.log": ("".join(
+            f"Epoch {i // 10}/29  ━━━━━━━━━━━━━━━━━━━━ {i % 10 + 1}/10 0:00:05 • 0:00:00 "
+            f"10.00it/s v_num: 0 train_loss: {L[i]:.3f}\n" for i in r), _every(1)),
+        "nemo.log": ("".join(
+            f"Epoch 0: {i * 100 // N:3d}%|█         | {i + 1}/{N} [00:10<01:30, 1.0it/s, v_num=0"
+            f", reduced_train_loss={L[i]:.3f}, global_step={i:.1f}, consumed_samples="
+            f"{8 * (i + 1):.1f}]\r" for i in r) + "\n", _every(1)),
+        "hydra.log": ("".join(f"[2024-01-01 10:00:00,000][__main__][INFO] - step {i} loss "
+                              f"{L[i]:.4f}\n" for i in r), _every(1)),
+        "pandas_index.csv": (",step,loss\n" + "".join(f"{i},{i},{L[i]}\n" for i in r),
+                             _every(1)),
+        "pandas_string.txt": ("     step      loss\n" + "".join(
+            f"{i:<5d}{i:5d}  {L[i]:8.6f}\n" for i in r), _every(1)),
+        "nested.jsonl": ("".join(json.dumps({"step": i, "train": {"loss": L[i], "lr": 1e-3}})
+                                 + "\n" for i in r), _every(1)),
+        "accelerate.log": ("".join(f"12/01/2024 10:00:00 - INFO - __main__ - epoch 0 step {i}: "
+                                   f"loss {L[i]:.4f}\n" for i in r), _every(1)),
+        # HF Trainer's stdout and stderr in one file: the bar redrawn with \r, a dict printed
+        # every 5 steps right after a draw (the bar's position is the global step)
+        "hf_tqdm_dict.log": ("".join(
+            f"  {i * 100 // N}%|▍  | {i + 1}/{N} [00:{i % 60:02d}<10:00,  2.1it/s]" + (
+                f"{{'loss': {L[i]:.4f}, 'learning_rate': 4.9e-05, 'epoch': {i / 100:.2f}}}\n"
+                if i % 5 == 4 else "\r") for i in r), lambda i: i + 1),
+    }
+    return w
+
+
+FILES = sorted(_writers(_losses(False)))
+
+
+def _diagnose(tmp_path: Path, name: str, diverge: bool):
+    text, step_of = _writers(_losses(diverge))[name]
+    p = tmp_path / name
+    p.write_text(text)
+    return diagnose(load_run(str(p))), step_of
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_divergence_is_found_in_every_console(tmp_path, name):
+    dx, step_of = _diagnose(tmp_path, name, diverge=True)
+    loud = [f for f in dx.findings if f.level >= 1]
+    assert [f.symptom for f in loud] == ["divergence"], [f.summary for f in loud]
+    # within the scoring tolerance: 10% of the run (30 rows), in the log's own step units
+    assert abs(loud[0].onset_step - step_of(ONSET)) <= step_of(ONSET + 30) - step_of(ONSET)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_healthy_run_is_quiet_in_every_console(tmp_path, name):
+    dx, _ = _diagnose(tmp_path, name, diverge=False)
+    assert [f.summary for f in dx.findings if f.level >= 1] == []
+
+
+def test_hf_eval_rows_under_a_short_eval_bar_keep_the_training_step(tmp_path) -> None:
+    # the eval loop's own bar (13/13) is drawn between training bars: the eval dict belongs
+    # to the training step the last training bar showed, not to position 13
+    lines = []
+    for i in range(1, 101):
+        lines.append(f"{i}%|#| {i}/100 [00:01<00:09, 9.9it/s]\r")
+        if i % 10 == 0:
+            lines.append(f"{{'loss': {2.0 - i / 100:.3f}, 'learning_rate': 5e-05, "
+                         f"'epoch': {i / 100:.2f}}}\n")
+        if i % 50 == 0:
+            lines.extend(f"{k * 100 // 13}%|#| {k}/13 [00:01<00:00, 12.0it/s]\r"
+                         for k in range(1, 14))
+            lines.append(f"{{'eval_loss': {1.5 - i / 200:.3f}, 'epoch': {i / 100:.2f}}}\n")
+    p = tmp_path / "trainer.log"
+    p.write_text("".join(lines))
+    run = load_run(str(p))
+    assert run.get("loss").steps.tolist() == list(range(10, 101, 10))
+    assert run.get("val_loss").steps.tolist() == [50, 100]
