@@ -236,3 +236,13 @@ def test_a_semicolon_csv_with_decimal_points_is_read_as_it_is(tmp_path):
     run = load_run(str(p))
     assert run.get("loss").values.tolist() == [1.5, 1.25, 1.0]
     assert not any(n.kind == "decimal_comma" for n in run.notes)
+
+
+def test_a_printed_dict_with_a_bare_nan_is_read(tmp_path):
+    # print({'loss': float('nan')}) writes a bare nan, which is no Python literal
+    text = "".join(f"{{'loss': {'nan' if i == 3 else _loss(i)}, 'grad_norm': "
+                   f"{'inf' if i == 4 else 1.5}, 'epoch': {i / 10}}}\n" for i in range(6))
+    run = load_run(str(write(tmp_path / "stdout.log", text)))
+    loss = run.get("loss").values
+    assert np.isnan(loss[3]) and np.isfinite(np.delete(loss, 3)).all()
+    assert np.isinf(run.get("grad_norm").values[4])

@@ -80,6 +80,8 @@ _ABSL_PREFIX = re.compile(r"^[IWEF]\d{4}\s+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+\s
 #: up to a postfix of metrics, which stays on the line).
 _BAR = re.compile(r"(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*"
                   r"(?:\[[\d:?]+<[\d:?]+,\s*[\d.?]+\s*(?:it/s|s/it)\]?)?")
+_BARE_NONFINITE = re.compile(r"(?<=[:\[,]\s)-?(?:nan|inf)(?=\s*[,}\]])|(?<=[:\[,])-?(?:nan|inf)"
+                             r"(?=\s*[,}\]])")
 _EPOCH_WORD = re.compile(r"\bepoch\b", re.I)
 _TOKEN_WORDS = re.compile(r"[A-Za-z]{2,}")
 
@@ -163,6 +165,9 @@ def _dict_in(line: str) -> dict[str, Any] | None:
     if i < 0 or "}" not in line[i:]:
         return None
     body = line[i:line.rfind("}") + 1]
+    if "nan" in body or "inf" in body:
+        # print() of a dict writes float('nan') as a bare nan ({'loss': nan}): no literal
+        body = _BARE_NONFINITE.sub(lambda m: f'"{m.group(0)}"', body)
     for parse in (json.loads, ast.literal_eval):
         try:
             obj = parse(body)
