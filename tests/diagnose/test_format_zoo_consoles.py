@@ -4,7 +4,9 @@ falls, then diverges from row 200 of 300, or stays healthy): fastai's recorder t
 examples, MLX, LitGPT, HF notebook tables, PaddleClas, mmcv and mmdet JSON, timm's
 summary.csv, torchvision's references, absl-prefixed TF Object Detection lines, llm.c,
 Composer's metric blocks, Ignite, scikit-learn, diffusers, Keras verbose=2, Lightning's rich
-and NeMo's tqdm bars, hydra, accelerate, HF stdout with its tqdm bar drawn over the dicts.
+and NeMo's tqdm bars, hydra, accelerate, HF stdout with its tqdm bar drawn over the dicts,
+YOLOv5's old console, TF's cifar10_train, Caffe, Darknet, kohya, Flax, Detectron2's console,
+the PyTorch-GAN and super-resolution examples, Udacity's "..." lines and epoch blocks.
 
 Each is written from what the tool prints (no code copied); each must get exactly the
 divergence near its onset (in the log's own step units), and its healthy twin nothing loud."""
@@ -146,6 +148,54 @@ def _writers(L: list[float]) -> dict[str, tuple[str, Step]]:
             f"  {i * 100 // N}%|▍  | {i + 1}/{N} [00:{i % 60:02d}<10:00,  2.1it/s]" + (
                 f"{{'loss': {L[i]:.4f}, 'learning_rate': 4.9e-05, 'epoch': {i / 100:.2f}}}\n"
                 if i % 5 == 4 else "\r") for i in r), lambda i: i + 1),
+        "yolov5_old.log": ("".join(
+            "\n     Epoch   gpu_mem       box       obj       cls    labels  img_size\n"
+            f"   {i:>3d}/{N - 1}     3.12G   {L[i]:.4f}   {L[i] * 0.3:.4f}   0.0437       123"
+            "       640: 100%|██████████| 50/50 [00:10<00:00,  5.00it/s]\n" for i in r),
+            _every(1)),
+        "tf_cifar10.log": ("".join(
+            f"2016-01-01 10:00:00.000000: step {i * 10}, loss = {L[i]:.2f} (500.0 examples/sec;"
+            " 0.256 sec/batch)\n" for i in r), _every(10)),
+        "caffe.log": ("".join(
+            f"I0101 10:00:00.000000 12345 solver.cpp:228] Iteration {i * 100}, loss = {L[i]:.4f}"
+            "\nI0101 10:00:00.000000 12345 solver.cpp:244]     Train net output #0: loss = "
+            f"{L[i]:.4f} (* 1 = {L[i]:.4f} loss)\nI0101 10:00:00.000000 12345 sgd_solver.cpp:106]"
+            f" Iteration {i * 100}, lr = 0.01\n" for i in r), _every(100)),
+        "darknet.log": ("".join(
+            f" {i + 1}: {L[i] * 10:.6f}, {L[i] * 10:.6f} avg loss, 0.001000 rate, 4.512345 "
+            f"seconds, {64 * (i + 1)} images, 100.5 hours left\nLoaded: 0.000040 seconds\n"
+            for i in r), lambda i: i + 1),
+        "udacity.log": ("".join(
+            f"Epoch: {i // 10 + 1}/30... Step: {(i + 1) * 10}... Loss: {L[i]:.4f}... Val Loss: "
+            f"{L[i] * 1.02:.4f}\n" for i in r), _every(10)),
+        "tf_nmt.log": ("".join(f"Epoch {i // 10 + 1} Batch {(i % 10) * 100} Loss {L[i]:.4f} "
+                               "Accuracy 0.1234\n" for i in r), _epochs(10, 100, 1000, 0)),
+        "pytorch_gan.log": ("".join(
+            f"[Epoch {i // 10}/30] [Batch {(i % 10) * 100}/938] [D loss: 0.500000] [G loss: "
+            f"{L[i]:.6f}]\n" for i in r), _epochs(10, 100, 938, 0)),
+        "superres.log": ("".join(f"===> Epoch[{i // 10 + 1}]({i % 10 + 1}/10): Loss: {L[i]:.4f}\n"
+                                 for i in r), _every(1)),
+        "bentrevett.log": ("".join(
+            f"Epoch: {i + 1:02} | Time: 0m 12s\n\tTrain Loss: {L[i]:.3f} | Train PPL: "
+            f"{ppl[i]:7.3f}\n\t Val. Loss: {L[i] * 1.02:.3f} |  Val. PPL: {ppl[i]:7.3f}\n"
+            for i in r), _every(1)),
+        "epoch_block.log": ("".join(f"Epoch {i + 1}\n  train loss: {L[i]:.4f}\n  val loss: "
+                                    f"{L[i] * 1.02:.4f}\n" for i in r), _every(1)),
+        "d2_text.log": ("".join(
+            f"[01/01 10:00:00 d2.utils.events]:  eta: 0:10:00  iter: {i * 20 + 19}  total_loss: "
+            f"{L[i]:.3f}  loss_cls: 0.5  loss_box_reg: 0.3  time: 0.5012  data_time: 0.0100  lr:"
+            " 0.001  max_mem: 3000M\n" for i in r), _every(20)),
+        "kohya.log": ("".join(
+            f"steps: {i * 100 // N:3d}%|█  | {i + 1}/{N} [01:00<09:00,  1.66it/s, avr_loss="
+            f"{L[i]:.4f}]\r" for i in r) + "\n", lambda i: i + 1),
+        "flax.log": ("".join(
+            f"I0101 10:00:00.000000 140000 train.py:400] train epoch: {i + 1}, loss: {L[i]:.4f}, "
+            "accuracy: 50.00\n" for i in r), _every(1)),
+        "keras_cr.log": ("".join(
+            f"Epoch {i + 1}/{N}\n" + "".join(
+                f"\r {k:3d}/100 [====>....] - ETA: 1s - loss: {L[i] * 1.01:.4f}" for k in (10, 50))
+            + f"\r100/100 [==============================] - 1s 5ms/step - loss: {L[i]:.4f}\n"
+            for i in r), _every(1)),
     }
     return w
 

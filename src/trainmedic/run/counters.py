@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["PROGRESS", "EPOCH_BATCH_PAIR", "MMENGINE_ITER", "KERAS_EPOCH", "END_OF_EPOCH",
-           "POSITION_KEYS", "EPOCH_KEYS", "epoch_positions"]
+           "DARKNET", "POSITION_KEYS", "EPOCH_KEYS", "epoch_positions"]
 
 PROGRESS = (
     # mmcv/mmdet: "Epoch [1][1550/23454]"
@@ -36,6 +36,9 @@ PROGRESS = (
     # Lightning's RichProgressBar: "Epoch 3/29  ━━━━━━━━╸━━━━━━━ 50/100 0:00:05 • 0:00:05"
     re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*/\s*\d+\s+[━╸╺╼╾─ ]*[━╸╺╼╾─][━╸╺╼╾─ ]*"
                r"(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
+    # PyTorch's super-resolution example: "===> Epoch[1](10/100): Loss: 0.0123"
+    re.compile(r"\bepoch\s*\[\s*(?P<epoch>\d+)\s*\]\s*\(\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*\)",
+               re.I),
     # "Epoch [1/10], Step [100/600]", "epoch 1/10 iter 50/200"
     re.compile(r"\bepoch\s*\[?\s*(?P<epoch>\d+)\s*/\s*\d+\s*\]?[,:|\s-]*(?:step|iter|"
                r"iteration|batch)\s*\[?\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*\]?", re.I),
@@ -46,6 +49,12 @@ EPOCH_BATCH_PAIR = re.compile(r"^\s*\[\s*(?P<epoch>\d+)\s*,\s*(?P<pos>\d+)\s*\]"
 MMENGINE_ITER = re.compile(r"\biter\(train\)\s*\[\s*(\d+)\s*/\s*\d+\s*\]", re.I)
 KERAS_EPOCH = re.compile(r"^\s*epoch\s+(?P<epoch>\d+)\s*/\s*(?P<of>\d+)\s*$", re.I)
 END_OF_EPOCH = re.compile(r"\bend of epoch\s+(?P<epoch>\d+)", re.I)
+
+#: Darknet (AlexeyAB's YOLO): " 1234: 2.345678, 2.456789 avg loss, 0.001000 rate, 4.512 seconds,
+#: 78976 images" - each value before its name; the iteration first.
+DARKNET = re.compile(r"^\s*(?P<iter>\d+):\s*(?P<loss>-?[\d.]+|-?nan|-?inf),\s*(?P<avg>-?[\d.]+|"
+                     r"-?nan|-?inf)\s+avg(?:\s+loss)?,\s*(?P<lr>[\d.eE+-]+)\s+rate,\s*"
+                     r"(?P<secs>[\d.]+)\s+seconds,\s*(?P<images>\d+)\s+images", re.I)
 
 EPOCH_KEYS = ("epoch", "training_epoch", "train_epoch", "ep")
 

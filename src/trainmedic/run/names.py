@@ -261,8 +261,9 @@ DERIVED: tuple[Derivation, ...] = (
     Derivation(canonical="val_loss", pattern=r"val/[a-z0-9_]+_(?:loss|om|oo)",
                family="ultralytics", requires_any=_YOLO_MARKERS),
     # Its console prints the same terms without the "train/" namespace, beside GPU_mem
-    # ("Epoch GPU_mem box_loss cls_loss dfl_loss Instances Size").
-    Derivation(canonical="loss", pattern=r"(?:box|obj|cls|dfl|seg|pose|kobj|rle)_loss",
+    # ("Epoch GPU_mem box_loss cls_loss dfl_loss Instances Size"; YOLOv5 before 7.0:
+    # "Epoch gpu_mem box obj cls labels img_size").
+    Derivation(canonical="loss", pattern=r"(?:box|obj|cls|dfl|seg|pose|kobj|rle)(?:_loss)?",
                family="ultralytics", requires_any=("gpu_mem",)),
 )
 

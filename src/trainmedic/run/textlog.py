@@ -34,6 +34,7 @@ import numpy as np
 
 from trainmedic.errors import UnrecognizedInputError
 from trainmedic.run.counters import (
+    DARKNET,
     END_OF_EPOCH,
     EPOCH_BATCH_PAIR,
     EPOCH_KEYS,
@@ -82,6 +83,7 @@ _BAR = re.compile(r"(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\
                   r"(?:\[[\d:?]+<[\d:?]+,\s*[\d.?]+\s*(?:it/s|s/it)\]?)?")
 _BARE_NONFINITE = re.compile(r"(?<=[:\[,]\s)-?(?:nan|inf)(?=\s*[,}\]])|(?<=[:\[,])-?(?:nan|inf)"
                              r"(?=\s*[,}\]])")
+_ELLIPSIS = re.compile(r"\.{2,}|…")
 _EPOCH_WORD = re.compile(r"\bepoch\b", re.I)
 _TOKEN_WORDS = re.compile(r"[A-Za-z]{2,}")
 
@@ -106,6 +108,8 @@ _LOG_PREFIX = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):[\w.]*
 def _pairs(line: str) -> tuple[dict[str, float], bool]:
     """``{key: value}`` of one line cut into pairs, and whether a value had no key."""
     line = _LOG_PREFIX.sub(" ", line)
+    if ".." in line:  # "Epoch: 1/30... Step: 10... Loss: 2.3012..."
+        line = _ELLIPSIS.sub(" | ", line)
     if "tensor(" in line:
         line = _TENSOR_REPR.sub(r"\1", line)
     if ")" in line:
@@ -269,6 +273,15 @@ class _Reader:
                     flat["_bars"] = dict(self.bars)
                 self.rows.append((no, flat))
                 self.recognized += 1
+            return
+        dm = DARKNET.match(raw)
+        if dm:
+            self.rows.append((no, {"iter": int(dm.group("iter")), "loss": float(dm.group("loss")),
+                                   "avg_loss": float(dm.group("avg")),
+                                   "lr": float(dm.group("lr")),
+                                   "step_time_s": float(dm.group("secs")),
+                                   "images": int(dm.group("images"))}))
+            self.recognized += 1
             return
         m = KERAS_EPOCH.match(raw)
         if m:

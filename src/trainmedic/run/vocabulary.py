@@ -33,7 +33,8 @@ GENERIC_NS = frozenset({
 
 LOSS_WORDS: tuple[str, ...] = (
     "loss", "total_loss", "loss_total", "avg_loss", "loss_avg", "average_loss", "mean_loss",
-    "running_loss", "epoch_loss", "batch_loss", "objective", "cost", "ce_loss", "cross_entropy",
+    "running_loss", "avr_loss", "smoothed_loss", "smooth_loss", "ema_loss", "epoch_loss",
+    "batch_loss", "objective", "cost", "ce_loss", "cross_entropy",
     "cross_entropy_loss", "xent", "nll_loss", "nll", "mse_loss", "mse", "bce_loss", "bce",
     "recon_loss", "reconstruction_loss", "rec_loss", "l1_loss", "l2_loss", "lm_loss",
     "ctc_loss", "full_loss", "ce", "train_ce",
@@ -49,7 +50,8 @@ _QUALIFIERS = frozenset({
     "vq", "commit", "commitment", "kd", "distill", "contrastive", "triplet", "center", "smooth",
     "dice", "focal", "ohem", "pose", "keypoint", "depth", "flow", "text", "image", "img",
     "running", "epoch", "batch", "step", "train", "val", "valid", "eval", "test", "weighted",
-    "sum", "raw", "scaled", "unscaled", "policy", "value", "entropy", "critic", "actor", "q",
+    "sum", "raw", "scaled", "unscaled", "avr", "ema", "smoothed", "policy", "value", "entropy",
+    "critic", "actor", "q",
 })
 
 GEN_LOSS = frozenset({"g_loss", "loss_g", "gen_loss", "loss_gen", "generator_loss",
