@@ -4,6 +4,7 @@ Usage (from the repository root)::
 
     .venv/bin/python benchmarks/corpus/score_corpus.py [--split tune|holdout|all] [--details]
                                                        [--json] [--only NAME,...]
+    .venv/bin/python benchmarks/corpus/score_corpus.py --root benchmarks/indep --split B
 
 Each run of ``labels.json`` in the chosen split is read with ``load_run`` and diagnosed in
 process; the findings are scored with ``scoring.py`` (the rule in ``labels.json``'s ``_rule``,
@@ -32,12 +33,13 @@ RUNS = HERE / "runs"
 LABELS = HERE / "labels.json"
 
 
-def score_split(labels: dict, split: str, details: bool = False, out=print):
+def score_split(labels: dict, split: str, details: bool = False, out=print,
+                runs: Path = RUNS):
     scores = []
     for name, label in sorted(labels.items()):
         if split != "all" and label.get("split") != split:
             continue
-        found, span, err = diagnose_path(RUNS / name)
+        found, span, err = diagnose_path(runs / name)
         rs = score_run(name, label, found, span)
         scores.append(rs)
         if details or rs.missed or rs.false or err:
@@ -51,24 +53,28 @@ def main(argv: list[str] | None = None) -> int:
     from machine import one_line
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--split", choices=("tune", "holdout", "holdout2", "all"), default="all",
-                    help="'all' scores and prints tune and holdout separately, then together")
+    ap.add_argument("--root", type=Path, default=HERE,
+                    help="a corpus folder holding runs/ and labels.json (default: this one)")
+    ap.add_argument("--split", default="all",
+                    help="a split named in labels.json (tune, holdout, holdout2 here), or "
+                         "'all': each split separately, then together")
     ap.add_argument("--details", action="store_true", help="print every run, not only misses")
     ap.add_argument("--only", help="comma-separated run names")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     print(one_line())
-    labels = load_labels(LABELS)
+    labels = load_labels(args.root / "labels.json")
     if args.only:
         want = set(args.only.split(","))
         labels = {k: v for k, v in labels.items() if k in want}
     t0 = time.perf_counter()
-    splits = ["tune", "holdout", "holdout2"] if args.split == "all" else [args.split]
+    splits = sorted({str(v.get("split")) for v in labels.values()}) if args.split == "all" \
+        else [args.split]
     results = {}
     every = []
     for sp in splits:
         print(f"--- {sp} ---")
-        scores = score_split(labels, sp, args.details)
+        scores = score_split(labels, sp, args.details, runs=args.root / "runs")
         every += scores
         results[sp] = total(scores)
     for sp in splits:
