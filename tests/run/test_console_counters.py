@@ -246,3 +246,12 @@ def test_a_printed_dict_with_a_bare_nan_is_read(tmp_path):
     loss = run.get("loss").values
     assert np.isnan(loss[3]) and np.isfinite(np.delete(loss, 3)).all()
     assert np.isinf(run.get("grad_norm").values[4])
+
+
+def test_a_space_aligned_table_is_a_log_only_when_its_names_say_so(tmp_path):
+    rows = "".join(f"{i:5d}  {4.0 - i / 100:8.4f}\n" for i in range(20))
+    log = write(tmp_path / "fit.txt", " epoch      loss\n" + rows)
+    data = write(tmp_path / "points.txt", "     x         y\n" + rows)
+    assert detect_format(log) == "text" and detect_format(data) is None
+    assert load_run(str(log)).get("loss").values.tolist() == pytest.approx(
+        [4.0 - i / 100 for i in range(20)])

@@ -181,8 +181,13 @@ def _is_text_log(text: str) -> bool:
     from trainmedic.run.aligned import aligned_rows
     from trainmedic.run.textlog import MIN_SHARE, is_single_column, recognized_share
 
-    return is_single_column(text) or recognized_share(text) >= MIN_SHARE or \
-        aligned_rows(text, limit=400) is not None
+    if is_single_column(text) or recognized_share(text) >= MIN_SHARE:
+        return True
+    # A table of space-aligned columns is a log when its names say so (step, loss, ...): a
+    # whitespace-separated dataset ("x y" over numbers) is not.
+    rows = aligned_rows(text, limit=400)
+    return rows is not None and _names_look_like_log(list(dict.fromkeys(
+        k for _, r in rows[:50] for k in r)))
 
 
 def _printable(text: str) -> bool:
