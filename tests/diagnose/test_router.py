@@ -76,6 +76,29 @@ def test_lr_too_high_kept_only_when_lr_shows_it() -> None:
                for c in peak.causes)
 
 
+def test_summed_loss_kept_only_when_train_loss_is_many_times_val() -> None:
+    f = finding("divergence", onset=800)
+    evals = np.arange(100, 1001, 100)
+
+    def summed(cause: str) -> bool:
+        return "summed over the batch" in cause
+
+    # no validation loss: the cause stays, unchecked, saying what to log
+    plain = route(f, loss_run())
+    c = next(c for c in plain.causes if summed(c.cause))
+    assert not c.checked_against_data and "validation loss" in c.note
+    # a training loss 32x the validation loss at the evaluations before the onset: checked
+    run = loss_run()
+    run.add("val_loss", evals, (3.0 * np.exp(-evals / 300) + 1.0) / 32)
+    c = next(c for c in route(f, run).causes if summed(c.cause))
+    assert c.checked_against_data and "32x" in c.note
+    assert any("reduction='mean'" in i.action for i in route(f, run).interventions)
+    # on the same scale (val 10% above train): dropped
+    same = loss_run()
+    same.add("val_loss", evals, (3.0 * np.exp(-evals / 300) + 1.0) * 1.1)
+    assert not any(summed(c.cause) for c in route(f, same).causes)
+
+
 def test_missing_warmup_only_if_lr_starts_at_peak() -> None:
     steps = np.arange(1, 1001)
     f = finding("divergence", onset=100)

@@ -45,6 +45,15 @@ INTERVENTIONS: dict[str, InterventionRule] = {
         verify="loss over the same steps stays within 1.2x of its running median",
         changes_semantics=True,
         from_start=""),
+    "mean_loss": InterventionRule(
+        action="average the loss (reduction='mean'), and divide it by the number of "
+               "accumulation micro-steps before backward()",
+        displaced_cost="no time or memory; each update shrinks by the batch (or "
+                       "accumulation) factor, so an lr tuned on the summed loss must be raised "
+                       "to match",
+        verify="the training loss sits on the validation loss's scale (within 2x) and keeps "
+               "falling",
+        changes_semantics=True),
     "clip_grad": InterventionRule(
         action="clip gradients: torch.nn.utils.clip_grad_norm_(params, 1.0) after "
                "scaler.unscale_() (HF: max_grad_norm=1.0)",

@@ -183,6 +183,35 @@ def _spike_recovered(f: Finding, run: Run) -> tuple[Verdict, str]:
     return "contradicts", "the loss did not come back after the spike"
 
 
+#: A training loss this many times the validation loss at the same steps is on another scale:
+#: summed over the batch, or micro-batch losses added without dividing by their count (a
+#: healthy run's train/val ratio stays within ~0.5-2x, dropout and augmentation included).
+SUMMED_LOSS_RATIO = 3.0
+
+
+def _train_loss_summed(f: Finding, run: Run) -> tuple[Verdict, str]:
+    loss, val = _need(run, "loss", f.rank), _need(run, "val_loss", f.rank)
+    s = _onset(f, run)
+    steps = [int(x) for x, v in zip(val.steps, val.values, strict=True)
+             if x <= s and math.isfinite(v) and v > 0]
+    where = f"before step {s}"
+    if not steps:  # an onset at the start: the first evaluations
+        steps = [int(x) for x, v in zip(val.steps[:3], val.values[:3], strict=True)
+                 if math.isfinite(v) and v > 0]
+        where = "from the start"
+    ratios = [t / v for x in steps
+              if (t := loss.value_at(x)) is not None and math.isfinite(t) and t > 0
+              and (v := val.value_at(x)) is not None and v > 0]
+    if not ratios:
+        raise _NoData()
+    r = float(np.median(ratios))
+    where = f"at {len(ratios)} evaluation step(s) {where}"
+    if r >= SUMMED_LOSS_RATIO:
+        return "supports", (f"the training loss was {r:.3g}x the validation loss {where}: a "
+                            "sum, not a mean, each step that much larger")
+    return "contradicts", f"the training loss was {r:.2g}x the validation loss {where}"
+
+
 def _loss_rising_before_onset(f: Finding, run: Run) -> tuple[Verdict, str]:
     lt = _need(run, "loss", f.rank)
     s = _onset(f, run)
@@ -387,6 +416,7 @@ CHECKS: dict[str, CheckFn] = {
     "lr_end_near_zero": _lr_end_near_zero,
     "spike_recovered": _spike_recovered,
     "loss_rising_before_onset": _loss_rising_before_onset,
+    "train_loss_summed": _train_loss_summed,
     "at_chance": _at_chance,
     "train_loss_falling": _train_loss_falling,
     "loss_fell": _loss_fell,
