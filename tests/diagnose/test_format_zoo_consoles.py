@@ -6,7 +6,8 @@ summary.csv, torchvision's references, absl-prefixed TF Object Detection lines, 
 Composer's metric blocks, Ignite, scikit-learn, diffusers, Keras verbose=2, Lightning's rich
 and NeMo's tqdm bars, hydra, accelerate, HF stdout with its tqdm bar drawn over the dicts,
 YOLOv5's old console, TF's cifar10_train, Caffe, Darknet, kohya, Flax, Detectron2's console,
-the PyTorch-GAN and super-resolution examples, Udacity's "..." lines and epoch blocks.
+the PyTorch-GAN and super-resolution examples, Udacity's "..." lines and epoch blocks,
+ESPnet, SpeechBrain, YOLOX, PaddleDetection, open_clip, nnU-Net, BasicSR and MONAI.
 
 Each is written from what the tool prints (no code copied); each must get exactly the
 divergence near its onset (in the log's own step units), and its healthy twin nothing loud."""
@@ -196,6 +197,47 @@ def _writers(L: list[float]) -> dict[str, tuple[str, Step]]:
                 f"\r {k:3d}/100 [====>....] - ETA: 1s - loss: {L[i] * 1.01:.4f}" for k in (10, 50))
             + f"\r100/100 [==============================] - 1s 5ms/step - loss: {L[i]:.4f}\n"
             for i in r), _every(1)),
+        "espnet.log": ("".join(
+            f"[host] 2023-01-01 10:00:00,000 (trainer:732) INFO: {i // 10 + 1}epoch:train:"
+            f"{(i % 10) * 100 + 1}-{(i % 10 + 1) * 100}batch: iter_time=1.234e-04, forward_time="
+            f"0.123, loss_ctc={L[i] * 2:.3f}, loss_att={L[i]:.3f}, acc=0.123, loss="
+            f"{L[i] * 1.3:.3f}, optim0_lr0=1.000e-05, train_time=0.500\n" for i in r),
+            _epochs(10, 100, 1000, 100)),
+        "speechbrain.log": ("".join(
+            f"epoch: {i + 1}, lr: 1.00e+00 - train loss: {L[i]:.2f} - valid loss: "
+            f"{L[i] * 1.02:.2f}, valid error: 5.00e-01\n" for i in r), lambda i: i + 1),
+        "yolox.log": ("".join(
+            f"2021-07-21 10:00:00 | INFO     | yolox.core.trainer:237 - epoch: {i // 10 + 1}/300"
+            f", iter: {(i % 10 + 1) * 10}/100, mem: 5000Mb, iter_time: 0.500s, data_time: "
+            f"0.010s, total_loss: {L[i] * 3:.1f}, iou_loss: 4.5, conf_loss: 8.1, cls_loss: 2.7,"
+            " lr: 1.000e-04, size: 640, ETA: 1 day, 10:00:00\n" for i in r),
+            _epochs(10, 10, 100, 10)),
+        "ppdet.log": ("".join(
+            f"[01/01 10:00:00] ppdet.engine INFO: Epoch: [{i // 10}] [{(i % 10) * 50:3d}/500] "
+            f"learning_rate: 0.000010 loss_vfl: 1.000000 loss: {L[i] * 4:.6f} eta: 1 day, "
+            "10:00:00 batch_cost: 0.5000 data_cost: 0.0100 ips: 10.0000 images/s\n"
+            for i in r), _epochs(10, 50, 500, 0)),
+        "open_clip.log": ("".join(
+            f"2023-01-01,10:00:00 | INFO | Train Epoch: {i // 10} [{(i % 10) * 1024:8d}/10240 "
+            f"({(i % 10) * 10}%)] Data (t): 0.500 Batch (t): 1.200, 800.000/s, 100.000/s/gpu LR:"
+            f" 0.000001 Logit Scale: 14.286 Contrastive_loss: {L[i]:.4f} ({L[i]:.4f}) Loss: "
+            f"{L[i]:.4f} ({L[i]:.4f})\n" for i in r), _epochs(10, 1024, 10240, 0)),
+        "nnunet.log": ("".join(
+            f"2023-01-01 10:00:00.000000: \n2023-01-01 10:00:00.000000: Epoch {i}\n"
+            "2023-01-01 10:00:00.000000: Current learning rate: 0.00995\n"
+            f"2023-01-01 10:00:00.000000: train_loss {-(1.0 - L[i] / 8):.4f}\n"
+            f"2023-01-01 10:00:00.000000: val_loss {-(0.98 - L[i] / 8):.4f}\n"
+            "2023-01-01 10:00:00.000000: Pseudo dice [0.8, 0.9]\n"
+            "2023-01-01 10:00:00.000000: Epoch time: 100.5 s\n" for i in r), _every(1)),
+        "basicsr.log": ("".join(
+            f"2023-01-01 10:00:00,000 INFO: [train..][epoch:{i // 50:3d}, iter:{(i + 1) * 100:8,d}"
+            f", lr:(1.000e-04,)] [eta: 1 day, 0:00:00, time (data): 0.500 (0.010)] l_pix: "
+            f"{L[i] / 100:.4e} l_percep: {L[i]:.4e} l_g_gan: 1.0000e-01 l_d_real: 5.0000e-01 "
+            "l_d_fake: 5.0000e-01\n" for i in r), lambda i: (i + 1) * 100),
+        "monai.log": ("".join(
+            f"{i % 10 + 1}/10, train_loss: {L[i]:.4f}, step time: 0.1234\n" + (
+                f"epoch {i // 10 + 1} average loss: {L[i]:.4f}\n" if i % 10 == 9 else "")
+            for i in r), lambda i: i + 1),
     }
     return w
 
@@ -243,3 +285,23 @@ def test_hf_eval_rows_under_a_short_eval_bar_keep_the_training_step(tmp_path) ->
     run = load_run(str(p))
     assert run.get("loss").steps.tolist() == list(range(10, 101, 10))
     assert run.get("val_loss").steps.tolist() == [50, 100]
+
+
+def test_the_mnist_examples_test_set_lines_are_its_evaluations(tmp_path) -> None:
+    # "Test set: Average loss: ..." after each epoch's "Train Epoch" lines has no step of its
+    # own: it is that epoch's evaluation (the test set evaluated each epoch is a validation)
+    lines = []
+    for e in range(1, 31):
+        lines += [f"Train Epoch: {e} [{k * 640}/60000 ({k * 640 // 600}%)]\tLoss: "
+                  f"{2.0 * 0.9 ** e - 0.001 * k:.6f}\n" for k in range(10)]
+        lines.append(f"\nTest set: Average loss: {1.0 + 0.02 * abs(e - 12):.4f}, Accuracy: "
+                     "9800/10000 (98%)\n\n")
+    p = tmp_path / "mnist.log"
+    p.write_text("".join(lines))
+    run = load_run(str(p))
+    val = run.get("val_loss")
+    assert val is not None and len(val) == 30
+    assert val.steps.tolist() == [(e - 1) * 60000 + 9 * 640 for e in range(1, 31)]
+    loud = [f for f in diagnose(run).findings if f.level >= 1]
+    assert [f.symptom for f in loud] == ["overfitting"]
+    assert loud[0].onset_step == 11 * 60000 + 9 * 640

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from trainmedic.errors import UnrecognizedInputError
 from trainmedic.run import load_run
 
 
@@ -86,3 +87,67 @@ def test_a_wandb_run_folder_reads_the_history_not_the_summary(tmp_path):
     run = load_run(str(files.parent))
     assert run.get("loss").steps.tolist() == [8 * i for i in range(20)]  # one series, no 19
     assert any("wandb-summary.json" in n.detail for n in run.notes)
+
+
+def test_tensorboard_json_export_takes_its_tag_from_the_file_name(tmp_path):
+    p = tmp_path / "run-version_0-tag-train_loss.json"
+    p.write_text(json.dumps([[1.7e9 + i, 10 * i, v] for i, v in enumerate([3.0, 2.0, 1.5])]))
+    run = load_run(str(p))
+    assert run.get("loss").values.tolist() == [3.0, 2.0, 1.5]
+    assert list(run.get("loss").steps) == [0, 10, 20]
+
+
+def test_a_dict_python_printed_is_read_as_its_literal(tmp_path):
+    # print(history.history) > history.txt: single quotes and a bare nan, not JSON
+    p = tmp_path / "history.txt"
+    p.write_text(str({"loss": [0.9, 0.7, float("nan")], "val_loss": [1.0, 0.8, 0.85]}))
+    run = load_run(str(p))
+    assert run.get("loss").values[:2].tolist() == [0.9, 0.7]
+    assert run.get("val_loss").values.tolist() == [1.0, 0.8, 0.85]
+
+
+def test_a_printed_history_inside_a_console_log_is_read(tmp_path):
+    p = tmp_path / "notebook.log"
+    p.write_text("Epoch 1/3\n...\nEpoch 3/3\n...\n" + str(
+        {"loss": [0.9, 0.7, 0.6], "val_loss": [1.0, 0.8, 0.85]}) + "\n")
+    assert load_run(str(p)).get("val_loss").values.tolist() == [1.0, 0.8, 0.85]
+
+
+def test_rows_under_one_key_beside_settings_and_plural_names(tmp_path):
+    p = tmp_path / "results.json"
+    p.write_text(json.dumps({"config": {"lr": 0.1}, "metrics": [
+        {"step": i, "loss": 3.0 - i} for i in range(3)]}))
+    run = load_run(str(p))
+    assert run.get("loss").values.tolist() == [3.0, 2.0, 1.0]
+    assert any(n.kind == "json_members_skipped" for n in run.notes)
+    q = tmp_path / "curves.json"
+    q.write_text(json.dumps({"train_losses": [3.0, 2.0, 1.5], "val_losses": [3.1, 2.5, 2.0]}))
+    run = load_run(str(q))
+    assert run.get("loss").values.tolist() == [3.0, 2.0, 1.5]
+    assert run.get("val_loss").values.tolist() == [3.1, 2.5, 2.0]
+
+
+def test_comment_lines_before_a_csv_header(tmp_path):
+    p = tmp_path / "log.csv"
+    p.write_text("# experiment: baseline\n# seed: 0\nstep,loss\n0,2.5\n1,2.4\n2,2.3\n")
+    assert load_run(str(p)).get("loss").values.tolist() == [2.5, 2.4, 2.3]
+    # np.savetxt(..., header="step,loss", delimiter=",") writes its header as a comment
+    q = tmp_path / "saved.csv"
+    q.write_text("# step,loss\n0,2.5\n1,2.4\n2,2.3\n")
+    run = load_run(str(q))
+    assert run.get("loss").values.tolist() == [2.5, 2.4, 2.3]
+    assert list(run.get("loss").steps) == [0, 1, 2]
+
+
+def test_nameless_numbers_take_their_name_from_the_file(tmp_path):
+    values = [3.0, 2.5, 2.2, 2.0]
+    (tmp_path / "losses.json").write_text(json.dumps(values))
+    (tmp_path / "train_loss.txt").write_text("".join(f"{v}\n" for v in values))
+    for name in ("losses.json", "train_loss.txt"):
+        run = load_run(str(tmp_path / name))
+        assert run.get("loss").values.tolist() == values
+        assert any(n.kind == "metric_from_file_name" for n in run.notes)
+    # a file of numbers whose name says nothing is not taken for a log
+    (tmp_path / "ids.txt").write_text("".join(f"{v}\n" for v in values))
+    with pytest.raises(UnrecognizedInputError):
+        load_run(str(tmp_path / "ids.txt"))

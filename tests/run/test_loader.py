@@ -77,6 +77,8 @@ def test_hf_state_maps_and_keeps_meta():
     ("logs_rank12.csv", 12),
     ("metrics.csv", None),
     ("ranking/metrics.csv", None),
+    ("run_1/attempt_0/3/stdout.log", 3),  # torchrun --log-dir: the local rank's folder
+    ("run_1/epoch_0/3/stdout.log", None),
 ])
 def test_rank_of(tmp_path, rel, rank):
     assert rank_of(tmp_path / rel, tmp_path) == rank

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["PROGRESS", "EPOCH_BATCH_PAIR", "MMENGINE_ITER", "KERAS_EPOCH", "END_OF_EPOCH",
-           "DARKNET", "POSITION_KEYS", "EPOCH_KEYS", "epoch_positions"]
+           "DARKNET", "ESPNET_EPOCH", "LEADING_COUNT", "POSITION_KEYS", "EPOCH_KEYS",
+           "epoch_positions"]
 
 PROGRESS = (
     # mmcv/mmdet: "Epoch [1][1550/23454]"
@@ -55,6 +56,11 @@ END_OF_EPOCH = re.compile(r"\bend of epoch\s+(?P<epoch>\d+)", re.I)
 DARKNET = re.compile(r"^\s*(?P<iter>\d+):\s*(?P<loss>-?[\d.]+|-?nan|-?inf),\s*(?P<avg>-?[\d.]+|"
                      r"-?nan|-?inf)\s+avg(?:\s+loss)?,\s*(?P<lr>[\d.eE+-]+)\s+rate,\s*"
                      r"(?P<secs>[\d.]+)\s+seconds,\s*(?P<images>\d+)\s+images", re.I)
+#: ESPnet: "3epoch:train:201-300batch:" (batches 201-300 of epoch 3) and "3epoch results:".
+ESPNET_EPOCH = re.compile(r"\b(\d+)epoch(?::(?:train|valid):(\d+)-(\d+)batch:?| results:)")
+#: A line that starts with its position in the epoch and a comma (MONAI's tutorials:
+#: "12/50, train_loss: 0.6123, step time: 0.1234").
+LEADING_COUNT = re.compile(r"^\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*,\s")
 
 EPOCH_KEYS = ("epoch", "training_epoch", "train_epoch", "ep")
 

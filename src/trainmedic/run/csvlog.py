@@ -44,6 +44,7 @@ from trainmedic.run.table import (
     LogTable,
     NoteCounter,
     cell_float,
+    skip_preamble,
     steps_across_epochs,
 )
 
@@ -389,14 +390,7 @@ def read_csv(path: Path) -> LogTable:
         head = f.read(BLOCK_BYTES)
         if head.startswith(_BOM):
             head = head[len(_BOM):]
-        line_no = 1
-        # Skip blank lines before the header.
-        while head[:1] in (b"\n", b"\r", b" ", b"\t"):
-            if head[:1] == b"\n":
-                line_no += 1
-            head = head[1:]
-            if not head:
-                head = f.read(BLOCK_BYTES)
+        head, line_no = skip_preamble(head, f, BLOCK_BYTES)
         if not head:
             raise UnrecognizedInputError(str(path), "is empty; expected a CSV log with a header "
                                          "row and at least one data row")

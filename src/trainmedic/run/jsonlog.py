@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ from trainmedic.run.table import (
     steps_across_epochs,
 )
 
-__all__ = ["read_jsonl", "read_json_rows", "read_text", "flatten", "as_number", "rows_to_table"]
+__all__ = ["read_jsonl", "read_json_rows", "read_json_document", "read_text", "flatten",
+           "as_number", "rows_to_table"]
 
 _MAX_DEPTH = 8
 
@@ -257,16 +259,34 @@ def _is_series_object(v: Any) -> bool:
 def read_json_rows(path: Path, doc: Any) -> LogTable:
     """A parsed JSON document of rows: ``[{...}, ...]`` or ``{"step": [...], "loss": [...]}``."""
     table = LogTable(path=str(path), format="json_rows")
+    row_lists = {k: v for k, v in doc.items() if isinstance(v, list) and v and all(
+        isinstance(r, dict) for r in v)} if isinstance(doc, dict) else {}
     if isinstance(doc, list) and doc and all(isinstance(r, dict) for r in doc):
         rows_to_table(table, ((None, flatten(r)) for r in doc))
-    elif isinstance(doc, dict) and doc and all(
-            isinstance(v, list) and v and all(isinstance(r, dict) for r in v)
-            for v in doc.values()):
-        # {"train": [{"epoch": 1, "loss": ..}], "val": [...]}: one list of rows per split
+    elif isinstance(doc, list) and len(doc) >= 2 and all(
+            not isinstance(x, (list, dict)) and as_number(x) is not None for x in doc):
+        # json.dump(losses, f): a list of numbers whose name is the file's ("losses.json")
+        rows_to_table(table, ((None, {path.stem: x}) for x in doc))
+        table.note("metric_from_file_name", "a list of numbers and no name: the series takes "
+                   f"its name from the file: '{path.stem}'")
+    elif isinstance(doc, list) and len(doc) >= 2 and all(
+            isinstance(r, list) and len(r) == 3 and all(as_number(x) is not None for x in r)
+            for r in doc):
+        # TensorBoard's "Download JSON": [[wall_time, step, value], ...]; the loader names
+        # the value after the file (run-<run>-tag-<tag>.json)
+        rows_to_table(table, ((None, {"wall_time": r[0], "step": r[1], "value": r[2]})
+                              for r in doc))
+    elif row_lists and not any(_numeric_list(v) for v in doc.values()):
+        # {"train": [{"epoch": 1, "loss": ..}], "val": [...]}: one list of rows per split;
+        # {"config": {...}, "metrics": [{...}]}: the rows beside a run's settings
         steps = {c.lower() for c in STEP_COLUMNS + FALLBACK_STEP_COLUMNS}
-        rows_to_table(table, ((None, {(kk if kk.lower() in steps else f"{k}/{kk}"): vv
+        one = len(row_lists) == 1
+        rows_to_table(table, ((None, {(kk if one or kk.lower() in steps else f"{k}/{kk}"): vv
                                       for kk, vv in flatten(r).items()})
-                              for k, v in doc.items() for r in v))
+                              for k, v in row_lists.items() for r in v))
+        if len(row_lists) < len(doc):
+            table.note("json_members_skipped", "members that are not lists of rows were not "
+                       f"read: {', '.join(str(k) for k in doc if k not in row_lists)[:120]}")
     elif isinstance(doc, dict) and doc and all(_is_series_object(v) for v in doc.values()):
         # Sacred's metrics.json: {"train.loss": {"steps": [...], "values": [...], ...}}
         for name, obj in doc.items():
@@ -294,3 +314,51 @@ def read_json_rows(path: Path, doc: Any) -> LogTable:
         raise UnrecognizedInputError(str(path), "is JSON with no numeric metrics; expected "
                                      "rows such as {\"step\": 1, \"loss\": 2.3}")
     return table
+
+
+def _python_literal(text: str) -> Any:
+    """A dict or list printed by Python (``print(history.history)``: single quotes, ``nan``)
+    read with ``ast.literal_eval``, which evaluates literals only, never code; None when the
+    text is not one (or is too big to parse safely)."""
+    if len(text) > 64 << 20 or text.lstrip()[:1] not in ("{", "["):
+        return None
+    import ast
+
+    body = re.sub(r"(?<=[\[,:]\s)-?(?:nan|inf)\b|(?<=[\[,:])-?(?:nan|inf)\b",
+                  lambda m: f'"{m.group(0)}"', text) if "nan" in text or "inf" in text else text
+    try:
+        doc = ast.literal_eval(body.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return doc if isinstance(doc, (dict, list)) else None
+
+
+def read_json_document(path: Path) -> LogTable:
+    """A JSON document (not JSON Lines): an HF trainer_state.json, a list of row objects, an
+    object of lists (Keras history), ..., or a dict Python printed."""
+    from trainmedic.run.hf_state import is_hf_state, read_hf_state
+
+    text = read_text(path, "JSON log")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # Several objects one per line whose first line is pretty-printed? Try lines.
+        if text.lstrip().startswith("{") and text.count("\n") > 1:
+            try:
+                return read_jsonl(path)
+            except UnrecognizedInputError:
+                pass
+        doc = _python_literal(text)
+        if doc is not None:
+            return read_json_rows(path, doc)
+        raise UnrecognizedInputError(str(path), f"is not valid JSON ({exc.msg} at line "
+                                     f"{exc.lineno}); expected a trainer_state.json or JSON "
+                                     "Lines log") from exc
+    except ValueError as exc:
+        # Python refuses integer literals of more than 4300 digits (CVE-2020-10735 limit).
+        raise UnrecognizedInputError(str(path), "holds a number too long to read (an integer "
+                                     "of more than 4300 digits); expected a training log of "
+                                     "ordinary numbers") from exc
+    if is_hf_state(doc):
+        return read_hf_state(path, doc)
+    return read_json_rows(path, doc)

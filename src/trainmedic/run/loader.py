@@ -55,6 +55,7 @@ _SUMMARY_FILES = frozenset({"wandb-summary.json"})
 _SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints", "node_modules", ".venv"})
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?!\d)", re.IGNORECASE)
 # Keras' TensorBoard callback writes train/ and validation/ sub-folders with the same tags.
+_ATTEMPT_RE = re.compile(r"attempt_\d+")
 _SPLIT_DIRS = frozenset({"train", "training", "validation", "val", "eval", "evaluation", "test"})
 
 WHAT_WE_READ = ("CSV logs with a header row, JSON Lines, HF trainer_state.json, Keras "
@@ -76,6 +77,9 @@ def rank_of(path: Path, root: Path | None = None) -> int | None:
         m = _RANK_RE.search(part)
         if m:
             return int(m.group(1))
+    # torchrun --log-dir: <dir>/<run id>/attempt_<n>/<local rank>/stdout.log
+    if path.parent.name.isdigit() and _ATTEMPT_RE.fullmatch(path.parent.parent.name):
+        return int(path.parent.name)
     return None
 
 
@@ -152,7 +156,9 @@ def detect_format(path: Path) -> str | None:
                 for v in obj.values()):
             return "jsonl"
         return "json"
-    first_line = text.split("\n", 1)[0]
+    # the first line that is not a "# note" comment (a CSV's preamble)
+    first_line = next((ln for ln in text.split("\n", 64) if not ln.lstrip().startswith("#")),
+                      "")
     if any(d in first_line for d in (",", "\t", ";")) and _printable(text[:4096]):
         # "2019-12-31 00:21:04,166 - INFO - Epoch [1][50/100] lr: ..." has a comma too; a
         # header of column names cannot be such a line, and skips the line reader's sniff.
@@ -161,6 +167,10 @@ def detect_format(path: Path) -> str | None:
         return "text" if _is_text_log(text) else "csv"
     if _printable(text[:4096]) and _is_text_log(text):
         return "text"
+    from trainmedic.run.textlog import bare_numbers
+
+    if bare_numbers(text) and _names_look_like_log([path.stem]):
+        return "text"  # "loss.txt": one number per line, named by the file
     return None
 
 
@@ -201,10 +211,17 @@ def _csv_header_is_log(path: Path) -> bool:
     """Inside a folder, a CSV is read only when its header names a step or a known metric
     (a predictions.csv or a dataset next to the logs is not a training log)."""
     from trainmedic.run.csvlog import sniff_delimiter, split_header
+    from trainmedic.run.table import numbers_only
 
     with path.open("rb") as f:
-        line = f.readline(65536).lstrip(b"\xef\xbb\xbf").rstrip(b"\r\n")
-    d = sniff_delimiter(line)
+        line, last = f.readline(65536).lstrip(b"\xef\xbb\xbf"), b""
+        for _ in range(64):  # "# note" comment lines before the header
+            if not line.lstrip().startswith(b"#"):
+                break
+            line, last = f.readline(65536), line
+        if last and numbers_only(line.rstrip(b"\r\n")):  # np.savetxt's "# step,loss"
+            line = last.lstrip(b"# ")
+    d = sniff_delimiter(line.rstrip(b"\r\n"))
     if d is None:
         return False
     cols = split_header(line, d)
@@ -266,7 +283,9 @@ def read_file(path: Path, fmt: str | None = None,
 
         return read_jsonl(path)
     if fmt == "json":
-        return _read_json_doc(path)
+        from trainmedic.run.jsonlog import read_json_document
+
+        return read_json_document(path)
     if fmt == "text":
         from trainmedic.run.textlog import read_text_logs
 
@@ -302,33 +321,6 @@ def _name_value_column(table: LogTable, path: Path) -> None:
     table.columns[name] = table.columns.pop(values[0])
     table.note("metric_from_file_name", f"the column '{values[0]}' is the only metric, so it "
                f"takes its name from the file: '{name}'")
-
-
-def _read_json_doc(path: Path) -> LogTable:
-    from trainmedic.run.hf_state import is_hf_state, read_hf_state
-    from trainmedic.run.jsonlog import read_json_rows, read_jsonl, read_text
-
-    text = read_text(path, "JSON log")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        # Several objects one per line whose first line is pretty-printed? Try lines.
-        if text.lstrip().startswith("{") and text.count("\n") > 1:
-            try:
-                return read_jsonl(path)
-            except UnrecognizedInputError:
-                pass
-        raise UnrecognizedInputError(str(path), f"is not valid JSON ({exc.msg} at line "
-                                     f"{exc.lineno}); expected a trainer_state.json or JSON "
-                                     "Lines log") from exc
-    except ValueError as exc:
-        # Python refuses integer literals of more than 4300 digits (CVE-2020-10735 limit).
-        raise UnrecognizedInputError(str(path), "holds a number too long to read (an integer "
-                                     "of more than 4300 digits); expected a training log of "
-                                     "ordinary numbers") from exc
-    if is_hf_state(doc):
-        return read_hf_state(path, doc)
-    return read_json_rows(path, doc)
 
 
 def _read_store(path: Path) -> Run:

@@ -260,6 +260,10 @@ DERIVED: tuple[Derivation, ...] = (
                family="ultralytics", requires_any=_YOLO_MARKERS),
     Derivation(canonical="val_loss", pattern=r"val/[a-z0-9_]+_(?:loss|om|oo)",
                family="ultralytics", requires_any=_YOLO_MARKERS),
+    # BasicSR (ESRGAN, Real-ESRGAN, GFPGAN) logs the generator's objective as its terms
+    # (l_pix, l_percep, l_style, l_g_gan); l_d_real / l_d_fake are the discriminator's.
+    Derivation(canonical="loss", pattern=r"l_(?!d_)[a-z0-9_]+", family="basicsr",
+               requires_any=("l_pix", "l_percep", "l_g_gan"), min_components=1),
     # Its console prints the same terms without the "train/" namespace, beside GPU_mem
     # ("Epoch GPU_mem box_loss cls_loss dfl_loss Instances Size"; YOLOv5 before 7.0:
     # "Epoch gpu_mem box obj cls labels img_size").

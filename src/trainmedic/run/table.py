@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from trainmedic.run.series import ImportNote, Series
 
-__all__ = ["UTF16_BOMS", "LogTable", "NoteCounter", "steps_across_epochs", "cell_float",
-           "MISSING_TOKENS", "MAX_STEP", "duration_seconds"]
+__all__ = ["UTF16_BOMS", "skip_preamble", "numbers_only", "LogTable", "NoteCounter",
+           "steps_across_epochs", "cell_float", "MISSING_TOKENS", "MAX_STEP", "duration_seconds"]
 
 
 #: The byte-order marks of UTF-16 text (little-endian first): PowerShell's `>` writes it.
@@ -146,3 +146,34 @@ def duration_seconds(text: str) -> float | None:
         return None
     days = int(m.group(1) or 0)
     return days * 86400.0 + int(m.group(2)) * 3600.0 + int(m.group(3)) * 60.0 + float(m.group(4))
+
+
+def skip_preamble(head: bytes, f: BinaryIO, block: int) -> tuple[bytes, int]:
+    """``head`` (the first bytes read from ``f``) past the blank lines and ``#`` comment lines
+    before a CSV's header (a run's notes: ``# seed: 0``), reading more of ``f`` as needed, and
+    the 1-based line number the header is on. When the first line after the comments is all
+    numbers, the last comment is the header (``np.savetxt(header="step,loss")`` writes
+    ``# step,loss``)."""
+    line_no, last = 1, b""
+    while head[:1] in (b"\n", b"\r", b" ", b"\t", b"#"):
+        end = head.find(b"\n") if head[:1] == b"#" else 0
+        if end < 0:  # a comment longer than the bytes read so far
+            more = f.read(block)
+            if not more:
+                return b"", line_no
+            head += more
+            continue
+        if end:
+            last = head[:end]
+        line_no += head[:end + 1].count(b"\n")
+        head = head[end + 1:] or f.read(block)
+    first = head.split(b"\n", 1)[0].rstrip(b"\r")
+    if last and numbers_only(first):
+        return last.lstrip(b"# ").rstrip(b"\r") + b"\n" + head, line_no - 1
+    return head, line_no
+
+
+def numbers_only(line: bytes) -> bool:
+    """Whether a delimited line is all numbers (a data row, not a header)."""
+    cells = re.split(rb"[,\t;]", line)
+    return len(cells) > 1 and all(cell_float(c.decode("latin-1")) is not None for c in cells)

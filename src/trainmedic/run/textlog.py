@@ -14,7 +14,14 @@ framework:
   ``epoch 001: 200 / 1374``) make a global step from the epoch and the position in it;
 - Keras' ``Epoch 3/20`` line sets the epoch of the metric lines after it;
 - a line saying it reports validation (``valid on 'valid' subset``) puts its keys on the
-  validation side (``loss`` -> ``valid_loss``).
+  validation side (``loss`` -> ``valid_loss``);
+- a bare tqdm bar's position is the step of the metric lines printed next to or after it
+  (the bar drawn most often: the training loop's); a step line with no metrics opens a row
+  that the metric lines right under it fill (Composer), and a printed dict right under a
+  step line joins that line's row (TF Object Detection).
+
+The tokenizer that cuts a line into pairs is ``linepairs``; the progress-counter patterns are
+``counters``; tables printed with aligned spaces are read by ``aligned``.
 
 A row needs a step (or a printed dict); the file is a training log when enough of its lines
 are read (``recognized_share``). A file with a one-word header over a column of numbers
@@ -23,8 +30,6 @@ are read (``recognized_share``). A file with a one-word header over a column of 
 
 from __future__ import annotations
 
-import ast
-import json
 import math
 import re
 from pathlib import Path
@@ -38,16 +43,19 @@ from trainmedic.run.counters import (
     END_OF_EPOCH,
     EPOCH_BATCH_PAIR,
     EPOCH_KEYS,
+    ESPNET_EPOCH,
     KERAS_EPOCH,
+    LEADING_COUNT,
     MMENGINE_ITER,
     PROGRESS,
     epoch_positions,
 )
+from trainmedic.run.linepairs import STEP_KEYS, VAL_PREFIXES, dict_in_line, sectioned_pairs
 from trainmedic.run.series import Series
 from trainmedic.run.table import LogTable, cell_float
 
 __all__ = ["read_text_log", "read_text_logs", "rank_lines", "recognized_share", "is_single_column",
-           "MIN_SHARE"]
+           "bare_numbers", "MIN_SHARE"]
 
 MIN_SHARE = 0.3
 """Share of non-empty lines the reader must recognise for a file to count as a training log."""
@@ -57,22 +65,14 @@ MIN_SHARE = 0.3
 _TERMINAL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\x08")
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T_]\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?|"
                     r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b|\[rank\d+\]:?|\brank\d+\b")
-_NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+|" \
-       r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
-_TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>ms/step|s/step|us/step|ms|us|s|%|"
-                    r"\s?(?:GiB|GB|MiB|MB|KiB|KB|gib|gb|mib|mb|kb)|sec|min|h)?(?![\w.])|"
-                    r"(?P<word>[A-Za-z_][\w./%-]*)|(?P<open>\()|(?P<close>\))|"
-                    r"(?P<sep>[|,;\t]| - )")
 _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validation|eval|"
                          r"evaluation) (?:subset|set|results?|metrics)\b|^\s*(?:valid|"
                          r"validation|eval)\b\s*[:|]", re.I)
-_STEP_KEYS = ("num_updates", "global_step", "step", "steps", "iteration", "iter", "it",
-              "training_iter", "train_iter", "update", "updates", "batch_idx")
 _EPOCH_KEYS = EPOCH_KEYS
+_STEP_KEYS = STEP_KEYS
+_VAL_PREFIXES = VAL_PREFIXES
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
-_VAL_PREFIXES = ("valid", "val_", "validation", "eval", "test")
 _TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
-_DROP_KEYS = frozenset({"eta", "remaining", "day", "days", "of", "at", "on", "in"})
 _SAMPLE_LINES = 400
 #: absl / glog's line prefix ("I0101 10:00:00.000000 140000 model_lib_v2.py:705] "): TF
 #: Object Detection, JAX and t5x logs.
@@ -81,105 +81,9 @@ _ABSL_PREFIX = re.compile(r"^[IWEF]\d{4}\s+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+\s
 #: up to a postfix of metrics, which stays on the line).
 _BAR = re.compile(r"(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*"
                   r"(?:\[[\d:?]+<[\d:?]+,\s*[\d.?]+\s*(?:it/s|s/it)\]?)?")
-_BARE_NONFINITE = re.compile(r"(?<=[:\[,]\s)-?(?:nan|inf)(?=\s*[,}\]])|(?<=[:\[,])-?(?:nan|inf)"
-                             r"(?=\s*[,}\]])")
-_ELLIPSIS = re.compile(r"\.{2,}|…")
+_SET_LINE = re.compile(r"^\W*(test|valid|validation|val|eval|dev)\s+set\s*:", re.I)
 _EPOCH_WORD = re.compile(r"\bepoch\b", re.I)
 _TOKEN_WORDS = re.compile(r"[A-Za-z]{2,}")
-
-
-def _norm_key(words: list[str]) -> str:
-    key = "_".join(w.strip(":=[]").lower() for w in words if w.strip(":=[]"))
-    return key.strip("_")
-
-
-#: A unit in parentheses after a name ("elapsed time per iteration (ms): 1234.5", DeepSpeed's
-#: "iter time (s): 0.51") joins the name, as a unit written after the number does.
-_NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB)\s*\)\s*(?=[:=])")
-
-
-#: A tensor printed as it is ("loss: tensor(2.3456, device='cuda:0', grad_fn=<...>)") is its
-#: number.
-_TENSOR_REPR = re.compile(r"\btensor\(\s*(" + _NUM + r")\s*(?:,[^()]*)?\)")
-#: Python logging's "INFO:tensorflow:" / "INFO:root:" / "WARNING:__main__:" line prefix.
-_LOG_PREFIX = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):[\w.]*:")
-
-
-def _pairs(line: str) -> tuple[dict[str, float], bool]:
-    """``{key: value}`` of one line cut into pairs, and whether a value had no key."""
-    line = _LOG_PREFIX.sub(" ", line)
-    if ".." in line:  # "Epoch: 1/30... Step: 10... Loss: 2.3012..."
-        line = _ELLIPSIS.sub(" | ", line)
-    if "tensor(" in line:
-        line = _TENSOR_REPR.sub(r"\1", line)
-    if ")" in line:
-        line = _NAME_UNIT.sub(lambda m: "_" + ("pct" if m.group(1) == "%" else m.group(1)), line)
-    out: dict[str, float] = {}
-    words: list[str] = []
-    last_key = ""
-    in_paren = False
-    orphan = False
-    for m in _TOKEN.finditer(line):
-        if m.group("word"):
-            words.append(m.group("word"))
-            continue
-        if m.group("open"):
-            in_paren = True
-            continue
-        if m.group("close"):
-            in_paren = False
-            words = []
-            continue
-        if m.group("sep"):
-            words = []
-            continue
-        v = cell_float(m.group("num").replace(",", ""))
-        if v is None:
-            continue
-        unit = (m.group("unit") or "").strip().lower()
-        # "Train loss/train/total: 2.3" (Composer): a namespaced name is the whole key
-        spaced = bool(words) and words[-1][:1].isalpha() and "/" in words[-1].strip("/")
-        key = _norm_key(words[-1:] if spaced else words[-3:])
-        last = key.rsplit("_", 1)[-1]
-        if key not in _STEP_KEYS + _EPOCH_KEYS and last in _STEP_KEYS + _EPOCH_KEYS:
-            key = last  # "Training iter 3150", "Training Epoch: 1"
-        if unit.endswith("/step"):
-            key, unit = "step_time", unit.split("/")[0]
-        if not key:
-            if in_paren and unit in ("s", "ms", "us", "sec", "min"):
-                key = "step_time"
-            elif in_paren and unit == "%" and last_key:
-                key = last_key
-            elif unit in ("s", "ms", "min") and not out:
-                key = "line_time"  # Keras "67s - loss: ...": the time of the epoch
-            else:
-                orphan = True
-                continue
-        if unit:
-            key = f"{key}_{'pct' if unit == '%' else unit}"
-        if key.split("_")[-1] not in _DROP_KEYS and key not in out:
-            out[key] = v
-        last_key = key.rsplit("_", 1)[0] if unit else key
-        words = []
-    return out, orphan
-
-
-def _dict_in(line: str) -> dict[str, Any] | None:
-    i = line.find("{")
-    if i < 0 or "}" not in line[i:]:
-        return None
-    body = line[i:line.rfind("}") + 1]
-    if "nan" in body or "inf" in body:
-        # print() of a dict writes float('nan') as a bare nan ({'loss': nan}): no literal
-        body = _BARE_NONFINITE.sub(lambda m: f'"{m.group(0)}"', body)
-    for parse in (json.loads, ast.literal_eval):
-        try:
-            obj = parse(body)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            continue
-        if isinstance(obj, dict):
-            return {str(k): v for k, v in obj.items()}
-    return None
 
 
 class _Reader:
@@ -203,6 +107,10 @@ class _Reader:
         (Composer's ``[epoch=1][batch=10/100]:`` over ``Train loss/train/total: 2.3``)."""
         self.block_no = 0
         self.block_open = False
+        self.lead_pos: int | None = None
+        self.lead_epoch = 0
+        self.history: dict[str, Any] | None = None
+        """A printed dict of per-epoch lists (Keras' ``history.history``), when one was seen."""
 
     def zero_based_epochs(self) -> None:
         """A log whose epochs count from 0 (``Epoch: [0][10/500]``): the global step of a
@@ -261,11 +169,17 @@ class _Reader:
             if not _TOKEN_WORDS.search(raw):
                 self.recognized += 1
                 return
-        d = _dict_in(raw)
+        d = dict_in_line(raw)
         if d is not None:
             from trainmedic.run.jsonlog import as_number, flatten
 
             flat = flatten(d)
+            if sum(1 for v in flat.values() if isinstance(v, list) and len(v) >= 2) and \
+                    not any(as_number(v) is not None for v in flat.values()):
+                # print(history.history): {'loss': [0.9, 0.7, ...], 'val_loss': [...]}
+                self.history = flat
+                self.recognized += 1
+                return
             if any(as_number(v) is not None for v in flat.values()):
                 if self._attach(no, flat):
                     return
@@ -289,6 +203,9 @@ class _Reader:
             self.recognized += 1
             return
         text = MMENGINE_ITER.sub(r"iter \1", _STAMP.sub(" | ", raw))
+        if "epoch" in text:  # ESPnet: "3epoch:train:201-300batch:", "3epoch results:"
+            text = ESPNET_EPOCH.sub(lambda m: f" epoch {m.group(1)} " + (
+                f"batch {m.group(3)} | " if m.group(3) else "| "), text)
         row: dict[str, Any] = {}
         for i, rx in enumerate(PROGRESS):
             pm = rx.search(text)
@@ -302,6 +219,16 @@ class _Reader:
                 self.progress.append((row, ep, pos, of))
                 text = text[:pm.start()] + " | " + text[pm.end():]
                 break
+        lm = LEADING_COUNT.match(text) if "_global" not in row else None
+        if lm:
+            # MONAI's "12/50, train_loss: 0.61": the position in an epoch nobody numbers; an
+            # epoch ends where the position goes back
+            pos, of = int(lm.group("pos")), int(lm.group("of"))
+            if self.lead_pos is not None and pos <= self.lead_pos:
+                self.lead_epoch += 1
+            self.lead_pos = pos
+            row["_global"] = self.lead_epoch * of + pos
+            text = " | " + text[lm.end():]
         bm = EPOCH_BATCH_PAIR.match(text) if "_global" not in row else None
         if bm:
             # "[1,  2000] loss: 2.187": epoch and batch, made global by epoch_positions
@@ -314,12 +241,16 @@ class _Reader:
             if self.per_epoch:
                 row["_global"] = ep * self.per_epoch
             text = text[:em.start()] + " | " + text[em.end():]
-        pairs, _orphan = _pairs(text)
-        valid = bool(_VALID_LINE.search(text))
+        side = "valid" if _VALID_LINE.search(text) else None
+        if sm := _SET_LINE.match(text):
+            # the PyTorch MNIST example's "Test set: Average loss: 0.0331, Accuracy: ..."
+            side = "test" if sm.group(1).lower() == "test" else "valid"
+            text = " | " + text[sm.end():]
+        pairs = sectioned_pairs(text)
         for k, v in pairs.items():
-            if valid and not any(k.startswith(s) for s in _SIDE_WORDS) and \
+            if side and not any(k.startswith(s) for s in _SIDE_WORDS) and \
                     k not in _EPOCH_KEYS + _STEP_KEYS:
-                k = f"valid_{k}"
+                k = f"{side}_{k}"
             row.setdefault(k, v)
         has_step = "_global" in row or any(k in row for k in _STEP_KEYS + _EPOCH_KEYS) or \
             any(k.endswith(("_iter", "_step", "_epoch")) and k.split("_")[0] in (
@@ -353,6 +284,12 @@ class _Reader:
             self.recognized += 1
             self.block, self.block_no, self.block_open = (no, row), no, True
         elif not has_step:
+            if side and metrics and self.rows and "_bars" not in self.rows[-1][1]:
+                # a validation line without a step ("Test set: Average loss: ..."): it
+                # belongs to the step of the training line before it (_table_from)
+                self.rows.append((no, row))
+                self.recognized += 1
+                return
             if self.bars and metrics:
                 row["_bars"] = dict(self.bars)
             if metrics and not raw.lstrip().startswith(('"', "'")):  # not JSON members
@@ -449,11 +386,14 @@ def recognized_share(text: str) -> float:
     """Share of the first non-empty lines that the reader recognises (0 when fewer than two
     rows with a step come out, or none of their keys names a known metric)."""
     reader = _scan(text, _SAMPLE_LINES)
-    if len(reader.rows) < 2 or not reader.lines:
+    if (len(reader.rows) < 2 and reader.history is None) or not reader.lines:
         return 0.0
     from trainmedic.run.names import find_step_column, resolve_names
 
     keys = list(dict.fromkeys(k for _, r in reader.rows for k in r if k != "_global"))
+    if len(reader.rows) < 2 and reader.history is not None:
+        keys = list(reader.history)
+        return 1.0 if resolve_names(keys).aliases else 0.0
     res = resolve_names(keys)
     if not (res.aliases or res.derived) and find_step_column(keys) is None:
         return 0.0
@@ -472,6 +412,15 @@ def is_single_column(text: str) -> bool:
     if len(body) > 2 and not body[-1].endswith("\n"):
         body = body[:-1] if cell_float(body[-1].strip()) is None else body
     return all(cell_float(b.strip()) is not None for b in body)
+
+
+def bare_numbers(text: str) -> bool:
+    """One number per line and nothing else (``np.savetxt("loss.txt", losses)``): a series
+    whose name is the file's."""
+    lines = [ln.strip() for ln in text.splitlines()[:60] if ln.strip()]
+    if len(lines) > 2 and not text.endswith("\n"):
+        lines = lines[:-1]  # a last line cut at the sniffed bytes
+    return len(lines) >= 3 and all(cell_float(ln) is not None for ln in lines)
 
 
 #: Lines of several ranks in one file: torchrun's ``[rank1]:`` and ``[default1]:`` prefixes
@@ -531,6 +480,10 @@ def read_text_log(path: Path, text: str | None = None) -> LogTable:
     table = LogTable(path=str(path), format="text")
     if is_single_column(text):
         return _single_column(table, text)
+    if bare_numbers(text):
+        table.note("metric_from_file_name", f"one number per line and no name: the series "
+                   f"takes its name from the file: '{path.stem}'")
+        return _single_column(table, f"{path.stem}\n{text}")
     if recognized_share(text) < MIN_SHARE:
         from trainmedic.run.aligned import aligned_rows
         from trainmedic.run.jsonlog import rows_to_table
@@ -540,7 +493,13 @@ def read_text_log(path: Path, text: str | None = None) -> LogTable:
             table.note("aligned_table", "read as a table of space-aligned columns under a "
                        "header line")
             return rows_to_table(table, rows)
-    return _table_from(path, _scan(text), table)
+    reader = _scan(text)
+    if len(reader.rows) < 2 and reader.history is not None:
+        from trainmedic.run.history import read_history
+
+        table.note("printed_history", "read from a printed dict of per-epoch lists")
+        return read_history(table, reader.history)
+    return _table_from(path, reader, table)
 
 
 def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:

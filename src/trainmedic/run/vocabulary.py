@@ -281,6 +281,16 @@ def _with_agg(word: str) -> tuple[str, int]:
     return word, 0
 
 
+_LIST_SUFFIX = re.compile(r"_(?:history|hist|list|curve|values)$")
+
+
+def _singular(word: str) -> str:
+    """A name for the whole list of values read as the value's name: ``train_losses`` and
+    ``loss_history`` (a script's ``json.dump({"train_losses": [...]})``) are the loss."""
+    word = _LIST_SUFFIX.sub("", word)
+    return word[:-2] if word.endswith("losses") else word
+
+
 def read_name(raw: str) -> NameReading | None:
     """Read a raw column name as a canonical metric, or None when no rule reads it."""
     name = _norm(raw)
@@ -320,7 +330,7 @@ def read_name(raw: str) -> NameReading | None:
             side = side or s
         elif p not in GENERIC_NS and not re.fullmatch(r"(rank|gpu|device|cuda)_?\d+", p):
             group_parts.append(p)
-    word, agg = _with_agg(leaf)
+    word, agg = _with_agg(_singular(leaf))
     w, rank, unit, factor, invert = _lookup(word)
     leaf_group = ""
     if w is None:

@@ -1,0 +1,147 @@
+"""One console line cut into ``key value`` pairs: the line reader's tokenizer.
+
+Each number takes as its key the words before it (``iter 100: loss 2.3456, time 12.34ms`` ->
+iter, loss, time_ms); a unit written after the number joins the key; separators (``|``,
+``,``, `` - ``, tabs, ``...``) end a key; a bare duration in parentheses is the line's step
+time; ``[valid]`` sections put their keys on the validation side; a printed dict or JSON
+object in the line is read whole (``dict_in_line``). ``textlog`` builds rows from these.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from typing import Any
+
+from trainmedic.run.counters import EPOCH_KEYS
+from trainmedic.run.table import cell_float
+
+__all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "STEP_KEYS", "VAL_PREFIXES"]
+
+_NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+|" \
+       r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
+_TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>ms/step|s/step|us/step|ms|us|s|%|"
+                    r"\s?(?:GiB|GB|MiB|MB|KiB|KB|gib|gb|mib|mb|kb)|sec|min|h)?(?![\w.])|"
+                    r"(?P<word>[A-Za-z_][\w./%-]*)|(?P<open>\()|(?P<close>\))|"
+                    r"(?P<sep>[|,;\t]| - )")
+STEP_KEYS = ("num_updates", "global_step", "step", "steps", "iteration", "iter", "it",
+              "training_iter", "train_iter", "update", "updates", "batch_idx")
+VAL_PREFIXES = ("valid", "val_", "validation", "eval", "test")
+_DROP_KEYS = frozenset({"eta", "remaining", "day", "days", "of", "at", "on", "in"})
+_BARE_NONFINITE = re.compile(r"(?<=[:\[,]\s)-?(?:nan|inf)(?=\s*[,}\]])|(?<=[:\[,])-?(?:nan|inf)"
+                             r"(?=\s*[,}\]])")
+_SECTION = re.compile(r"\[(train|training|valid|validation|val|eval|test)\]", re.I)
+_ELLIPSIS = re.compile(r"\.{2,}|…")
+
+
+def _norm_key(words: list[str]) -> str:
+    key = "_".join(w.strip(":=[]").lower() for w in words if w.strip(":=[]"))
+    return key.strip("_")
+
+
+#: A unit in parentheses after a name ("elapsed time per iteration (ms): 1234.5", DeepSpeed's
+#: "iter time (s): 0.51") joins the name, as a unit written after the number does.
+_NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB)\s*\)\s*(?=[:=])")
+
+
+#: A tensor printed as it is ("loss: tensor(2.3456, device='cuda:0', grad_fn=<...>)") is its
+#: number.
+_TENSOR_REPR = re.compile(r"\btensor\(\s*(" + _NUM + r")\s*(?:,[^()]*)?\)")
+#: Python logging's "INFO:tensorflow:" / "INFO:root:" / "WARNING:__main__:" line prefix.
+_LOG_PREFIX = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):[\w.]*:")
+
+
+def line_pairs(line: str) -> tuple[dict[str, float], bool]:
+    """``{key: value}`` of one line cut into pairs, and whether a value had no key."""
+    line = _LOG_PREFIX.sub(" ", line)
+    if ".." in line:  # "Epoch: 1/30... Step: 10... Loss: 2.3012..."
+        line = _ELLIPSIS.sub(" | ", line)
+    if "tensor(" in line:
+        line = _TENSOR_REPR.sub(r"\1", line)
+    if ")" in line:
+        line = _NAME_UNIT.sub(lambda m: "_" + ("pct" if m.group(1) == "%" else m.group(1)), line)
+    out: dict[str, float] = {}
+    words: list[str] = []
+    last_key = ""
+    in_paren = False
+    orphan = False
+    for m in _TOKEN.finditer(line):
+        if m.group("word"):
+            words.append(m.group("word"))
+            continue
+        if m.group("open"):
+            in_paren = True
+            continue
+        if m.group("close"):
+            in_paren = False
+            words = []
+            continue
+        if m.group("sep"):
+            words = []
+            continue
+        v = cell_float(m.group("num").replace(",", ""))
+        if v is None:
+            continue
+        unit = (m.group("unit") or "").strip().lower()
+        # "Train loss/train/total: 2.3" (Composer): a namespaced name is the whole key
+        spaced = bool(words) and words[-1][:1].isalpha() and "/" in words[-1].strip("/")
+        key = _norm_key(words[-1:] if spaced else words[-3:])
+        last = key.rsplit("_", 1)[-1]
+        if key not in STEP_KEYS + EPOCH_KEYS and last in STEP_KEYS + EPOCH_KEYS:
+            key = last  # "Training iter 3150", "Training Epoch: 1"
+        if unit.endswith("/step"):
+            key, unit = "step_time", unit.split("/")[0]
+        if not key:
+            if in_paren and unit in ("s", "ms", "us", "sec", "min"):
+                key = "step_time"
+            elif in_paren and unit == "%" and last_key:
+                key = last_key
+            elif unit in ("s", "ms", "min") and not out:
+                key = "line_time"  # Keras "67s - loss: ...": the time of the epoch
+            else:
+                orphan = True
+                continue
+        if unit:
+            key = f"{key}_{'pct' if unit == '%' else unit}"
+        if key.split("_")[-1] not in _DROP_KEYS and key not in out:
+            out[key] = v
+        last_key = key.rsplit("_", 1)[0] if unit else key
+        words = []
+    return out, orphan
+
+
+def sectioned_pairs(text: str) -> dict[str, float]:
+    """``line_pairs`` of a line, where ``[valid]`` / ``[eval]`` / ``[test]`` mark the keys after
+    them as the validation side until the next marker (ESPnet's "1epoch results: [train]
+    loss=7.6, ... [valid] loss=5.5, acc=0.8")."""
+    if "[" not in text or not _SECTION.search(text):
+        return line_pairs(text)[0]
+    out: dict[str, float] = {}
+    parts = _SECTION.split(text)
+    out.update(line_pairs(parts[0])[0])
+    for side, body in zip(parts[1::2], parts[2::2], strict=True):
+        val = side.lower() not in ("train", "training")
+        for k, v in line_pairs(body)[0].items():
+            key = k if not val or k in STEP_KEYS + EPOCH_KEYS or k.startswith(VAL_PREFIXES) \
+                else f"valid_{k}"
+            out.setdefault(key, v)
+    return out
+
+
+def dict_in_line(line: str) -> dict[str, Any] | None:
+    i = line.find("{")
+    if i < 0 or "}" not in line[i:]:
+        return None
+    body = line[i:line.rfind("}") + 1]
+    if "nan" in body or "inf" in body:
+        # print() of a dict writes float('nan') as a bare nan ({'loss': nan}): no literal
+        body = _BARE_NONFINITE.sub(lambda m: f'"{m.group(0)}"', body)
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            obj = parse(body)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if isinstance(obj, dict):
+            return {str(k): v for k, v in obj.items()}
+    return None
