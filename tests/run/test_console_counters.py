@@ -255,3 +255,13 @@ def test_a_space_aligned_table_is_a_log_only_when_its_names_say_so(tmp_path):
     assert detect_format(log) == "text" and detect_format(data) is None
     assert load_run(str(log)).get("loss").values.tolist() == pytest.approx(
         [4.0 - i / 100 for i in range(20)])
+
+
+def test_a_one_letter_size_is_megabytes_for_memory_and_a_count_otherwise(tmp_path):
+    # Detectron2's console: "max_mem: 3000M" is MB; "params: 125M" elsewhere is a count
+    text = "".join(f"[01/01 10:00:00 d2.utils.events]:  iter: {i * 20 + 19}  total_loss: "
+                   f"{_loss(i):.3f}  params: 125M  max_mem: {3000 + 100 * i}M\n"
+                   for i in range(5))
+    run = load_run(str(write(tmp_path / "log.txt", text)))
+    assert run.get("mem_peak_mb").values.tolist() == [3000 + 100 * i for i in range(5)]
+    assert run.get("params").values.tolist() == [125e6] * 5

@@ -22,7 +22,7 @@ __all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "STEP_KEYS", "VAL_PR
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+|" \
        r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
 _TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>ms/step|s/step|us/step|ms|us|s|%|"
-                    r"\s?(?:GiB|GB|MiB|MB|KiB|KB|gib|gb|mib|mb|kb)|sec|min|h)?(?![\w.])|"
+                    r"\s?(?:GiB|GB|MiB|MB|KiB|KB|gib|gb|mib|mb|kb)|sec|min|h|[KMG])?(?![\w.])|"
                     r"(?P<word>[A-Za-z_][\w./%-]*)|(?P<open>\()|(?P<close>\))|"
                     r"(?P<sep>[|,;\t]| - )")
 STEP_KEYS = ("num_updates", "global_step", "step", "steps", "iteration", "iter", "it",
@@ -92,6 +92,13 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
             key = last  # "Training iter 3150", "Training Epoch: 1"
         if unit.endswith("/step"):
             key, unit = "step_time", unit.split("/")[0]
+        if unit in ("k", "m", "g"):
+            # Detectron2's "max_mem: 3000M" is megabytes; "params: 125M" is a count
+            if "mem" in key:
+                unit += "b"
+            else:
+                v *= {"k": 1e3, "m": 1e6, "g": 1e9}[unit]
+                unit = ""
         if not key:
             if in_paren and unit in ("s", "ms", "us", "sec", "min"):
                 key = "step_time"
