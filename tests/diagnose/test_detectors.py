@@ -363,6 +363,38 @@ def test_input_bound() -> None:
     assert f.severity == "warning"
 
 
+def test_input_bound_from_the_first_step_has_its_onset_there() -> None:
+    # a short log (20 points, every 10 steps) whose loader is slow from the start: the
+    # warm-up points left out of the level are slow too, so the onset is the first step
+    run = Run("slow_from_start")
+    steps = np.arange(10, 210, 10)
+    rng = np.random.default_rng(0)
+    run.add("loss", steps, 1.5 * np.exp(-steps / 80) + 0.05)
+    run.add("data_time_s", steps, 0.0153 + 0.0001 * rng.standard_normal(20))
+    run.add("step_time_s", steps, 0.021 + 0.0005 * rng.standard_normal(20))
+    f = worst(run_detector("input_bound", run))
+    assert f.severity == "warning" and f.onset_step == 10
+
+
+def test_a_one_point_spike_back_to_the_start_is_a_warning() -> None:
+    # a corrupt batch at step 200 throws a loss near 0 (noisy 2x point to point) back to its
+    # starting level: too noisy for 12 sigmas, but it undid all the progress made
+    rng = np.random.default_rng(1)
+    steps = np.arange(5, 505, 5)
+    v = np.maximum(1.6 * np.exp(-steps / 30), 0.03) * np.exp(0.5 * rng.standard_normal(100))
+    v[:3] = [1.6, 1.2, 0.9]
+    v[39] = 1.45  # step 200
+    run = Run("poisoned")
+    run.add("loss", steps, v)
+    f = worst(run_detector("loss_spike", run))
+    assert f.severity == "warning" and f.onset_step == 200
+    # the same run with an ordinary 3x blip at step 200 stays info (or no event)
+    v[39] = 3.0 * float(np.median(v[30:39]))
+    calm = Run("blip")
+    calm.add("loss", steps, v)
+    assert all(f.severity == "info" for f in run_detector("loss_spike", calm))
+
+
 def test_step_time_outliers_periodic() -> None:
     run = base(seed=12, timing=True)
     st = run.get("step_time_s")

@@ -15,6 +15,7 @@ from trainmedic.run.vocabulary import read_name
     ("trainer/lr", "lr"), ("optimizer/lr", "lr"), ("throughput/samples_per_sec", "samples_per_s"),
     ("tokens_per_sec", "tokens_per_s"), ("data_time", "data_time_s"),
     ("max_mem_mb", "mem_peak_mb"), ("gpu_util_pct", "gpu_util"),
+    ("perf/data_ms", "data_time_s"), ("data", "data_time_s"),  # torchvision's "data: 0.015"
 ])
 def test_namespaced_and_unit_names_read(raw, canonical):
     r = read_name(raw)

@@ -41,6 +41,10 @@ SPIKE_UNDONE_FRACTION = 0.25
 SPIKE_LONG_POINTS = 5
 #: Trailing window of the spike reference, in logged points.
 SPIKE_WINDOW = 50
+#: A spike of at least this ratio that undoes at least this share of the progress made (back
+#: to about the starting level) is a warning at any z >= SPIKE_Z.
+SPIKE_BACK_RATIO = 10.0
+SPIKE_BACK_UNDONE = 0.75
 # --------------------------------------------------------------------------- loss_spike
 def _spike_candidates(t: np.ndarray, is_log: bool, window: int
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -177,6 +181,10 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
                 ratio >= SPIKE_WARN_RATIO
                 or (undone >= SPIKE_UNDONE_FRACTION and dur >= 2)
                 or dur >= SPIKE_LONG_POINTS)
+            # A jump back to where training began (>= 10x, undoing >= 75% of the progress)
+            # is a batch the model is at chance on - corrupt or mislabeled data - even when
+            # the loss is so noisy near 0 that 12 sigmas are out of reach.
+            strong = strong or (ratio >= SPIKE_BACK_RATIO and undone >= SPIKE_BACK_UNDONE)
             if rank_i >= outstanding:
                 strong = False
             if rec is None and b_end >= len(t) and ratio < 10.0:

@@ -120,6 +120,7 @@ def input_events(run: Run) -> tuple[list[InputEvent], bool]:
         ran = True
         skip = warmup_skip(steps.size)
         k = _stride(steps.size - skip)
+        warm = (steps[:skip], d[:skip], o[:skip])
         steps, d, o = steps[skip::k], d[skip::k], o[skip::k]
         with np.errstate(invalid="ignore", divide="ignore"):
             share = d / o
@@ -139,8 +140,17 @@ def input_events(run: Run) -> tuple[list[InputEvent], bool]:
             frac_after = np.cumsum(hi[::-1])[::-1] / np.arange(nb, 0, -1)
             cand = np.flatnonzero(hi & (frac_after >= 0.7))
             i = int(cand[0]) if cand.size else 0
+            onset = int(bl.first_step[i])
+            if i == 0 and skip:
+                # high from the first judged point: when the warm-up points (left out of
+                # the level) were high too, the loader was slow from the first step
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    wd, wo = warm[1], warm[2]
+                    ws = wd / (wd + wo) if "+" in ratio else wd / wo
+                if float(np.mean(np.nan_to_num(ws) >= thr)) >= 0.5:
+                    onset = int(warm[0][0])
             out.append(InputEvent(
-                dt.rank, int(bl.first_step[i]), med, median(lv[:i]) if i else None,
+                dt.rank, onset, med, median(lv[:i]) if i else None,
                 median(d), median(o), other.metric, ratio, skip, n_bad, n_all, rise=False))
             continue
         # A rise: the share was low, then stayed >= 10% from some block to the end.
