@@ -388,3 +388,15 @@ def test_a_log_with_only_perplexities_reads_their_log_as_the_loss(tmp_path) -> N
     run2 = load_run(str(g))
     assert run2.meta["mapping"][1]["how"] != "derived: loss = ln(ppl)"
     assert "ppl" in run2.metrics()
+
+
+def test_a_rank_column_splits_one_file_into_ranks(tmp_path):
+    # both ranks' rows in one CSV (pd.concat of per-rank frames): a 'rank' column
+    rows = [(r, i, 2.0 - i / 100, 0.010 + 0.006 * r) for r in (0, 1) for i in range(0, 60, 5)]
+    p = tmp_path / "all_ranks.csv"
+    p.write_text("rank,iteration,loss,step_time_s\n" + "".join(
+        f"{r},{i},{loss},{t}\n" for r, i, loss, t in rows))
+    run = load_run(str(p))
+    assert run.ranks() == [0, 1]
+    assert run.get("step_time_s", 1).values.tolist() == [0.016] * 12
+    assert run.get("loss", 0).steps.tolist() == list(range(0, 60, 5))

@@ -23,6 +23,7 @@ from trainmedic.errors import InputError, UnreadableInputError, UnrecognizedInpu
 from trainmedic.run import names as names_mod
 from trainmedic.run.mapping import table_to_run
 from trainmedic.run.merge import drop_superseded_hf_states, merge_into, repeats
+from trainmedic.run.rank_column import split_by_rank_column
 from trainmedic.run.series import ImportNote, Run
 from trainmedic.run.table import UTF16_BOMS, LogTable
 
@@ -518,7 +519,7 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
             if got.rank is None:
                 got.rank = f.rank
             _name_value_column(got, f.path)
-            tables.append(got)
+            tables.extend(split_by_rank_column(got) or [got])
     if not tables and not runs:
         first = notes[0].detail if notes else "nothing readable"
         raise UnrecognizedInputError(paths[0], f"holds no readable training log ({first}); "
