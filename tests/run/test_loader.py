@@ -400,3 +400,15 @@ def test_a_rank_column_splits_one_file_into_ranks(tmp_path):
     assert run.ranks() == [0, 1]
     assert run.get("step_time_s", 1).values.tolist() == [0.016] * 12
     assert run.get("loss", 0).steps.tolist() == list(range(0, 60, 5))
+
+
+def test_lightnings_per_parameter_grad_norms_are_per_layer_grad_norms(tmp_path):
+    # lightning.pytorch.utilities.grad_norm(model, norm_type=2): grad_2.0_norm/<param name>
+    p = tmp_path / "metrics.csv"
+    p.write_text("step,train_loss,grad_2.0_norm/body.0.weight,grad_2.0_norm/body.0.bias,"
+                 "grad_2.0_norm/head.weight,grad_2.0_norm_total\n" + "".join(
+                     f"{i},{1.6 - i / 1000},4e-9,1e-9,0.5,0.5\n" for i in range(0, 50, 10)))
+    run = load_run(str(p))
+    assert run.get("layer/body.0/grad_norm").values.tolist() == [4e-9] * 5
+    assert run.get("layer/head/grad_norm") is not None
+    assert run.get("layer/body.0.bias/grad_norm") is None

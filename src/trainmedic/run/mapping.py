@@ -10,6 +10,7 @@ lists its columns from it.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,10 @@ def entry(file: str, column: str, canonical: str | None, how: str) -> dict[str, 
     return {"file": file, "column": column, "canonical": canonical, "how": how}
 
 
+#: Lightning's ``grad_norm(module, norm_type)`` keys: ``grad_2.0_norm/<parameter name>``.
+_PARAM_GRAD_NORM = re.compile(r"grad_(?:\d+(?:\.\d+)?|inf)_norm[/_](?P<module>.+)\.weight")
+
+
 def table_to_run(table: LogTable, mapping: dict[str, str] | None = None) -> Run:
     """Map a table's raw names to canonical ones (aliases, derivations, user mapping)."""
     run = Run(source=table.path)
@@ -46,7 +51,13 @@ def table_to_run(table: LogTable, mapping: dict[str, str] | None = None) -> Run:
     records: dict[str, dict[str, Any]] = {}
     for raw, s in table.columns.items():
         name = rename.get(raw)
-        if name is None:
+        pm = _PARAM_GRAD_NORM.fullmatch(raw) if name is None else None
+        if pm is not None and f"layer/{pm.group('module')}/grad_norm" not in targets:
+            # Lightning's grad_norm() utility: one norm per parameter; a module's weight
+            # stands for the module, as trainmedic.watch's per-layer stats do
+            name = f"layer/{pm.group('module')}/grad_norm"
+            records[raw] = entry(table.path, raw, name, "per-layer (the module's weight)")
+        elif name is None:
             # An unmapped column whose raw name is a canonical name taken by another source
             # (the user mapped "loss" elsewhere) stays, as "raw/<name>".
             name = f"raw/{raw}" if raw in targets else raw
