@@ -395,6 +395,24 @@ def test_a_one_point_spike_back_to_the_start_is_a_warning() -> None:
     assert all(f.severity == "info" for f in run_detector("loss_spike", calm))
 
 
+def test_losses_replaced_by_zero_are_nan_masked_in_any_log() -> None:
+    # torch.nan_to_num on the logged loss: exactly 0.0 for a step or two, between ordinary
+    # losses, in a loss that otherwise never comes near 0
+    steps = np.arange(1, 301)
+    v = 1.6 * np.exp(-steps / 40) + 0.02
+    v[[119, 120, 199]] = 0.0
+    run = Run("nan_to_num")
+    run.add("loss", steps, v)
+    f = worst(run_detector("nan_masked_in_logs", run))
+    assert f.severity == "warning" and f.onset_step == 120
+    # a loss that reaches ~0 on its own (a saturated softmax) can touch 0.0: not masking
+    v2 = v.copy()
+    v2[150] = 1e-5
+    sat = Run("saturated")
+    sat.add("loss", steps, v2)
+    assert run_detector("nan_masked_in_logs", sat) == []
+
+
 def test_step_time_outliers_periodic() -> None:
     run = base(seed=12, timing=True)
     st = run.get("step_time_s")

@@ -292,6 +292,11 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
                                  note="loss logged at the same step"),
                     )))
                 continue
+        if not hf and len(tr) >= 6:
+            f = _isolated_zeros(tr)
+            if f is not None:
+                out.append(f)
+                continue
         if not hf or len(tr) < 6:
             continue
         v = tr.values
@@ -324,6 +329,35 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
                                    note=f"{tail + 1} consecutive bit-identical logged values "
                                         f"after {distinct_before} distinct ones"),)))
     return out
+
+
+def _isolated_zeros(tr: Trace) -> Finding | None:
+    """Any logger: >= 2 stretches (<= 5 points) of logged losses of exactly 0.0, each between
+    losses >= 0.01, in a log whose other losses never go below 0.01 (the loss drops to 0 and
+    is back at the next point: ``torch.nan_to_num`` or a filtered average over a window of NaN
+    steps; a loss that reaches near 0 on its own - a saturated softmax on class-sorted data -
+    can touch 0.0 exactly). Where the log rounds to 4 decimals the bar is 0.1 (a batch that
+    easy could round to 0.0000 beside 0.03)."""
+    v = tr.values
+    rounded = bool(np.all(np.abs(v * 1e4 - np.round(v * 1e4)) < 1e-6))
+    floor = 0.1 if rounded else 0.01
+    # stretches of <= 5 zeros with a loss >= floor on both sides
+    at = [a for a, b in true_runs(v == 0.0)
+          if 0 < a and b < len(v) and b - a <= 5 and v[a - 1] >= floor and v[b] >= floor]
+    nonzero = v[v != 0.0]
+    if len(at) < 2 or not nonzero.size or float(np.min(np.abs(nonzero))) < floor:
+        return None  # a loss that reaches near 0 on its own (saturated softmax) can hit 0.0
+    i = int(at[0])
+    return Finding(
+        symptom="nan_masked_in_logs", severity="warning", confidence=0.6,
+        onset_step=int(tr.steps[i]), rank=tr.rank, metric="loss",
+        summary=(f"the logged loss is exactly 0.0 at {len(at)} isolated stretches from step "
+                 f"{int(tr.steps[i])}, each between losses >= {floor:g}: a loss does not touch 0 "
+                 f"for one step; NaN losses were likely replaced by 0 (nan_to_num) or filtered "
+                 f"out of the logged average"),
+        evidence=(Evidence("loss", int(tr.steps[i]), 0.0, float(v[i - 1]),
+                           note=f"previous logged loss; {len(at)} such stretches in "
+                                f"{len(v)} logged points"),))
 
 
 def _scaler_skips(run: Run, rank: int | None, steps: np.ndarray) -> np.ndarray:
