@@ -112,6 +112,23 @@ def test_a_classifier_that_fell_back_to_chance_is_flat_not_diverging() -> None:
     assert "fell back to chance" in f.summary and f.onset_step >= 30
 
 
+def test_a_collapse_to_chance_without_a_validation_loss_needs_a_quiet_tail() -> None:
+    # Weight decay far too high, a console log with no evaluation: the loss climbs from 1.38
+    # back to ln 5 and sits there with almost no batch noise (uniform outputs): a collapse
+    rng = np.random.default_rng(5)
+    n, k = 30, 5
+    s = np.arange(n)
+    loss = 1.38 + (math.log(k) - 1.38) * np.clip(s / 18, 0, 1) + rng.normal(0, 0.001, n)
+    run = Run("wd_collapse")
+    run.add("loss", 10 * (s + 1), loss)
+    loud = _loud(run)
+    assert ("flat_loss", "error") in loud and "divergence" not in [sym for sym, _ in loud]
+    # the same climb with a healthy batch noise (3%) at ln 5: no collapse signature
+    noisy = Run("noisy")
+    noisy.add("loss", 10 * (s + 1), loss + rng.normal(0, 0.05, n))
+    assert ("flat_loss", "error") not in _loud(noisy)
+
+
 def test_a_model_that_learned_and_converged_is_not_a_collapse() -> None:
     # Falls from ln 4 and settles at 0.4: far from any chance landmark it could have reached
     rng = np.random.default_rng(4)

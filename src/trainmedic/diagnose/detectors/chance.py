@@ -54,6 +54,10 @@ COLLAPSE_TOL = 0.005
 COLLAPSE_TIGHT_SHARE = 0.9
 #: ... after the training loss had been at least this share below ln k (it had learned).
 COLLAPSE_LEARNED = 0.05
+#: Without a validation loss, this many late training values spanning at most this share of
+#: ln k (batch noise all but gone) stand in for it.
+COLLAPSE_QUIET_POINTS = 7
+COLLAPSE_QUIET_SPREAD = 0.01
 
 
 @dataclass(frozen=True)
@@ -168,9 +172,14 @@ def collapsed_to_chance(run: Run, train: Trace) -> ChanceEvent | None:
             float(np.mean(np.abs(late - ln_k) <= 0.02 * ln_k)) < COLLAPSE_TIGHT_SHARE:
         return None
     val = Trace.of(run, "val_loss", train.rank) or Trace.of(run, "val_loss", None)
-    if val is None or len(val) < 4:
-        return None
-    if abs(median(val.values[-max(3, len(val) // 3):]) - ln_k) > COLLAPSE_TOL * ln_k:
+    if val is not None and len(val) >= 4:
+        if abs(median(val.values[-max(3, len(val) // 3):]) - ln_k) > COLLAPSE_TOL * ln_k:
+            return None
+    elif len(late) < COLLAPSE_QUIET_POINTS or \
+            float(np.max(late) - np.min(late)) > COLLAPSE_QUIET_SPREAD * ln_k:
+        # No validation curve to agree: the late training values must then be all but
+        # noiseless, a uniform predictor's signature (every sample's loss is ln k: no batch
+        # noise), which a model that still knows something does not have
         return None
     bl = blocks(train.steps, train.values, max_blocks=min(50, max(3, len(train) // 3)))
     lowest = float(bl.median.min())
