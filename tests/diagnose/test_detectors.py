@@ -173,29 +173,6 @@ def test_oscillation_warning_on_big_swings() -> None:
     assert worst(run_detector("oscillation", run)).severity == "info"
 
 
-def test_oscillation_in_a_short_log_is_judged_on_its_points() -> None:
-    # 15 rows (every 10th step of a 150-step run) of a loss that forgets and relearns a class
-    # block at a time: no block medians, but 3x swings reversing again and again, no trend
-    steps = np.arange(9, 150, 10)
-    swing = np.array([0.09, 0.04, 2.2, 0.13, 3.2, 0.5, 1.0, 0.6, 0.08, 0.96, 0.14, 2.9, 0.17,
-                      2.5, 0.27])
-    run = Run("short_osc")
-    run.add("loss", steps, swing)
-    f = worst(run_detector("oscillation", run))
-    assert f.severity == "warning" and f.onset_step == 29
-    # three isolated 6x spikes on a falling loss zig-zag as often, but are spikes
-    spiky = Run("short_spikes")
-    level = 2.0 * np.exp(-steps / 60) + 0.3
-    level[[3, 7, 11]] *= 6.0
-    spiky.add("loss", steps, level)
-    assert run_detector("oscillation", spiky) == []
-    # a healthy short loss with ordinary noise: nothing
-    rng = np.random.default_rng(0)
-    calm = Run("short_calm")
-    calm.add("loss", steps, 2.0 * np.exp(-steps / 60) + 0.3 + 0.05 * rng.standard_normal(15))
-    assert run_detector("oscillation", calm) == []
-
-
 # --------------------------------------------------------------------------- overfitting
 @pytest.mark.parametrize("seed", range(4))
 def test_overfitting_onset_at_val_minimum(seed: int) -> None:

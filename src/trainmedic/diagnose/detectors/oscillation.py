@@ -15,8 +15,7 @@ from trainmedic.diagnose.stats import blocks, diff_sigma, log_if_positive, media
 from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
 
-__all__ = ["OSC_MIN_LINEAR_SHARE", "OSC_REPEATED_RATIO", "OSC_STATIONARY_Z",
-           "OSC_SHORT_MIN_POINTS", "OSC_SHORT_RATIO"]
+__all__ = ["OSC_MIN_LINEAR_SHARE", "OSC_REPEATED_RATIO", "OSC_STATIONARY_Z"]
 
 
 def _zigzag(x: np.ndarray, amp: float) -> list[int]:
@@ -51,11 +50,6 @@ OSC_MIN_LINEAR_SHARE = 0.05
 #: fast also zig-zags, a model that forgets and relearns goes nowhere.
 OSC_REPEATED_RATIO = 1.5
 OSC_STATIONARY_Z = 3.0
-#: A short log (10-29 points, e.g. Lightning's every-10-steps rows of a 150-step run) has too
-#: few points for block medians and a noise estimate: its points are judged directly, and
-#: each swing must be this ratio (3x, well past the point-to-point noise of a healthy loss).
-OSC_SHORT_MIN_POINTS = 10
-OSC_SHORT_RATIO = 3.0
 
 
 def _cyclic_lr(run: Run, rank: int | None) -> bool:
@@ -76,8 +70,6 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
     (>= 4 reversals) are a warning; smaller ones need >= 6 reversals and are info; and any of
     them is info when the logged lr itself cycles (>= 2 reversals of >= 2x)."""
     out: list[Finding] = []
-    short = [tr for tr in traces(run, "loss", min_points=OSC_SHORT_MIN_POINTS) if len(tr) < 30]
-    out.extend(f for f in (_short_oscillation(run, tr) for tr in short) if f is not None)
     trs = traces(run, "loss", min_points=30)
     for tr in trs:
         n = len(tr)
@@ -151,42 +143,6 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
                                     f"{'x' if is_log else ''}; threshold = max(30%, 6 block "
                                     f"sigmas)" + ("; lr follows a cyclic schedule, so "
                                                   "swings are expected" if cyclic else "")),)))
-    if not trs and not short:
-        return NotRun(f"needs at least {OSC_SHORT_MIN_POINTS} finite loss points")
+    if not trs:
+        return NotRun("needs at least 30 finite loss points")
     return out
-
-
-def _short_oscillation(run: Run, tr: Trace) -> Finding | None:
-    """A short positive loss whose points swing by >= 3x at least 4 times, each way, with
-    no trend across the swinging stretch (net move <= half the distance travelled, |robust
-    slope| < 3 standard errors) and >= 20% of its points on each side of the swings' middle
-    (not isolated spikes): a warning, info when the lr itself cycles."""
-    if bool(np.any(tr.values <= 0)):
-        return None
-    t = np.log(tr.values)
-    piv = _zigzag(t, math.log(OSC_SHORT_RATIO))
-    reversals = len(piv) - 2
-    if reversals < 4:
-        return None
-    swings = np.abs(np.diff(t[piv]))
-    if abs(float(t[piv[-1]] - t[piv[0]])) > 0.5 * float(swings.sum()):
-        return None
-    if abs(theil_sen_z(t[piv[0]: piv[-1] + 1])[1]) >= OSC_STATIONARY_Z:
-        return None
-    seg = t[piv[0]: piv[-1] + 1]
-    mid = 0.5 * (median(t[piv[1::2]]) + median(t[piv[0::2]]))
-    if float(np.mean(seg > mid)) < 0.2 or float(np.mean(seg < mid)) < 0.2:
-        return None  # isolated spikes (or dips) zig-zag too, but spend little time high
-    cyclic = _cyclic_lr(run, tr.rank)
-    onset = int(tr.steps[piv[1]])
-    ratio = math.exp(median(swings))
-    return Finding(
-        symptom="oscillation", severity="info" if cyclic else "warning", confidence=0.5,
-        onset_step=onset, end_step=int(tr.steps[piv[-1]]), rank=tr.rank, metric="loss",
-        summary=(f"loss swung up and down {reversals} times by a median {ratio:.2f}x over "
-                 f"{len(tr)} logged points"),
-        evidence=(Evidence("loss", onset, None, None,
-                           note=f"{reversals} reversals between logged points, each move >= "
-                                f"{OSC_SHORT_RATIO:g}x (a short log: no block medians)"
-                                + ("; lr follows a cyclic schedule, so swings are expected"
-                                   if cyclic else "")),))
