@@ -265,3 +265,58 @@ def test_a_one_letter_size_is_megabytes_for_memory_and_a_count_otherwise(tmp_pat
     run = load_run(str(write(tmp_path / "log.txt", text)))
     assert run.get("mem_peak_mb").values.tolist() == [3000 + 100 * i for i in range(5)]
     assert run.get("params").values.tolist() == [125e6] * 5
+
+
+def test_bars_that_do_not_count_the_run_give_no_steps(tmp_path):
+    # a bar that restarts each epoch ends at 100 every time, a download's bar at 5/5: their
+    # positions are not the steps of the lines under them
+    epochs = "".join(f"100%|##| 100/100 [00:10<00:00, 9.80it/s]\n{{'epoch': {e}, 'train_loss': "
+                     f"{2.0 - 0.1 * e:.3f}}}\n" for e in range(1, 7))
+    assert load_run(str(write(tmp_path / "a.log", epochs))).get("loss").steps.tolist() == \
+        list(range(1, 7))
+    dl = "Downloading: 100%|##| 5/5 [00:01<00:00, 5.0it/s]\n" + "".join(
+        f"Loss: {2.0 - 0.05 * i:.4f}\n" for i in range(20))
+    assert len(set(load_run(str(write(tmp_path / "b.log", dl))).get("loss").steps)) == 20
+
+
+def test_a_longer_eval_bar_does_not_take_the_training_steps(tmp_path):
+    lines = []
+    for i in range(1, 1001):
+        lines.append(f"{i // 10}%|#| {i}/1000 [00:01<00:09, 9.9it/s]\r")
+        if i % 50 == 0:
+            lines.append(f"{{'loss': {2.0 - i / 1000:.3f}, 'epoch': {i / 1000:.2f}}}\n")
+        if i % 200 == 0:
+            lines.extend(f"{k // 3}%|#| {k}/300 [00:01<00:00, 12.0it/s]\r" for k in range(1, 301))
+            lines.append(f"{{'eval_loss': {1.5 - i / 2000:.3f}, 'epoch': {i / 1000:.2f}}}\n")
+    run = load_run(str(write(tmp_path / "trainer.log", "".join(lines))))
+    assert run.get("loss").steps.tolist() == list(range(50, 1001, 50))
+    assert run.get("val_loss").steps.tolist() == list(range(200, 1001, 200))
+
+
+def test_an_epoch_line_over_per_batch_losses_is_not_one_row(tmp_path):
+    text = "".join(f"Epoch {e}\n" + "".join(f"loss: {2.0 - 0.01 * (5 * e + b):.4f}\n"
+                                           for b in range(5)) for e in range(1, 5))
+    assert len(load_run(str(write(tmp_path / "e.log", text))).get("loss")) == 20
+
+
+def test_a_rank_column_splits_only_a_whole_table_of_repeated_steps(tmp_path):
+    rows = "".join(f"{i},{r},{2.0 - i / 100}\n" for i in range(0, 50, 5) for r in (0, 1))
+    blank = write(tmp_path / "blank.csv", "step,rank,loss\n" + rows + "110,,1.2\n")
+    assert load_run(str(blank)).ranks() == [None]
+    metric = write(tmp_path / "metric.csv", "step,rank,loss\n" + "".join(
+        f"{i},{(2, 3, 5)[i % 3]},{2.0 - i / 100}\n" for i in range(12)))
+    assert load_run(str(metric)).ranks() == [None]
+
+
+def test_a_line_of_words_inside_a_space_aligned_table_is_not_a_new_header(tmp_path):
+    text = "step loss lr\n0 2.5 0.1\n1 2.4 0.1\nSaving checkpoint\n2 2.3 0.1\n3 2.2 0.1\n"
+    assert load_run(str(write(tmp_path / "t.txt", text))).get("loss").steps.tolist() == \
+        [0, 1, 2, 3]
+
+
+def test_a_darknet_line_with_a_broken_number_is_skipped_not_a_crash(tmp_path):
+    text = "".join(f" {i}: 2.3, 2.4 avg loss, 0.001 rate, 1.2 seconds, 64 images\n"
+                   for i in range(1, 6)) + " 6: 2.3, 2.4 avg loss, 0.001 rate, 1.2.3 seconds, " \
+        "64 images\n"
+    assert load_run(str(write(tmp_path / "d.log", text))).get("loss").steps.tolist() == \
+        [1, 2, 3, 4, 5]

@@ -15,7 +15,7 @@ from trainmedic.run.vocabulary import read_name
     ("trainer/lr", "lr"), ("optimizer/lr", "lr"), ("throughput/samples_per_sec", "samples_per_s"),
     ("tokens_per_sec", "tokens_per_s"), ("data_time", "data_time_s"),
     ("max_mem_mb", "mem_peak_mb"), ("gpu_util_pct", "gpu_util"),
-    ("perf/data_ms", "data_time_s"), ("data", "data_time_s"),  # torchvision's "data: 0.015"
+    ("perf/data_ms", "data_time_s"), ("data_s", "data_time_s"),
 ])
 def test_namespaced_and_unit_names_read(raw, canonical):
     r = read_name(raw)
@@ -144,3 +144,8 @@ def test_per_module_metrics_are_not_the_runs(raw):
 def test_spelled_out_names(raw, canonical):
     r = read_name(raw)
     assert r is not None and r.canonical == canonical
+
+
+def test_a_bare_data_column_is_not_taken_for_the_data_wait():
+    # "data 50000" beside "time 120.5s" is a count, not seconds spent waiting for data
+    assert read_name("data") is None and read_name("dataloader") is None

@@ -56,11 +56,12 @@ def _header(cells: list[str]) -> bool:
     return len(cells) >= 2 and all(_NAME.match(c) for c in cells)
 
 
-def _row(cells: list[str], names: list[str]) -> dict[str, Any] | None:
-    """The row a line's cells make under ``names``, or None when they do not fit."""
+def _row(cells: list[str], names: list[str], indexed: bool) -> dict[str, Any] | None:
+    """The row a line's cells make under ``names``, or None when they do not fit. Only in an
+    indexed table (``_indexed``) can a first cell be a row index."""
     n = len(names)
     vals = [_value(c.rstrip(":")) for c in cells]
-    if len(vals) >= n + 1 and all(v != "" for v in vals[:n + 1]) and \
+    if indexed and len(vals) >= n + 1 and all(v != "" for v in vals[:n + 1]) and \
             isinstance(vals[0], float) and vals[0].is_integer() and \
             (len(vals) == n + 1 or vals[n + 1] == ""):
         cells, vals = cells[1:], vals[1:]  # pandas' row index before the values
@@ -72,27 +73,48 @@ def _row(cells: list[str], names: list[str]) -> dict[str, Any] | None:
     return row if any(isinstance(v, float) for v in row.values()) else None
 
 
+def _indexed(after: list[str], n: int) -> bool:
+    """pandas' ``to_string()``: the rows under the header hold one cell more than its names,
+    the first counting up by one (the row index)."""
+    firsts = []
+    for line in after:
+        cells = line.split()
+        if not cells:
+            continue
+        if len(cells) != n + 1 or cell_float(cells[0]) is None:
+            return False
+        firsts.append(float(cells[0]))
+    return len(firsts) >= 2 and all(b - a == 1 for a, b in zip(firsts, firsts[1:], strict=False))
+
+
 def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[str, Any]]] | None:
     """``[(line number, {name: value})]`` of a space-aligned table, or None when ``text`` is
     not one (fewer than ``MIN_ROWS`` rows, or under half of the non-empty lines are rows or
     headers). ``limit`` reads only that many non-empty lines."""
     rows: list[tuple[int, dict[str, Any]]] = []
     names: list[str] | None = None
+    indexed = False
     fitted = nonempty = 0
-    for no, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        no = i + 1
         cells = line.replace("No log", "-").split()  # HF notebooks' table cell
         if not cells:
             continue
         nonempty += 1
         if limit is not None and nonempty > limit:
             break
-        if _header(cells):
+        if _header(cells) and (names is None or cells == names):
+            # the first header, or the same one again (Ultralytics repeats it every epoch); a
+            # line of other words inside the table ("Saving checkpoint") is not a header
+            if names is None:  # pandas pads its header by the index's width
+                indexed = line[:1].isspace() and _indexed(lines[i + 1: i + 6], len(cells))
             names = cells
             fitted += 1
             continue
         if names is None:
             continue
-        row = _row(cells, names)
+        row = _row(cells, names, indexed)
         if row is not None:
             rows.append((no, row))
             fitted += 1

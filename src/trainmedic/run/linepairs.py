@@ -137,6 +137,8 @@ def sectioned_pairs(text: str) -> dict[str, float]:
 
 
 def dict_in_line(line: str) -> dict[str, Any] | None:
+    """The JSON object or printed Python dict in ``line`` (from its first ``{`` to its last
+    ``}``; a bare ``nan``/``inf`` value is read as that number), or None."""
     i = line.find("{")
     if i < 0 or "}" not in line[i:]:
         return None

@@ -166,7 +166,8 @@ def detect_format(path: Path) -> str | None:
         if _header_like(first_line):
             return "csv"
         return "text" if _is_text_log(text) else "csv"
-    if _printable(text[:4096]) and _is_text_log(text):
+    if _printable(text[:4096]) and _is_text_log(
+            text, whole=text_head.decode("utf-8", errors="ignore")):
         return "text"
     from trainmedic.run.textlog import bare_numbers
 
@@ -188,7 +189,10 @@ def _header_like(first_line: str) -> bool:
     return all(c.strip() and not _NOT_A_NAME.search(c) for c in cells)
 
 
-def _is_text_log(text: str) -> bool:
+def _is_text_log(text: str, whole: str | None = None) -> bool:
+    """Whether ``text`` (the sniffed head, leading blanks stripped) reads as a console log;
+    ``whole`` is the same head with its leading blanks, for the aligned-table check (an
+    indented header is pandas' index)."""
     from trainmedic.run.aligned import aligned_rows
     from trainmedic.run.textlog import MIN_SHARE, is_single_column, recognized_share
 
@@ -196,7 +200,7 @@ def _is_text_log(text: str) -> bool:
         return True
     # A table of space-aligned columns is a log when its names say so (step, loss, ...): a
     # whitespace-separated dataset ("x y" over numbers) is not.
-    rows = aligned_rows(text, limit=400)
+    rows = aligned_rows(whole if whole is not None else text, limit=400)
     return rows is not None and _names_look_like_log(list(dict.fromkeys(
         k for _, r in rows[:50] for k in r)))
 

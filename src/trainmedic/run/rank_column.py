@@ -37,6 +37,13 @@ def split_by_rank_column(table: LogTable) -> list[LogTable] | None:
     values, counts = np.unique(ranks.astype(np.int64), return_counts=True)
     if not 2 <= values.size <= 64 or counts.min() < 3:
         return None
+    # The rank must be on every row (a blank cell cannot be given to a rank), and the ranks
+    # must log the same steps (a metric that happens to be called "rank" does not repeat them).
+    if ranks.size < max(len(s) for s in table.columns.values()):
+        return None
+    by_rank = [set(col.steps[ranks == r].tolist()) for r in values.tolist()]
+    if len(by_rank[0] & by_rank[1]) < 0.5 * min(len(by_rank[0]), len(by_rank[1])):
+        return None
     dense = [c for c, s in table.columns.items() if c != name and len(s) == ranks.size
              and np.array_equal(s.steps, col.steps)]
     sparse = [c for c in table.columns if c != name and c not in dense]

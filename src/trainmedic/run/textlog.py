@@ -74,6 +74,7 @@ _VAL_PREFIXES = VAL_PREFIXES
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
 _TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
 _SAMPLE_LINES = 400
+_MAX_LINE = 2048
 #: absl / glog's line prefix ("I0101 10:00:00.000000 140000 model_lib_v2.py:705] "): TF
 #: Object Detection, JAX and t5x logs.
 _ABSL_PREFIX = re.compile(r"^[IWEF]\d{4}\s+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+\s+[\w.-]+:\d+\]\s?")
@@ -109,6 +110,9 @@ class _Reader:
         self.block_open = False
         self.lead_pos: int | None = None
         self.lead_epoch = 0
+        self.overlaps = 0
+        self.attached: list[tuple[int, dict[str, Any]]] = []
+        self.block_rows: list[dict[str, Any]] = []
         self.history: dict[str, Any] | None = None
         """A printed dict of per-epoch lists (Keras' ``history.history``), when one was seen."""
 
@@ -141,14 +145,28 @@ class _Reader:
             return False
         first, target = self.block
         if any(k in target for k in row):
+            self.overlaps += 1  # "Epoch 1" over per-batch "loss: x" lines: not one row
             return False
         target.update(row)
         if not self.block_open:
             self.rows.append((first, target))
             self.block_open = True
+            self.block_rows.append(target)
+        self.attached.append((no, dict(row)))
         self.block_no = no
         self.recognized += 1
         return True
+
+    def undo_blocks(self) -> None:
+        """When metric lines under step lines repeated their keys as often as they joined
+        (``Epoch 1`` over five ``loss: x`` lines), the blocks were no rows: their lines go
+        back to the stepless lines they are."""
+        if not self.overlaps or self.overlaps < len(self.attached) / 2:
+            return
+        ids = {id(r) for r in self.block_rows}
+        self.rows = [(no, r) for no, r in self.rows if id(r) not in ids]
+        self.stepless = sorted(self.stepless + self.attached, key=lambda nr: nr[0])
+        self.recognized -= len(self.attached)
 
     def line(self, no: int, raw: str) -> None:
         if "\x1b" in raw or "\b" in raw:
@@ -188,15 +206,19 @@ class _Reader:
                 self.rows.append((no, flat))
                 self.recognized += 1
             return
+        if len(raw) > _MAX_LINE:
+            # a metrics line is short; a pasted blob (a dict is read above, whole) is cut for
+            # the tokenizer, whose cost grows with the line
+            raw = raw[:_MAX_LINE]
         dm = DARKNET.match(raw)
         if dm:
-            self.rows.append((no, {"iter": int(dm.group("iter")), "loss": float(dm.group("loss")),
-                                   "avg_loss": float(dm.group("avg")),
-                                   "lr": float(dm.group("lr")),
-                                   "step_time_s": float(dm.group("secs")),
-                                   "images": int(dm.group("images"))}))
-            self.recognized += 1
-            return
+            cells = {"loss": "loss", "avg_loss": "avg", "lr": "lr", "step_time_s": "secs",
+                     "images": "images"}
+            got = {k: cell_float(dm.group(g)) for k, g in cells.items()}
+            if None not in got.values():  # "1.2.3 seconds" is no number: not this line
+                self.rows.append((no, {"iter": int(dm.group("iter")), **got}))
+                self.recognized += 1
+                return
         m = KERAS_EPOCH.match(raw)
         if m:
             self.epoch = int(m.group("epoch"))
@@ -302,19 +324,26 @@ class _Reader:
 
 
 def _bar_steps(reader: _Reader) -> None:
-    """Metric lines printed under bare tqdm bars take the position of the bar drawn most
-    often (the training loop's: an eval loop's shorter bars come and go) as their step."""
-    if not reader.bar_draws:
-        return
-    main = max(reader.bar_draws, key=lambda of: reader.bar_draws[of])
-    barred = [(no, r) for no, r in reader.stepless if main in r.get("_bars", {})]
+    """Metric lines printed under bare tqdm bars take the position of the training loop's bar
+    as their step: of the bars whose position at those lines never goes back and takes mostly
+    distinct values (an eval loop's bar, a download's, or a bar that restarts every epoch,
+    does not), the one seen at the most lines. With none, the lines keep no step from a bar."""
+    tagged = [r.get("_bars", {}) for _, r in reader.rows + reader.stepless if "_bars" in r]
+    main, best = None, 0
+    for of in reader.bar_draws:
+        pos = [b[of] for b in tagged if of in b]
+        if len(pos) >= 2 and bool(np.all(np.diff(pos) >= 0)) and \
+                len(set(pos)) >= 0.5 * len(pos) and len(pos) > best:
+            main, best = of, len(pos)
+    barred = [(no, r) for no, r in reader.stepless
+              if main is not None and main in r.get("_bars", {})]
     if barred:
         reader.stepless = [(no, r) for no, r in reader.stepless if "_bars" not in r]
         reader.rows = sorted(reader.rows + barred, key=lambda nr: nr[0])
         reader.recognized += len(barred)
-    for _, r in reader.rows:
+    for _, r in reader.rows + reader.stepless:
         bars = r.pop("_bars", None)
-        if bars is not None and main in bars:
+        if bars is not None and main is not None and main in bars:
             r["_bar_step"] = bars[main]
 
 
@@ -361,6 +390,7 @@ def _scan(text: str | list[tuple[int, str]], limit: int | None = None) -> _Reade
         if limit is not None and reader.lines >= limit:
             break
         reader.line(no, line)
+    reader.undo_blocks()
     _bar_steps(reader)
     reader.zero_based_epochs()
     reader.counters_are_global()

@@ -240,6 +240,11 @@ def _side_of(part: str) -> str:
     return ""
 
 
+#: Words that name a metric only with a time unit written on them ("data_ms" is the data
+#: wait; a bare "data" column could hold anything: a count of samples, an id).
+_UNIT_ONLY = frozenset({"data", "dataload", "data_load", "dataloader"})
+
+
 def _lookup(word: str) -> tuple[_Word | None, int, str, float, bool]:
     """(word entry, rank, unit, factor, invert) for a word that may carry a unit or a rate."""
     m = _PER_X.match(word)
@@ -258,7 +263,7 @@ def _lookup(word: str) -> tuple[_Word | None, int, str, float, bool]:
     if (base in _STEP_NOUNS and unit in _TIME_UNITS) or (base == "time" and unit in (
             "ms", "msec", "us", "usec")):  # step_ms, iter_s, time_ms: a time per step
         return WORDS["step_time"], 0, unit, _TIME_UNITS[unit], False
-    if w is None or w.kind in ("rate", "inv"):
+    if w is None or w.kind in ("rate", "inv") or (base in _UNIT_ONLY and not unit):
         return None, 0, unit, 1.0, False
     if unit:
         fu = unit_factor(w.kind, unit)

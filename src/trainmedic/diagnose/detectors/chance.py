@@ -151,7 +151,9 @@ def collapsed_to_chance(run: Run, train: Trace) -> ChanceEvent | None:
     """The model learned, then fell back to predicting uniformly: the training loss got >= 5%
     below ln k, and then the medians of its last quarter and of the last third of the
     validation loss (>= 4 evaluations) both sit within 0.5% of the same ln k (k <= 30), with
-    >= 90% of those late training points within 2% of it.
+    >= 90% of those late training points within 2% of it. Without a validation loss, >= 7
+    late training points spanning <= 1% of ln k (the batch noise all but gone) stand in for
+    the second curve.
 
     Two independent curves at one landmark, plus the landmark's own signature: a model that
     predicts uniformly has almost no batch-to-batch noise (every sample's loss is ln k), which
