@@ -13,6 +13,9 @@ seconds), a count over a total (``3/300`` is 3), a size with a unit letter (``3.
 word saying "not logged" (``No log``, ``nan``, ``-``). Anything after the last value of a row
 is ignored (Ultralytics' progress bar). The table is read when most non-empty lines are such
 rows or their headers.
+
+The one-column shapes are here too: a header word over one number per line
+(``is_single_column``), and numbers alone, named by their file (``bare_numbers``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from trainmedic.run.table import MISSING_TOKENS, cell_float
 
-__all__ = ["aligned_rows", "MIN_ROWS"]
+__all__ = ["aligned_rows", "is_single_column", "bare_numbers", "MIN_ROWS"]
 
 MIN_ROWS = 3
 """Rows of values a header must stand over for the text to be read as a table."""
@@ -121,3 +124,26 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
     if len(rows) < MIN_ROWS or fitted < 0.5 * nonempty:
         return None
     return rows
+
+
+_HEADER_WORD = re.compile(r"^\s*[A-Za-z_][\w./ ()%-]{0,60}\s*$")
+
+
+def is_single_column(text: str) -> bool:
+    """A header word over a column of numbers (``loss`` then one value per line)."""
+    lines = [ln for ln in text.splitlines()[:60] if ln.strip()]
+    if len(lines) < 3 or not _HEADER_WORD.match(lines[0]) or cell_float(lines[0]) is not None:
+        return False
+    body = lines[1:]
+    if len(body) > 2 and not body[-1].endswith("\n"):
+        body = body[:-1] if cell_float(body[-1].strip()) is None else body
+    return all(cell_float(b.strip()) is not None for b in body)
+
+
+def bare_numbers(text: str) -> bool:
+    """One number per line and nothing else (``np.savetxt("loss.txt", losses)``): a series
+    whose name is the file's."""
+    lines = [ln.strip() for ln in text.splitlines()[:60] if ln.strip()]
+    if len(lines) > 2 and not text.endswith("\n"):
+        lines = lines[:-1]  # a last line cut at the sniffed bytes
+    return len(lines) >= 3 and all(cell_float(ln) is not None for ln in lines)

@@ -169,7 +169,7 @@ def detect_format(path: Path) -> str | None:
     if _printable(text[:4096]) and _is_text_log(
             text, whole=text_head.decode("utf-8", errors="ignore")):
         return "text"
-    from trainmedic.run.textlog import bare_numbers
+    from trainmedic.run.aligned import bare_numbers
 
     if bare_numbers(text) and _names_look_like_log([path.stem]):
         return "text"  # "loss.txt": one number per line, named by the file
@@ -193,8 +193,8 @@ def _is_text_log(text: str, whole: str | None = None) -> bool:
     """Whether ``text`` (the sniffed head, leading blanks stripped) reads as a console log;
     ``whole`` is the same head with its leading blanks, for the aligned-table check (an
     indented header is pandas' index)."""
-    from trainmedic.run.aligned import aligned_rows
-    from trainmedic.run.textlog import MIN_SHARE, is_single_column, recognized_share
+    from trainmedic.run.aligned import aligned_rows, is_single_column
+    from trainmedic.run.textlog import MIN_SHARE, recognized_share
 
     if is_single_column(text) or recognized_share(text) >= MIN_SHARE:
         return True

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from trainmedic.errors import UnrecognizedInputError
+from trainmedic.run.aligned import bare_numbers, is_single_column
 from trainmedic.run.counters import (
     DARKNET,
     END_OF_EPOCH,
@@ -54,8 +55,7 @@ from trainmedic.run.linepairs import STEP_KEYS, VAL_PREFIXES, dict_in_line, sect
 from trainmedic.run.series import Series
 from trainmedic.run.table import LogTable, cell_float
 
-__all__ = ["read_text_log", "read_text_logs", "rank_lines", "recognized_share", "is_single_column",
-           "bare_numbers", "MIN_SHARE"]
+__all__ = ["read_text_log", "read_text_logs", "rank_lines", "recognized_share", "MIN_SHARE"]
 
 MIN_SHARE = 0.3
 """Share of non-empty lines the reader must recognise for a file to count as a training log."""
@@ -428,29 +428,6 @@ def recognized_share(text: str) -> float:
     if not (res.aliases or res.derived) and find_step_column(keys) is None:
         return 0.0
     return reader.recognized / reader.lines
-
-
-_HEADER_WORD = re.compile(r"^\s*[A-Za-z_][\w./ ()%-]{0,60}\s*$")
-
-
-def is_single_column(text: str) -> bool:
-    """A header word over a column of numbers (``loss`` then one value per line)."""
-    lines = [ln for ln in text.splitlines()[:60] if ln.strip()]
-    if len(lines) < 3 or not _HEADER_WORD.match(lines[0]) or cell_float(lines[0]) is not None:
-        return False
-    body = lines[1:]
-    if len(body) > 2 and not body[-1].endswith("\n"):
-        body = body[:-1] if cell_float(body[-1].strip()) is None else body
-    return all(cell_float(b.strip()) is not None for b in body)
-
-
-def bare_numbers(text: str) -> bool:
-    """One number per line and nothing else (``np.savetxt("loss.txt", losses)``): a series
-    whose name is the file's."""
-    lines = [ln.strip() for ln in text.splitlines()[:60] if ln.strip()]
-    if len(lines) > 2 and not text.endswith("\n"):
-        lines = lines[:-1]  # a last line cut at the sniffed bytes
-    return len(lines) >= 3 and all(cell_float(ln) is not None for ln in lines)
 
 
 #: Lines of several ranks in one file: torchrun's ``[rank1]:`` and ``[default1]:`` prefixes
