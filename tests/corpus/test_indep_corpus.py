@@ -12,15 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from trainmedic.diagnose.registry import SYMPTOMS
+
 ROOT = Path(__file__).resolve().parents[2]
 INDEP = ROOT / "benchmarks" / "indep"
-SYMPTOMS = {
-    "nonfinite_loss", "loss_spike", "divergence", "flat_loss", "plateau", "oscillation",
-    "overfitting", "exploding_gradients", "vanishing_gradients", "input_bound",
-    "step_time_outliers", "memory_growth", "straggler", "nonfinite_grad", "nan_masked_in_logs",
-    "loss_scale_collapse", "grad_accum_misnormalization", "resume_discontinuity", "dead_units",
-    "saturated_activations", "throughput_regression", "lr_schedule_anomaly",
-}
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,14 @@ class CauseRule:
     """Keys into interventions.INTERVENTIONS, best first."""
 
 
+#: A cause of both a divergence and a NaN: a loss on another scale than the mean.
+_SUMMED_LOSS = CauseRule(
+    cause="the loss is summed over the batch, or micro-batch losses are added without dividing "
+          "by their count: each step is that many times too large",
+    likelihood="medium", metric="val_loss", check="train_loss_summed",
+    to_check="log a validation loss computed the same way to check this",
+    interventions=("mean_loss",))
+
 CAUSES: dict[str, tuple[CauseRule, ...]] = {
     "nonfinite_loss": (
         CauseRule(cause="the loss diverged before it overflowed (the step before was already "
@@ -44,12 +52,7 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
                   interventions=("bf16",)),
         CauseRule(cause="learning rate too high at the onset", likelihood="medium",
                   metric="lr", check="lr_high_at_onset", interventions=("lower_lr",)),
-        CauseRule(cause="the loss is summed over the batch, or micro-batch losses are added "
-                        "without dividing by their count: each step is that many times too "
-                        "large", likelihood="medium", metric="val_loss",
-                  check="train_loss_summed",
-                  to_check="log a validation loss computed the same way to check this",
-                  interventions=("mean_loss",)),
+        _SUMMED_LOSS,
         CauseRule(cause="a log/div/sqrt of zero or a negative number in the loss, or a NaN "
                         "in an input batch", likelihood="medium",
                   to_check="record the run with trainmedic.watch, whose NaN guard replays the "
@@ -81,12 +84,7 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
         CauseRule(cause="gradient spikes reaching the weights (no or loose clipping)",
                   likelihood="medium", metric="grad_norm", check="grad_spike_at_onset",
                   to_check="log grad_norm to check this", interventions=("clip_grad",)),
-        CauseRule(cause="the loss is summed over the batch, or micro-batch losses are added "
-                        "without dividing by their count: each step is that many times too "
-                        "large", likelihood="medium", metric="val_loss",
-                  check="train_loss_summed",
-                  to_check="log a validation loss computed the same way to check this",
-                  interventions=("mean_loss",)),
+        _SUMMED_LOSS,
         CauseRule(cause="fp16 overflow/underflow", likelihood="low", metric="loss_scale",
                   check="loss_scale_logged", to_check="log loss_scale to check for fp16",
                   interventions=("bf16",)),

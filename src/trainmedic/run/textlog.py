@@ -68,9 +68,6 @@ _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T_]\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?|"
 _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validation|eval|"
                          r"evaluation) (?:subset|set|results?|metrics)\b|^\s*(?:valid|"
                          r"validation|eval)\b\s*[:|]", re.I)
-_EPOCH_KEYS = EPOCH_KEYS
-_STEP_KEYS = STEP_KEYS
-_VAL_PREFIXES = VAL_PREFIXES
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
 _TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
 _SAMPLE_LINES = 400
@@ -141,7 +138,7 @@ class _Reader:
         of metric lines under a step line, or a printed dict after "Step 100 per-step time
         0.5s"), when none of its keys is already there."""
         if self.block is None or no - self.block_no > 1 or \
-                any(k in _STEP_KEYS or k in _EPOCH_KEYS for k in row):
+                any(k in STEP_KEYS or k in EPOCH_KEYS for k in row):
             return False
         first, target = self.block
         if any(k in target for k in row):
@@ -271,10 +268,10 @@ class _Reader:
         pairs = sectioned_pairs(text)
         for k, v in pairs.items():
             if side and not any(k.startswith(s) for s in _SIDE_WORDS) and \
-                    k not in _EPOCH_KEYS + _STEP_KEYS:
+                    k not in EPOCH_KEYS + STEP_KEYS:
                 k = f"{side}_{k}"
             row.setdefault(k, v)
-        has_step = "_global" in row or any(k in row for k in _STEP_KEYS + _EPOCH_KEYS) or \
+        has_step = "_global" in row or any(k in row for k in STEP_KEYS + EPOCH_KEYS) or \
             any(k.endswith(("_iter", "_step", "_epoch")) and k.split("_")[0] in (
                 "training", "train") for k in row)
         by_keras_epoch = False
@@ -291,7 +288,7 @@ class _Reader:
             # "67s - loss: ..." after "Epoch 3/20": the time the epoch took
             row[("epoch_time_" if by_keras_epoch else "step_time_") + k[len("line_time_"):]] = \
                 row.pop(k)
-        metrics = [k for k in row if k not in _EPOCH_KEYS + _STEP_KEYS and k != "_global"]
+        metrics = [k for k in row if k not in EPOCH_KEYS + STEP_KEYS and k != "_global"]
         if has_step and not metrics:
             self.block, self.block_no, self.block_open = (no, row), no, False
             self.recognized += 1
@@ -364,8 +361,8 @@ def _choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:
         return "_global"
     suffixed = tuple(sorted(k for k in {k for _, r in rows for k in r}
                             if k.endswith(("_iter", "_step", "num_updates"))))
-    for cands in (_STEP_KEYS, suffixed, ("_bar_step",), _EPOCH_KEYS):
-        if cands is _EPOCH_KEYS and _rises(rows, "batch"):
+    for cands in (STEP_KEYS, suffixed, ("_bar_step",), EPOCH_KEYS):
+        if cands is EPOCH_KEYS and _rises(rows, "batch"):
             return "batch"  # "[epoch=1][batch=10/100]": a batch counter that never resets
         best = None
         for k in cands:
@@ -529,21 +526,21 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
             if v is None:
                 # fairseq's "train_num_updates" / "valid_num_updates" on summary lines
                 v = next((r.pop(k) for k in list(r) if k.endswith("_" + step)), None)
-            if v is None and step in _STEP_KEYS:
+            if v is None and step in STEP_KEYS:
                 # "step 20: train loss ..." among "iter 20: loss ..." lines: one counter
-                v = next((r.pop(k) for k in _STEP_KEYS if k in r), None)
+                v = next((r.pop(k) for k in STEP_KEYS if k in r), None)
             if v is None:
                 # A validation line after a training line often omits the step
                 # (fairseq's "valid on 'valid' subset"): it belongs to the last step.
                 # A training line without one (a cut last line) is left out.
                 if last_step is None or not all(
-                        k.startswith(_VAL_PREFIXES) for k in r if k not in _EPOCH_KEYS):
+                        k.startswith(VAL_PREFIXES) for k in r if k not in EPOCH_KEYS):
                     continue
                 v = last_step
                 carried += 1
             last_step = v
             # An epoch counter stays "epoch": the step is then the epoch (per-epoch times)
-            name = "epoch" if step in _EPOCH_KEYS else "step"
+            name = "epoch" if step in EPOCH_KEYS else "step"
             r.pop(name, None)
             r[name] = int(v) if isinstance(v, (int, float)) and math.isfinite(v) else v
         else:
