@@ -209,3 +209,21 @@ def test_a_fine_tune_whose_validation_loss_still_creeps_down_never_beat_nothing(
         tr = Trace.of(run, "loss")
         assert tr is not None
         assert (_never_beat_first(run, tr) is not None) == flagged, val
+
+
+def test_double_softmax_floor_when_the_log_starts_below_chance() -> None:
+    # logged every 10 steps: the first point (after 10 steps) is already under ln 5, so the
+    # class count comes from the floor the loss settles on (0.9048 for 5 classes)
+    rng = np.random.default_rng(9)
+    s = np.arange(10, 310, 10)
+    floor = math.log(1 + (K - 1) / math.e)
+    loss = floor * 1.002 + 0.55 * np.exp(-(s - 10) / 20) + np.abs(rng.normal(0, 0.002, 30))
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    f = [f for f in diagnose(run).findings if f.symptom == "plateau"]
+    assert f and f[0].severity == "warning" and "over 5 classes" in f[0].summary
+    # a loss that starts above ln 5 and settles at the same level is not read as 5 classes
+    run2 = Run(source="t")
+    run2.add("loss", s, loss + 1.2 * np.exp(-(s - 10) / 5))
+    f2 = [f for f in diagnose(run2).findings if f.symptom == "plateau"]
+    assert not f2 or "softmax applied twice" not in f2[0].summary

@@ -236,3 +236,20 @@ def test_a_late_training_loss_rise_while_validation_keeps_falling_is_info() -> N
     run2.add("loss", s, loss)
     run2.add("val_loss", es, np.where(es < 180, 1.2 * np.exp(-es / 35) + 0.19, 0.4))
     assert _loud(run2, "divergence")
+
+
+def test_divergence_onset_is_the_lowest_point_before_the_climb() -> None:
+    # a missing zero_grad, logged every 5 steps (a trained run's numbers): down to 2e-4 at step
+    # 35, then a climb with wild swings that stays up; blocks of three points put the change
+    # at the block starting at 20, the point at 35
+    loss = np.array([1.511, 1.146, 0.4168, 0.06395, 0.06959, 0.003065, 0.0001719, 0.7735,
+                     1.022, 4.223, 6.811, 3.693, 4.123, 6.731, 4.405, 5.905, 1.47, 1.567,
+                     3.021, 177.7, 105.7, 342.8, 69.54, 780.2, 11.67, 890.9, 48.47, 1.618,
+                     1.757, 2.179, 6427.0, 915000.0, 3802.0, 3.209, 3.181, 64200.0, 2.437,
+                     2.364, 2.133, 2.386, 2.815, 3.27, 3.509, 3.098, 2.199, 2.079, 2.521, 2.57,
+                     2.874, 2.953, 2.859, 2.933, 3.249, 3.235, 3.173, 2.903, 2.762, 2.416,
+                     2.118, 2.327])
+    run = Run(source="t")
+    run.add("loss", np.arange(5, 305, 5), loss)
+    f = [f for f in diagnose(run).findings if f.symptom == "divergence" and f.level >= 1]
+    assert f and f[0].onset_step == 35

@@ -96,3 +96,20 @@ def test_a_grad_spike_that_doubles_the_loss_warns_even_if_it_recovers() -> None:
     loud = [f for f in diagnose(_spike_run(2.4)).findings if f.level >= 1]
     assert len(loud) == 1 and loud[0].onset_step == 52
     assert "exploding_gradients" in {loud[0].symptom, *(r.symptom for r in loud[0].related)}
+
+
+def test_grad_spikes_the_loss_ignored_but_that_end_in_a_nan_warn() -> None:
+    # a ReLU RNN without clipping: grad-norm spikes at 60 and 66 that the loss shrugs off, then
+    # NaN from step 72 (6 logged points later): the explosion is what overflowed
+    rng = np.random.default_rng(14)
+    g = 0.35 * np.exp(rng.normal(0, 0.2, 100))
+    loss = 1.35 + rng.normal(0, 0.01, 100)
+    g[60], g[66] = 10.5, 4.0
+    g[72:], loss[72:] = np.nan, np.nan
+    f = _loud(_run(g, loss), "exploding_gradients")
+    assert len(f) == 1 and f[0].onset_step == 60 and "non-finite at step 72" in f[0].summary
+    # the same spikes with the NaN 40 points later are unrelated to it: info
+    g2, loss2 = g.copy(), loss.copy()
+    g2[72:], loss2[72:] = 0.35, 1.35
+    g2[96:], loss2[96:] = np.nan, np.nan
+    assert not _loud(_run(g2, loss2), "exploding_gradients")

@@ -195,10 +195,24 @@ def collapsed_to_chance(run: Run, train: Trace) -> ChanceEvent | None:
                        lowest=lowest, onset_step=onset)
 
 
+def _floor_classes(tr: Trace, level: float) -> int | None:
+    """k (<= 10) whose double-softmax floor is nearest ``level``, for a log whose first point
+    comes after the loss already left ln k (logged every N steps, or a per-epoch mean): the
+    first logged loss must lie between that floor and ln k, where such a run can only be."""
+    k = min(range(2, MAX_FLOOR_K + 1), key=lambda c: abs(math.log(1 + (c - 1) / math.e) - level))
+    first = float(tr.values[0])
+    floor = math.log(1 + (k - 1) / math.e)
+    if not floor < first <= math.log(k) * (1 + START_TOL):
+        return None
+    return k
+
+
 def double_softmax_floor(tr: Trace, onset: int) -> ChanceEvent | None:
-    """A plateau at ln(1 + (k-1)/e) (from 0.4% below to 2% above) that the loss never crossed
+    """A plateau at ln(1 + (k-1)/e) (from 0.4% below to 2% above, over the plateau and over its
+    last quarter) that the loss never crossed
     (lowest block median not below it by more than 3 block sigmas), in a run whose first
-    losses sat at ln k for the same k: the loss a softmax applied twice cannot get under."""
+    losses sat at ln k for the same k (or, k <= 10, whose first logged loss lies between the
+    floor and ln k): the loss a softmax applied twice cannot get under."""
     i = int(np.searchsorted(tr.steps, onset))
     if len(tr) - i < 5:
         return None
@@ -207,12 +221,13 @@ def double_softmax_floor(tr: Trace, onset: int) -> ChanceEvent | None:
         return None
     # The class count comes from the start (a from-scratch classifier starts at ln k, through
     # two softmaxes as through one); the plateau must then sit at that k's floor.
-    k = start_classes(tr)
+    k = start_classes(tr) or _floor_classes(tr, level)
     if k is None:
         return None
     floor = math.log(1 + (k - 1) / math.e)
-    if not -FLOOR_TOL * floor <= level - floor <= FLOOR_ABOVE_TOL * floor:
-        return None
+    tail = median(tr.values[-max(3, (len(tr) - i) // 4):])
+    if not all(-FLOOR_TOL * floor <= x - floor <= FLOOR_ABOVE_TOL * floor for x in (level, tail)):
+        return None  # (the last quarter too: a floor is where the run ends, not a pass-by)
     lowest, sig = _lowest(tr)
     if lowest < floor - max(3 * sig, FLOOR_TOL * floor):
         return None

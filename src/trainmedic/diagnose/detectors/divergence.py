@@ -298,6 +298,23 @@ def _never_back_to_start(run: Run, tr: Trace) -> Finding | None:
                            note="median of the second half vs the first logged loss")))
 
 
+def _foot(t: np.ndarray, start: np.ndarray, j: int, elevated: float) -> int:
+    """The point index where a rise found at block ``j`` begins: when a point inside blocks
+    ``j`` and ``j + 1`` jumps to the ``elevated`` level (1.5x the best level before the rise),
+    the lowest point before that jump; else (a slow rise) block ``j``'s first point. A block
+    median places the change only to within a block, and a loss cannot start climbing before
+    it reached its lowest value (a missing zero_grad took one block of three points from 0.06
+    down to 2e-4 and the next up to 0.8: the rise starts at 2e-4, not at the block's first
+    point)."""
+    lo = int(start[min(j, start.shape[0] - 1)])
+    hi = int(start[j + 2]) if j + 2 < start.shape[0] else t.shape[0]
+    seg = t[lo:hi]
+    up = np.flatnonzero(~(seg < elevated))  # NaN counts as elevated
+    if not up.size or not up[0]:
+        return lo  # a slow rise (no jump inside): the lowest point there is only noise
+    return lo + int(np.argmin(seg[: int(up[0])]))
+
+
 def _swings_inside(lv: np.ndarray, amp: float) -> bool:
     """Whether an elevated stretch of block medians itself swings up and down (>= 4 reversals
     of at least ``amp``, half the elevation threshold): a loss that keeps falling back towards
@@ -462,7 +479,9 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
         # The lowest level before the rise, then the change point between it and the rise.
         kmin = int(np.argmin(lv[:k])) if k > 0 else 0
         j = _hinge_onset(lv, kmin, max(kmin, k - 1), is_log) if k - kmin >= 2 else k
-        onset_i = int(bl.start[j])
+        base = float(cummin[max(0, k - 1)])
+        onset_i = _foot(t, bl.start, j, base + math.log(DIVERGE_RATIO) if is_log
+                        else base + (DIVERGE_RATIO - 1.0) * abs(base))
         onset = int(tr.steps[onset_i])
         end_lv = median(lv[k:]) if not trend_branch else median(lv[-max(2, (nb - k) // 4):])
         best = float(cummin[k - 1]) if k > 0 else float(lv[0])

@@ -136,6 +136,27 @@ def _vanishing_level(run: Run, g: Trace) -> Finding | None:
                                            "last tenth (value)")))
 
 
+#: Grad-norm spikes this many logged points or fewer before the loss or the grad norm first
+#: went non-finite are the explosion that overflowed, whatever the loss did in between.
+BROKE_AFTER_POINTS = 10
+
+
+def _broke_after(run: Run, g: Trace, last_spike: int) -> int | None:
+    """The first step after ``last_spike`` where the loss or the grad norm is NaN/inf, when it
+    comes within BROKE_AFTER_POINTS logged grad-norm intervals of it."""
+    first: int | None = None
+    for name in ("loss", "grad_norm"):
+        s = run.get(name, g.rank)
+        if s is None:
+            continue
+        bad = s.steps[(~np.isfinite(s.values)) & (s.steps > last_spike)]
+        if bad.size and (first is None or int(bad[0]) < first):
+            first = int(bad[0])
+    if first is None or first - last_spike > BROKE_AFTER_POINTS * max(1.0, g.interval):
+        return None
+    return first
+
+
 @register_detector("exploding_gradients", requires=("grad_norm",))
 def detect_exploding(run: Run) -> list[Finding] | NotRun:
     """(a) sustained: the block-median grad_norm in the last 20% of the run is >= 10x its
@@ -216,9 +237,13 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
         lasting = [int(i) for i, r, _ in reactions
                    if r and not loss_recovered(run, g.rank, int(steps[i]), horizon)]
         med_all = median(pos)
-        sev = "warning" if lasting else "info"
+        broke = _broke_after(run, g, int(steps[idx[-1]]))
+        sev = "warning" if lasting or broke is not None else "info"
         listed = ", ".join(f"{fmt(float(pos[i]))} at step {int(steps[i])}" for i in order[:3])
         react_txt = ("the loss reacted" if lasting else
+                     f"the run went non-finite at step {broke}, {BROKE_AFTER_POINTS} logged "
+                     f"points or fewer later: the explosion led to the overflow"
+                     if broke is not None else
                      f"the loss reacted mildly and was back within {RECOVERY_POINTS} logged "
                      f"points (info: no lasting harm)" if any_react else
                      "the loss did not react (info: a clipped or Adam-normalized step)")
