@@ -49,8 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logs", type=Path, default=DEFAULT_LOGS)
     ap.add_argument("--details", action="store_true", help="print every run, not only misses")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--split", help="only the logs of this split (a 'split' in the labels)")
     args = ap.parse_args(argv)
     exp = args.logs / "expected.json"
+    if not exp.exists() and (args.logs / "labels.json").exists():
+        exp = args.logs / "labels.json"  # a set laid out like benchmarks/public2
     if not exp.exists():
         print(f"no labels at {exp}; nothing to score")
         return 0
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     scores = []
     t0 = time.perf_counter()
     for name, label in sorted(labels.items()):
-        if name.startswith("_"):
+        if name.startswith("_") or (args.split and label.get("split") != args.split):
             continue
         found, span, err = diagnose_path(args.logs / name)
         rs = score_run(name, label, found, span)
@@ -68,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: hits {rs.hits}/{rs.faults} missed {rs.missed} false {rs.false}"
                   f"{'  ' + err[:120] if err else ''}\n    loud: {loud}")
     t = total(scores)
-    print(format_totals(t, f"dev-logs ({len(scores)} labelled runs)"))
+    title = args.logs.name + (f" {args.split}" if args.split else "")
+    print(format_totals(t, f"{title} ({len(scores)} labelled runs)"))
     print(f"scored in {time.perf_counter() - t0:.1f} s")
     if args.json:
         print(json.dumps({"recall": t.recall, "precision": t.precision,

@@ -227,3 +227,50 @@ def test_double_softmax_floor_when_the_log_starts_below_chance() -> None:
     run2.add("loss", s, loss + 1.2 * np.exp(-(s - 10) / 5))
     f2 = [f for f in diagnose(run2).findings if f.symptom == "plateau"]
     assert not f2 or "softmax applied twice" not in f2[0].summary
+
+
+def _acc_run(acc: np.ndarray, val_acc: np.ndarray | None, loss: np.ndarray) -> Run:
+    run = Run(source="t")
+    s = np.arange(loss.shape[0])
+    run.add("loss", s, loss)
+    run.add("accuracy", s, acc)
+    if val_acc is not None:
+        run.add("val_accuracy", s, val_acc)
+    return run
+
+
+def test_accuracy_at_chance_on_train_and_val_is_a_flat_loss() -> None:
+    # an lr that blew the net up in epoch 0: the loss comes down from 60 to ~1.6 but both
+    # accuracies stay at 1/4 (a Keras CSVLogger run of 15 epochs)
+    rng = np.random.default_rng(4)
+    loss = np.r_[59.7, 1.6 + np.abs(rng.normal(0, 0.1, 14))]
+    acc = 0.25 + rng.normal(0, 0.015, 15)
+    val = 0.25 + rng.normal(0, 0.02, 15)
+    f = [f for f in diagnose(_acc_run(acc, val, loss)).findings if f.symptom == "flat_loss"]
+    assert f and f[0].severity == "error" and "1/4" in f[0].summary
+    # the same curves with a learning accuracy (0.25 -> 0.9) are not at chance
+    learned = np.linspace(0.25, 0.9, 15)
+    assert not [f for f in diagnose(_acc_run(learned, learned - 0.03, loss)).findings
+                if f.symptom == "flat_loss"]
+
+
+def test_accuracy_near_1_over_k_beside_a_loss_far_above_ln_k_is_not_chance() -> None:
+    # a character model (loss 3.8 -> 1.8) whose val/acc reads 0.40: 1/2.5, no class count
+    rng = np.random.default_rng(5)
+    loss = 1.8 + 2.0 * np.exp(-np.arange(40) / 8) + rng.normal(0, 0.02, 40)
+    acc = 0.40 + rng.normal(0, 0.01, 40)
+    assert not [f for f in diagnose(_acc_run(acc, None, loss)).findings
+                if f.symptom == "flat_loss" and f.level >= 1]
+
+
+def test_a_short_log_pinned_at_ln_k_is_a_flat_loss() -> None:
+    # 4 epochs: 1.356, then 1.38639 three times (ln 4 = 1.38629); validation at 1.386
+    run = Run(source="t")
+    run.add("loss", np.arange(4), np.array([1.356284, 1.386393, 1.386381, 1.386379]))
+    run.add("val_loss", np.arange(4), np.full(4, 1.386))
+    f = [f for f in diagnose(run).findings if f.symptom == "flat_loss"]
+    assert f and f[0].severity == "error" and f[0].onset_step == 1 and "ln(4)" in f[0].summary
+    # a short log that moves between epochs near ln 4 is not pinned
+    run2 = Run(source="t")
+    run2.add("loss", np.arange(4), np.array([1.45, 1.40, 1.383, 1.37]))
+    assert not [f for f in diagnose(run2).findings if f.symptom == "flat_loss"]

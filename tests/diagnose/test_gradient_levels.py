@@ -113,3 +113,17 @@ def test_grad_spikes_the_loss_ignored_but_that_end_in_a_nan_warn() -> None:
     g2[72:], loss2[72:] = 0.35, 1.35
     g2[96:], loss2[96:] = np.nan, np.nan
     assert not _loud(_run(g2, loss2), "exploding_gradients")
+
+
+def test_a_loss_scale_under_2_to_the_minus_10_is_collapsed_with_two_points() -> None:
+    # fairseq: a summary line rounds the scale to 0 (3 decimals), then an overflow message
+    # sets 0.000244: too few points for the level rule, collapsed all the same
+    run = Run(source="t")
+    run.add("loss", np.array([695, 700]), np.array([9.8, 9.4]))
+    run.add("loss_scale", np.array([695, 700, 701]), np.array([0.0, 0.0, 0.000244140625]))
+    f = _loud(run, "loss_scale_collapse")
+    assert len(f) == 1 and f[0].onset_step == 695 and f[0].severity == "error"
+    ok = Run(source="t")
+    ok.add("loss", np.array([1, 2]), np.array([2.0, 1.9]))
+    ok.add("loss_scale", np.array([1, 2]), np.array([65536.0, 32768.0]))
+    assert not _loud(ok, "loss_scale_collapse")

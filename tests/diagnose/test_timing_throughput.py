@@ -156,3 +156,17 @@ def test_throughput_drop_from_a_rank_that_slows_is_folded_into_the_straggler() -
     tps = run_detector("throughput_regression", run)
     assert tps and all(f.severity == "info" for f in tps)
     assert all(any("root: straggler on rank 2" in e.note for e in f.evidence) for f in tps)
+
+
+def test_slow_epochs_that_end_back_at_the_old_pace_are_no_regression() -> None:
+    # a YOLO run's epoch times (from its cumulative time column): epochs 17-19 take 2-3x
+    # (an I/O hiccup), epoch 20 is back at 23.5 s: outliers, not a regression to the end
+    v = np.array([23.88, 23.26, 23.07, 22.97, 23.11, 23.11, 23.49, 23.74, 23.61, 24.25, 23.38,
+                  25.55, 25.43, 25.23, 24.10, 71.74, 35.41, 51.23, 23.51])
+    run = Run("epochs")
+    run.add("step_time_s", np.arange(2, 21), v)
+    assert throughput_events(run)[0] == []
+    v[-1] = 50.0  # still slow at the end: it lasts
+    run2 = Run("epochs")
+    run2.add("step_time_s", np.arange(2, 21), v)
+    assert len(throughput_events(run2)[0]) == 1

@@ -320,3 +320,44 @@ def test_a_darknet_line_with_a_broken_number_is_skipped_not_a_crash(tmp_path):
         "64 images\n"
     assert load_run(str(write(tmp_path / "d.log", text))).get("loss").steps.tolist() == \
         [1, 2, 3, 4, 5]
+
+
+FAIRSEQ_OVERFLOW = (
+    "| epoch 027 | loss 6.343 | nll_loss 4.984 | num_updates 10198 | lr 0.000626 | "
+    "gnorm 0.390 | loss_scale 0.500 | wall 23080\n"
+    "| epoch 027 | valid on 'valid' subset | valid_loss 8.30118 | num_updates 10198\n"
+    + "".join(f"| WARNING: overflow detected, setting loss scale to: {0.5 / 2 ** i}\n"
+              for i in range(1, 13)))
+
+
+def test_fp16_scaler_overflow_messages_are_loss_scale_points(tmp_path):
+    run = load_run(str(write(tmp_path / "train.log", FAIRSEQ_OVERFLOW)))
+    ls = run.get("loss_scale")
+    # the summary line's 0.5 at its step, then where the 12 halvings ended, one step later
+    assert ls.steps.tolist() == [10198, 10199]
+    assert ls.values.tolist() == pytest.approx([0.5, 0.5 / 2 ** 12])
+    assert run.get("val_loss").values.tolist() == pytest.approx([8.30118])
+
+
+def test_apex_and_deepspeed_overflow_messages_between_step_lines(tmp_path):
+    lines = []
+    for i in range(1, 7):
+        lines.append(f"step {i * 10} | loss {2.0 - i / 10:.2f}")
+        if i in (2, 4):
+            lines.append("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale "
+                         f"to {65536.0 / i}")
+        if i == 5:
+            lines.append("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: "
+                         "8192, reducing to 4096")
+    run = load_run(str(write(tmp_path / "log.txt", "\n".join(lines) + "\n")))
+    assert run.get("loss_scale").steps.tolist() == [21, 41, 51]
+    assert run.get("loss_scale").values.tolist() == pytest.approx([32768.0, 16384.0, 4096.0])
+    assert run.get("loss").steps.tolist() == [10, 20, 30, 40, 50, 60]
+
+
+def test_a_val_line_that_starts_with_its_epoch_is_validation(tmp_path):
+    text = "".join(f"Train epoch {e} loss {1.5 - e / 10:.3f}\nVal epoch {e} has acc 0.4 and "
+                   f"loss {1.6 - e / 20:.3f}\n" for e in range(4))
+    run = load_run(str(write(tmp_path / "out.log", text)))
+    assert run.get("loss").values.tolist() == pytest.approx([1.5, 1.4, 1.3, 1.2])
+    assert run.get("val_loss").values.tolist() == pytest.approx([1.6, 1.55, 1.5, 1.45])

@@ -52,6 +52,7 @@ from trainmedic.run.counters import (
     epoch_positions,
 )
 from trainmedic.run.linepairs import STEP_KEYS, VAL_PREFIXES, dict_in_line, sectioned_pairs
+from trainmedic.run.scaler_messages import scale_message, with_scale_rows
 from trainmedic.run.series import Series
 from trainmedic.run.table import LogTable, cell_float
 
@@ -67,7 +68,8 @@ _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T_]\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?|"
                     r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b|\[rank\d+\]:?|\brank\d+\b")
 _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validation|eval|"
                          r"evaluation) (?:subset|set|results?|metrics)\b|^\s*(?:valid|"
-                         r"validation|eval)\b\s*[:|]", re.I)
+                         r"validation|eval)\b\s*[:|]|^\s*(?:val|valid|validation|eval)\s+"
+                         r"(?:epoch|step|iter(?:ation)?)\b", re.I)
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
 _TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
 _SAMPLE_LINES = 400
@@ -110,6 +112,8 @@ class _Reader:
         self.overlaps = 0
         self.attached: list[tuple[int, dict[str, Any]]] = []
         self.block_rows: list[dict[str, Any]] = []
+        self.scales: list[tuple[int, float]] = []
+        """(line number, scale) of the fp16 scaler's overflow messages."""
         self.history: dict[str, Any] | None = None
         """A printed dict of per-epoch lists (Keras' ``history.history``), when one was seen."""
 
@@ -173,6 +177,10 @@ class _Reader:
         self.lines += 1
         if raw[:1] in "IWEF" and (am := _ABSL_PREFIX.match(raw)):
             raw = raw[am.end():]
+        if (scale := scale_message(raw)) is not None:
+            self.scales.append((no, scale))
+            self.recognized += 1
+            return
         bar = _BAR.search(raw) if "%|" in raw else None
         if bar is not None and not _EPOCH_WORD.search(raw[:bar.start()]):
             # A bare tqdm bar (HF Trainer's "  3%|▎  | 100/3000 [00:10<05:00, 9.8it/s]"):
@@ -546,6 +554,12 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
         else:
             r.pop("_global", None)
         rows.append((no, r))
+    if step is not None and reader.scales:
+        rows, n = with_scale_rows(rows, "epoch" if step in EPOCH_KEYS else "step", reader.scales)
+        if n:
+            table.note("loss_scale_from_messages", f"{len(reader.scales)} overflow messages of "
+                       f"the fp16 loss scaler read as {n} loss_scale point(s), each one step "
+                       "after the logged step before it")
     rows_to_table(table, rows)
     if carried:
         table.note("step_carried", f"{carried} metric lines without a step were given the "

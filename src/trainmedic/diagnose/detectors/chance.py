@@ -19,6 +19,7 @@ findings.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +29,8 @@ from trainmedic.diagnose.trace import Trace
 from trainmedic.run.series import Run
 
 __all__ = ["ChanceEvent", "never_beats_chance", "collapsed_to_chance", "double_softmax_floor",
-           "start_classes", "START_TOL", "FLOOR_TOL"]
+           "accuracy_at_chance", "pinned_at_chance", "start_classes", "START_TOL",
+           "FLOOR_TOL"]
 
 #: A from-scratch classifier's first loss is within this share of ln k (small random logits).
 START_TOL = 0.015
@@ -234,3 +236,121 @@ def double_softmax_floor(tr: Trace, onset: int) -> ChanceEvent | None:
     return ChanceEvent(kind="double_softmax", metric=tr.metric, k=k, landmark=floor,
                        level=level, lowest=lowest, onset_step=onset)
 
+
+
+#: Name words of a top-1 accuracy (a top-5 accuracy's chance is 5/k, not 1/k).
+_ACC_WORDS = frozenset({"acc", "accuracy", "top1", "acc1"})
+#: A logged accuracy at chance: the median of its second half within this share of 1/k ...
+ACC_CHANCE_TOL = 0.2
+#: ... and no point of its second half more than this share above 1/k.
+ACC_CHANCE_MAX = 0.35
+#: Largest class count read from an accuracy (1/k is dense past it: 1/30 vs 1/31) ...
+MAX_ACC_K = 20
+#: ... whose second-half median must then be within this share of 1/k.
+ACC_K_TOL = 0.1
+#: The loss's second half sits between ln k and this many times it (a model at chance that
+#: predicts one class confidently is above ln k; far above, the loss is not that k's CE).
+ACC_LOSS_MAX = 1.5
+#: Name fragments of a GAN: a discriminator at 50% accuracy is at equilibrium, not broken.
+_GAN_HINTS = ("d_loss", "loss_d", "disc", "critic", "g_loss", "loss_g", "gen_loss")
+
+
+def _accuracies(run: Run, rank: int | None) -> list[tuple[str, np.ndarray]]:
+    """(name, values as fractions) of every top-1 accuracy logged on ``rank`` with >= 5
+    finite points in [0, 1] (or in [0, 100]: a percentage)."""
+    out = []
+    for m in run.metrics():
+        if not _ACC_WORDS & set(re.split(r"[^a-z0-9]+", m.lower())):
+            continue
+        t = Trace.of(run, m, rank) or Trace.of(run, m, None)
+        if t is None or len(t) < 5:
+            continue
+        v = t.values / 100.0 if float(t.values.max()) > 1.0 else t.values
+        if float(v.min()) >= 0.0 and float(v.max()) <= 1.0:
+            out.append((m, v))
+    return out
+
+
+def accuracy_at_chance(run: Run, train: Trace) -> ChanceEvent | None:
+    """Every logged top-1 accuracy sat at chance, 1/k, for the whole second half of the run:
+    its median within 20% of 1/k and no point more than 35% above it, k from the loss's start
+    (within 1.5% of ln k) or, k <= 20, from the accuracy itself (its median within 10% of
+    1/k); the loss's second half between ln k and 1.5 ln k. A second, independent fact
+    is required: a second accuracy curve at the same 1/k (training and validation), or a loss
+    that never got below ln k. A model at chance accuracy predicts one class or guesses,
+    whatever its loss does (an lr so high the net blew up and never recovered: the loss comes
+    down from 60 to 1.6 while the accuracy stays at 0.25 over 4 classes). Not for a GAN (a
+    discriminator at 50% is at equilibrium)."""
+    names = " ".join(m.lower() for m in run.metrics())
+    if any(h in names for h in _GAN_HINTS):
+        return None
+    accs = _accuracies(run, train.rank)
+    if not accs:
+        return None
+    level = median(accs[0][1][len(accs[0][1]) // 2:])
+    from_acc = round(1.0 / level) if level > 0 else 0
+    if not 2 <= from_acc <= MAX_ACC_K or abs(level * from_acc - 1.0) > ACC_K_TOL:
+        from_acc = 0
+    for k in dict.fromkeys(c for c in (start_classes(train), from_acc) if c):
+        ev = _at_chance(train, accs, k)
+        if ev is not None:
+            return ev
+    return None
+
+
+def _at_chance(train: Trace, accs: list[tuple[str, np.ndarray]], k: int) -> ChanceEvent | None:
+    chance = 1.0 / k
+    for _, v in accs:
+        half = v[len(v) // 2:]
+        if abs(median(half) - chance) > ACC_CHANCE_TOL * chance or \
+                float(half.max()) > chance * (1 + ACC_CHANCE_MAX):
+            return None
+    ln_k = math.log(k)
+    lowest = _lowest(train)[0]
+    late = median(train.values[len(train) // 2:])
+    if not ln_k * (1 - BELOW_TOL) <= late <= ACC_LOSS_MAX * ln_k:
+        return None  # not the cross-entropy of a k-class model at chance
+    if len(accs) < 2 and lowest < ln_k * (1 - BELOW_TOL):
+        return None
+    return ChanceEvent(kind="accuracy", metric=accs[0][0], k=k, landmark=chance,
+                       level=median(accs[0][1][len(accs[0][1]) // 2:]), lowest=lowest,
+                       onset_step=int(train.steps[0]))
+
+
+#: A short log pinned at chance: its last >= 3 training losses each within this share of
+#: ln k (k <= 30) ...
+PINNED_TOL = 0.001
+#: ... and the last validation loss, when logged, within this share (often 3 decimals).
+PINNED_VAL_TOL = 0.005
+
+
+def pinned_at_chance(run: Run, train: Trace) -> ChanceEvent | None:
+    """For a log too short for the level rules (< 8 points, e.g. 4 epochs): the last three
+    or more training losses all within 0.1% of the same ln k (k <= 30), and the last
+    validation loss, if any, within 0.5% of it. A loss that does not move by 0.1% from one
+    epoch to the next while sitting exactly at a chance level is a model that predicts
+    uniformly (labels the model cannot see, an lr that killed it); a learning model's losses
+    move more than that between epochs. The onset is the first point of that stretch."""
+    v = train.values
+    if not 3 <= len(train) < 8:
+        return None
+    level = median(v[-3:])
+    if not 0.6 < level < math.log(MAX_START_K + 0.5):
+        return None
+    k = round(math.exp(level))
+    if not 2 <= k <= MAX_START_K:
+        return None
+    ln_k = math.log(k)
+    near = np.abs(v - ln_k) <= PINNED_TOL * ln_k
+    start = len(v)
+    while start > 0 and near[start - 1]:
+        start -= 1
+    if len(v) - start < 3:
+        return None
+    val = Trace.of(run, "val_loss", train.rank) or Trace.of(run, "val_loss", None)
+    if val is not None and len(val) and \
+            abs(float(val.values[-1]) - ln_k) > PINNED_VAL_TOL * ln_k:
+        return None
+    return ChanceEvent(kind="pinned", metric="loss", k=k, landmark=ln_k,
+                       level=median(v[start:]), lowest=float(v.min()),
+                       onset_step=int(train.steps[start]))

@@ -492,6 +492,33 @@ def detect_nonfinite_grad(run: Run) -> list[Finding] | NotRun:
     return out
 
 
+#: A loss scale at or under this is collapsed whatever came before: fp16 scalers start at
+#: 2^16 and work at 2^7-2^16, and fairseq aborts at 1e-4 (``--min-loss-scale``).
+SCALE_FLOOR = 2.0 ** -10
+
+
+def _few_scale_points(ls: Trace) -> Finding | None:
+    """Fewer than 3 positive points (a text log whose scaler messages are all there is):
+    collapsed when the last positive scale is <= 2^-10. A logged 0 beside a positive scale
+    under 1 is a scale under the logger's rounding (fairseq prints 3 decimals), not a 0; the
+    onset is the first point under 1."""
+    v, st = ls.values, ls.steps
+    pos = v[v > 0]
+    if pos.size == 0 or float(pos[-1]) > SCALE_FLOOR:
+        return None
+    onset = int(st[int(np.flatnonzero(v < 1.0)[0])])
+    zeros = int(np.sum(v == 0))
+    note = f"; {zeros} logged as 0 (under the logger's rounding)" if zeros else ""
+    return Finding(
+        symptom="loss_scale_collapse", severity="error", confidence=0.8, onset_step=onset,
+        rank=ls.rank, metric="loss_scale",
+        summary=(f"fp16 loss scale down to {fmt(float(pos[-1]))} by step {int(st[-1])} "
+                 f"(under 1 from step {onset}{note}): overflows every step, even with the "
+                 f"loss scaled down, so the unscaled gradients overflow fp16"),
+        evidence=(Evidence("loss_scale", int(st[-1]), float(pos[-1]), SCALE_FLOOR,
+                           note="last positive scale vs 2^-10 (scalers work at 2^7-2^16)"),))
+
+
 @register_detector("loss_scale_collapse", requires=("loss_scale",))
 def detect_loss_scale_collapse(run: Run) -> list[Finding] | NotRun:
     """The fp16 loss scale ends <= 2^-10 of its peak (after the start-up run of halvings), or
@@ -503,6 +530,10 @@ def detect_loss_scale_collapse(run: Run) -> list[Finding] | NotRun:
     for ls in traces(run, "loss_scale"):
         v = ls.values[ls.values > 0]
         if v.size < 3:
+            few = _few_scale_points(ls)
+            if few is not None:
+                ran = True
+                out.append(few)
             continue
         ran = True
         steps = ls.steps[ls.values > 0]

@@ -13,9 +13,11 @@ import numpy as np
 
 from trainmedic.diagnose.detectors.chance import (
     ChanceEvent,
+    accuracy_at_chance,
     collapsed_to_chance,
     double_softmax_floor,
     never_beats_chance,
+    pinned_at_chance,
 )
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
@@ -136,6 +138,10 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
     info; otherwise a warning."""
     out: list[Finding] = []
     trs = traces(run, "loss", min_points=8)
+    for short in traces(run, "loss", min_points=3):
+        pin = pinned_at_chance(run, short) if len(short) < 8 else None
+        if pin is not None:
+            out.append(_pinned_finding(pin, short))
     for tr in trs:
         if not bool(np.any(tr.values)):
             continue  # exactly 0 everywhere: below the logger's rounding, nothing to judge
@@ -254,7 +260,7 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
                      f"{int(tr.steps[-1])}{chance}{slow}"),
             evidence=tuple(ev)))
     if not trs:
-        return NotRun("needs at least 8 finite loss points")
+        return out or NotRun("needs at least 8 finite loss points")
     loud = {f.rank for f in out if f.level >= 1}
     for tr in trs:
         if tr.rank in loud:
@@ -274,11 +280,13 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
                                    note="the same value, to 6 digits, at every later "
                                         "evaluation"),)))
             continue
-        stuck = never_beats_chance(run, tr) or collapsed_to_chance(run, tr)
+        stuck = never_beats_chance(run, tr) or collapsed_to_chance(run, tr) or \
+            accuracy_at_chance(run, tr)
         if stuck is not None:
             # Never beating chance outweighs an info "slow learning" reading of the same curve.
             out = [f for f in out if f.rank != tr.rank]
             out.append(_chance_finding(stuck, tr) if stuck.kind == "chance"
+                       else _accuracy_finding(stuck, tr) if stuck.kind == "accuracy"
                        else _collapse_finding(stuck, tr))
             continue
         if any(f.rank == tr.rank and f.level >= 1 for f in out):
@@ -365,6 +373,39 @@ def _collapse_finding(ev: ChanceEvent, tr: Trace) -> Finding:
                                 "ln k"),
                   Evidence("loss", None, ev.lowest, ev.landmark,
                            note="lowest block median: the model had learned before")))
+
+
+def _pinned_finding(ev: ChanceEvent, tr: Trace) -> Finding:
+    """A short log whose loss sits still at exactly ln k: a uniform predictor."""
+    n = int(np.sum(tr.steps >= ev.onset_step))
+    return Finding(
+        symptom="flat_loss", severity="error", confidence=0.7, onset_step=ev.onset_step,
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric="loss",
+        summary=(f"the loss sat at ln({ev.k}) = {ev.landmark:.4f}, to 0.1%, at its last {n} "
+                 f"logged points (from step {ev.onset_step}): the loss of predicting uniformly "
+                 f"over {ev.k} classes, and it does not move: the model is not learning "
+                 f"(labels it cannot see, an lr that killed it, or a broken loss)"),
+        evidence=(Evidence("loss", int(tr.steps[-1]), ev.level, ev.landmark,
+                           note=f"median of the last {n} points, each within 0.1% of "
+                                f"ln({ev.k}); the last validation loss, if logged, within "
+                                f"0.5%"),))
+
+
+def _accuracy_finding(ev: ChanceEvent, tr: Trace) -> Finding:
+    """A classifier whose logged accuracy never left chance, whatever its loss did."""
+    return Finding(
+        symptom="flat_loss", severity="error", confidence=0.75, onset_step=ev.onset_step,
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric=ev.metric,
+        summary=(f"{ev.metric} stayed at chance, 1/{ev.k} = {ev.landmark:.3g} (second-half "
+                 f"median {ev.level:.3g}), for the whole run: the model predicts one class or "
+                 f"guesses, although the loss went {fmt(float(tr.values[0]))} -> "
+                 f"{fmt(float(tr.values[-1]))} (an lr that blew the net up, labels detached "
+                 f"from the inputs, or a broken loss)"),
+        evidence=(Evidence(ev.metric, int(tr.steps[-1]), ev.level, ev.landmark,
+                           note=f"median of the second half vs 1/{ev.k}; every logged top-1 "
+                                f"accuracy is within 20% of it, none 35% above"),
+                  Evidence("loss", None, ev.lowest, math.log(ev.k),
+                           note=f"lowest block median of the loss vs ln({ev.k})")))
 
 
 def _chance_finding(ev: ChanceEvent, tr: Trace) -> Finding:

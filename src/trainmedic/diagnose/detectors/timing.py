@@ -277,8 +277,9 @@ def throughput_events(run: Run) -> tuple[list[ThroughputEvent], bool]:
                 math.exp(before if higher_better else -before),
                 math.exp(after if higher_better else -after), drop, bl.size,
                 float(s[-1] - s[0]) / nb, int(s[-1] - s[0]))
-            if ev.change < THROUGHPUT_INFO or (before - tail) < 0.5 * (before - after):
-                continue
+            if ev.change < THROUGHPUT_INFO or (before - tail) < 0.5 * (before - after) or \
+                    (before - float(lv[-1])) < 0.25 * (before - after):
+                continue  # (back at the old level at the last block: it did not last)
             if (before - after) < 4.0 * diff_sigma(lv):
                 continue
             out.append(ev)
@@ -390,7 +391,8 @@ def _throughput_evidence(ev: ThroughputEvent, *, folded: bool = False) -> Eviden
 def detect_throughput_regression(run: Run) -> list[Finding] | NotRun:
     """One change point in log throughput (block medians, L1 split) with a drop of >= 20%
     (warning) or >= 10% (info) for a rate, or a rise of >= 20% / >= 10% of the step or epoch
-    time, that lasts to the end: the post-split level and the last 3 blocks both stay down,
+    time, that lasts to the end: the post-split level and the last 3 blocks both stay down
+    (by half the drop; the last block by a quarter of it),
     the later segment is >= 10% of the blocks (>= 3) and the drop is >= 4 block sigmas. Uses
     samples_per_s or tokens_per_s, else step_time_s; >= 12 points (per-epoch logs: each
     point is a block). A drop that a straggler or a data-wait rise explains (same onset) is
