@@ -52,5 +52,6 @@ def with_scale_rows(rows: list[tuple[int | None, dict[str, Any]]], step_name: st
             j += 1
         if isinstance(last, int) and last + 1 not in held:
             at[last + 1] = (no, value)
-    added = [(no, {step_name: step, "loss_scale": v}) for step, (no, v) in at.items()]
+    added: list[tuple[int | None, dict[str, Any]]] = [
+        (no, {step_name: step, "loss_scale": v}) for step, (no, v) in at.items()]
     return sorted(rows + added, key=lambda nr: nr[0] if nr[0] is not None else -1), len(added)
