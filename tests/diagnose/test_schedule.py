@@ -138,3 +138,35 @@ def test_a_linear_warm_up_longer_than_the_run_with_a_falling_loss_stays_info() -
     f = [f for f in diagnose(_run(lr, _loss(rng, lr))).findings
          if f.symptom == "lr_schedule_anomaly"]
     assert f and f[0].severity == "info" and "geometrically" not in f[0].summary
+
+
+def _resumed(lr_after: float, loss_after: float) -> Run:
+    # a poly schedule near its end (lr ~1e-7 at iteration 50000), then a restart that logs
+    # iteration 1, 2, 3 again
+    run = Run(source="t")
+    steps = np.r_[np.arange(49991, 50001), np.arange(1, 4)]
+    lr = np.r_[np.linspace(1e-6, 6e-8, 10), np.full(3, lr_after)]
+    loss = np.r_[np.full(10, 0.038), np.full(3, loss_after)]
+    run.add("lr", steps, lr)
+    run.add("loss", steps, loss)
+    return run
+
+
+def test_a_resume_that_restarts_the_lr_schedule_is_an_anomaly() -> None:
+    f = [f for f in diagnose(_resumed(1e-3, 0.0425)).findings
+         if f.symptom == "lr_schedule_anomaly"]
+    assert len(f) == 1 and f[0].severity == "warning" and f[0].onset_step == 1
+    assert "scheduler" in f[0].summary
+
+
+def test_a_resume_with_its_lr_restored_or_a_new_training_appended_is_not() -> None:
+    # the lr carries on from where it was: a clean resume
+    assert not [f for f in diagnose(_resumed(6e-8, 0.038)).findings
+                if f.symptom == "lr_schedule_anomaly"]
+    # the loss is back at a from-scratch level: a new training appended, not a resume
+    run = Run(source="t")
+    steps = np.r_[np.arange(41, 51), np.arange(1, 4)]
+    run.add("lr", steps, np.r_[np.linspace(1e-6, 6e-8, 10), np.full(3, 1e-3)])
+    run.add("loss", steps, np.r_[np.linspace(0.3, 0.038, 10), np.full(3, 2.5)])
+    assert [f for f in diagnose(run).findings if f.symptom == "resume_discontinuity"]
+    assert not [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]

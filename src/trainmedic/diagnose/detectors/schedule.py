@@ -266,6 +266,46 @@ def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
                                            f"{ev.onset_step}")))
 
 
+#: At a resume, an lr this many times the lr logged just before the step went back ...
+RESET_RATIO = 10.0
+
+
+def _reset_at_resume(run: Run, rank: int | None) -> Finding | None:
+    """The step went back (a resume), the loss carried on (not a new training appended: see
+    continuity.py), and the lr came back >= 10x the lr logged just before (and, when the
+    replayed step was logged before, >= 2x off the lr it had then): the schedule restarted
+    instead of resuming (the scheduler's state_dict was not saved or not loaded). Warning."""
+    from trainmedic.diagnose.detectors.continuity import fresh_starts, step_regressions
+
+    lr, loss = run.get("lr", rank), run.get("loss", rank)
+    if lr is None or loss is None:
+        return None
+    regs = step_regressions(loss)
+    if not regs or fresh_starts(loss, regs):
+        return None  # no resume, or new trainings appended to the log (continuity.py)
+    for i, frm, to in step_regressions(lr):
+        before, after = float(lr.values[i - 1]), float(lr.values[i])
+        if not (before > 0 and after > 0 and math.isfinite(before + after)) or \
+                after < RESET_RATIO * before:
+            continue
+        orig = lr.values[:i][lr.steps[:i] == to]
+        if orig.size and max(after / float(orig[-1]), float(orig[-1]) / after) < 2.0:
+            continue  # the replayed step has the lr it had the first time: it resumed
+        ref, how = before, f"the lr at step {frm}, just before the resume"
+        return Finding(
+            symptom="lr_schedule_anomaly", severity="warning", confidence=0.75,
+            onset_step=to, end_step=frm, rank=rank, metric="lr",
+            summary=(f"the lr schedule restarted at the resume: after step {frm} the step went "
+                     f"back to {to} with lr {fmt(after)}, {after / ref:.3g}x {how} "
+                     f"({fmt(ref)}), while the loss carried on: the scheduler's state was not "
+                     f"restored (save and load scheduler.state_dict() with the checkpoint)"),
+            evidence=(Evidence("lr", to, after, ref, note=f"first lr after the resume vs {how}"),
+                      Evidence("loss", regs[0][2], float(loss.values[regs[0][0]]),
+                               float(loss.values[regs[0][0] - 1]),
+                               note="loss after the resume vs just before: it carried on")))
+    return None
+
+
 @register_detector("lr_schedule_anomaly", requires=("lr",))
 def detect_lr_schedule_anomaly(run: Run) -> list[Finding] | NotRun:
     """The lr fell below 1e-3 x its peak before half the run and stayed there (warning; an
@@ -273,10 +313,10 @@ def detect_lr_schedule_anomaly(run: Run) -> list[Finding] | NotRun:
     ever falling by more than 1% over >= 60% of the run, by >= 2x, ending at its peak
     (warning when the loss improved < 5% over the last 40% of the run; info when it still
     fell, or when the log is known to end before the run's planned end)."""
+    out: list[Finding] = [f for r in run.ranks() if (f := _reset_at_resume(run, r))]
     trs = traces(run, "lr", min_points=10)
     if not trs:
-        return NotRun("needs at least 10 lr points")
-    out: list[Finding] = []
+        return out or NotRun("needs at least 10 lr points")
     seen_ranks: set[int | None] = set()
     for tr in trs:
         if tr.rank in seen_ranks:
