@@ -294,6 +294,20 @@ def test_nan_masked_hf_grad_nan_with_finite_loss() -> None:
     assert f.confidence >= 0.9
 
 
+def test_grad_nan_beside_a_finite_loss_outside_the_hf_trainer_is_a_nonfinite_grad() -> None:
+    # an mmengine log: the logged loss is the step's own (no NaN filter), so a NaN grad_norm
+    # beside a finite loss is a backward NaN, not a masking logger
+    run = base(seed=10, every=50)
+    g = run.get("grad_norm")
+    assert g is not None
+    gv = g.values.copy()
+    gv[1500:] = np.nan
+    replace(run, "grad_norm", gv)
+    assert run_detector("nan_masked_in_logs", run) == []
+    f = [f for f in diagnose(run).findings if f.level >= 1]
+    assert f[0].symptom == "nonfinite_grad" and f[0].onset_step == int(g.steps[1500])
+
+
 def test_nan_masked_hf_loss_zero_and_exact_flatline() -> None:
     run = Run("hf")
     run.meta["framework"] = "hf_trainer"

@@ -361,3 +361,13 @@ def test_a_val_line_that_starts_with_its_epoch_is_validation(tmp_path):
     run = load_run(str(write(tmp_path / "out.log", text)))
     assert run.get("loss").values.tolist() == pytest.approx([1.5, 1.4, 1.3, 1.2])
     assert run.get("val_loss").values.tolist() == pytest.approx([1.6, 1.55, 1.5, 1.45])
+
+
+def test_printed_hf_trainer_dicts_say_the_framework(tmp_path):
+    # the Trainer's console dicts (curly quotes pasted from an issue): its NaN filter applies
+    text = "".join(f"{{\u2018loss\u2019: {1.4 + i / 50:.4f}, \u2018grad_norm\u2019: 2.5, "
+                   f"\u2018learning_rate\u2019: {5e-5 - i * 3e-6:.3e}, \u2018epoch\u2019: "
+                   f"{0.19 * (i + 1):.2f}}}\n" for i in range(6))
+    run = load_run(str(write(tmp_path / "out.log", text)))
+    assert run.meta.get("framework") == "huggingface"
+    assert len(run.get("loss")) == 6

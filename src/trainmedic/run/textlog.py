@@ -561,6 +561,9 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
                        f"the fp16 loss scaler read as {n} loss_scale point(s), each one step "
                        "after the logged step before it")
     rows_to_table(table, rows)
+    if any({"loss", "learning_rate", "epoch"} <= r.keys() for _, r in reader.rows[:50]):
+        # the HF Trainer's printed log dicts: its NaN filter applies (nan_masked_in_logs)
+        table.meta.setdefault("framework", "huggingface")
     if carried:
         table.note("step_carried", f"{carried} metric lines without a step were given the "
                    "step of the line before them")

@@ -235,7 +235,9 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
     """A logger dropped non-finite losses from its average (HF Trainer's
     ``logging_nan_inf_filter``, on by default). Two rules, from what the data shows:
 
-    (a) grad_norm is NaN/inf at a logged step whose loss is finite. Isolated points with the
+    (a) under the HF Trainer only (others log the step's own loss, NaN included: there this
+        is a backward NaN, nonfinite_grad's): grad_norm is NaN/inf at a logged step whose
+        loss is finite. Isolated points with the
         loss on trend are what fp16 loss scaling skipping overflow steps looks like (info);
         >= 2 consecutive, a rising density, a loss reaction, or a last-point one is a warning
         (error when grad_norm stays non-finite to the end).
@@ -254,7 +256,7 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
         if len(tr.all_values) < 2:
             continue
         g = Trace.of(run, "grad_norm", tr.rank)
-        if g is not None and not unfiltered and not bool(np.isfinite(g.all_values).all()):
+        if g is not None and not unfiltered and hf and not bool(np.isfinite(g.all_values).all()):
             finite_loss_steps = tr.all_steps[np.isfinite(tr.all_values)]
             bad_g = ~np.isfinite(g.all_values)
             masked = bad_g & np.isin(g.all_steps, finite_loss_steps)
@@ -274,7 +276,7 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
                 lv = tr.value_at(onset)
                 out.append(Finding(
                     symptom="nan_masked_in_logs", severity=sev,
-                    confidence=0.9 if hf else 0.6, onset_step=onset,
+                    confidence=0.9, onset_step=onset,
                     end_step=None if at_end else int(g.all_steps[idx[-1]]), rank=tr.rank,
                     metric="loss",
                     summary=(f"grad_norm was non-finite at {idx.size} logged step(s) from step "
