@@ -127,3 +127,19 @@ def test_a_loss_scale_under_2_to_the_minus_10_is_collapsed_with_two_points() -> 
     ok.add("loss", np.array([1, 2]), np.array([2.0, 1.9]))
     ok.add("loss_scale", np.array([1, 2]), np.array([65536.0, 32768.0]))
     assert not _loud(ok, "loss_scale_collapse")
+
+
+def test_an_explosion_before_the_nan_is_reported_beside_it() -> None:
+    # grad norm 150x at step 90 with the loss jumping, NaN from step 100: two phases, two fixes
+    rng = np.random.default_rng(15)
+    s = np.arange(0, 200, 5)
+    g = 0.33 * np.exp(rng.normal(0, 0.2, s.size))
+    loss = 1.38 + rng.normal(0, 0.01, s.size)
+    g[18], loss[18] = 154.0, 1.64
+    g[19], loss[19] = 1.7, 1.81
+    g[20:], loss[20:] = np.nan, np.nan
+    run = Run(source="t")
+    run.add("grad_norm", s, g)
+    run.add("loss", s, loss)
+    loud = {(f.symptom, f.onset_step) for f in diagnose(run).findings if f.level >= 1}
+    assert ("exploding_gradients", 90) in loud and ("nonfinite_loss", 100) in loud

@@ -342,8 +342,15 @@ def _own_phase(root: Finding, f: Finding, w: int) -> bool:
     """A real divergence (warning or worse) that began at least an incident window before the
     first non-finite loss is a phase of its own (the loss visibly climbed for a while before
     it broke): both are reported, each at its own onset, instead of the climb folded into the
-    NaN. (Public logs are labelled the NaN; injected lr faults the divergence.)"""
+    NaN. (Public logs are labelled the NaN; injected lr faults the divergence.) So is an
+    exploding_gradients finding (warning or worse) that began before the NaN: the explosion
+    has its own fix (clipping), the NaN is its consequence."""
     pair = {root.symptom, f.symptom}
+    if pair == {"nonfinite_loss", "exploding_gradients"}:
+        nan, ex = (root, f) if root.symptom == "nonfinite_loss" else (f, root)
+        return (not is_eval_metric(nan.metric or "loss")
+                and ex.level >= SEVERITY_ORDER["warning"] and nan.onset_step is not None
+                and ex.onset_step is not None and ex.onset_step < nan.onset_step)
     if pair != {"nonfinite_loss", "divergence"}:
         return False
     nan, div = (root, f) if root.symptom == "nonfinite_loss" else (f, root)
