@@ -62,6 +62,16 @@ def test_yolo_time_is_not_step_time_and_loss_is_derived():
     assert res.derived["val_loss"] == ["val/box_loss", "val/cls_loss", "val/dfl_loss"]
 
 
+def test_mxnet_rcnn_loss_is_the_sum_of_its_four_terms():
+    cols = ["epoch", "speed", "train-rpnacc", "rpnlogloss", "rpnl1loss", "rcnnacc",
+            "rcnnlogloss", "rcnnl1loss"]
+    res = resolve_names(cols)
+    assert sorted(res.derived["loss"]) == ["rcnnl1loss", "rcnnlogloss", "rpnl1loss",
+                                           "rpnlogloss"]
+    # two loss terms alone, without the R-CNN markers, are not summed
+    assert "loss" not in resolve_names(["step", "rpn_l1", "bbox_l1loss"]).derived
+
+
 def test_canonical_name_present_wins_over_alias():
     res = resolve_names(["loss", "train_loss", "total_loss"])
     assert res.aliases["loss"] == "loss"

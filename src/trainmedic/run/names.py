@@ -264,6 +264,12 @@ DERIVED: tuple[Derivation, ...] = (
     # (l_pix, l_percep, l_style, l_g_gan); l_d_real / l_d_fake are the discriminator's.
     Derivation(canonical="loss", pattern=r"l_(?!d_)[a-z0-9_]+", family="basicsr",
                requires_any=("l_pix", "l_percep", "l_g_gan"), min_components=1),
+    # MXNet's Faster R-CNN family (Deformable ConvNets, FPN, mx-rcnn) prints a Speedometer line
+    # with the four terms of the detector's objective and no total: RPN and R-CNN
+    # classification (LogLoss) and box regression (L1Loss); the objective is their sum
+    # (Ren et al. 2015, eq. 1, for each stage).
+    Derivation(canonical="loss", pattern=r"(?:rpn|rcnn)(?:logloss|l1loss)", family="mxnet_rcnn",
+               requires_any=("rpnlogloss", "rcnnlogloss")),
     # Its console prints the same terms without the "train/" namespace, beside GPU_mem
     # ("Epoch GPU_mem box_loss cls_loss dfl_loss Instances Size"; YOLOv5 before 7.0:
     # "Epoch gpu_mem box obj cls labels img_size").
