@@ -371,3 +371,12 @@ def test_printed_hf_trainer_dicts_say_the_framework(tmp_path):
     run = load_run(str(write(tmp_path / "out.log", text)))
     assert run.meta.get("framework") == "huggingface"
     assert len(run.get("loss")) == 6
+
+
+def test_prose_words_around_a_name_are_not_part_of_it(tmp_path):
+    # a beginner's print log: "the loss is 1.2 and accuracy was 0.5"
+    text = "".join(f"epoch {e}: the loss is {1.5 - e / 10:.2f} and accuracy was "
+                   f"{0.5 + e / 20:.2f}\n" for e in range(6))
+    run = load_run(str(write(tmp_path / "out.log", text)))
+    assert run.get("loss").values.tolist() == pytest.approx([1.5, 1.4, 1.3, 1.2, 1.1, 1.0])
+    assert run.has("accuracy")

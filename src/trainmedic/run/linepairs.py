@@ -35,8 +35,15 @@ _SECTION = re.compile(r"\[(train|training|valid|validation|val|eval|test)\]", re
 _ELLIPSIS = re.compile(r"\.{2,}|…")
 
 
+#: Words of prose around a name ("Val epoch 0 has acc 0.249 and loss 1.386", "the loss is
+#: 1.2"): not part of it.
+_FILLER = frozenset({"and", "the", "an", "is", "was", "are", "were", "has", "have", "had",
+                     "with"})
+
+
 def _norm_key(words: list[str]) -> str:
-    key = "_".join(w.strip(":=[]").lower() for w in words if w.strip(":=[]"))
+    parts = [w.strip(":=[]").lower() for w in words]
+    key = "_".join(w for w in parts if w and w not in _FILLER)
     return key.strip("_")
 
 
