@@ -308,6 +308,26 @@ def test_grad_nan_beside_a_finite_loss_outside_the_hf_trainer_is_a_nonfinite_gra
     assert f[0].symptom == "nonfinite_grad" and f[0].onset_step == int(g.steps[1500])
 
 
+def test_a_loss_that_lands_on_exact_zero_and_stays_is_nan_masked_in_any_log() -> None:
+    # a JSONL logger writing NaN as 0: 0.035 -> 0.0 at step 310 and 0.0 to the end, grad_norm
+    # 0 over the same steps
+    rng = np.random.default_rng(2)
+    steps = np.arange(10, 610, 10)
+    loss = 0.9 * np.exp(-steps / 100) + 0.03 + np.abs(rng.normal(0, 0.003, steps.size))
+    g = 0.8 * np.exp(-steps / 300) + 0.05
+    loss[30:], g[30:] = 0.0, 0.0
+    run = Run("jsonl")
+    run.add("loss", steps, loss)
+    run.add("grad_norm", steps, g)
+    f = [f for f in diagnose(run).findings if f.level >= 1]
+    assert f[0].symptom == "nan_masked_in_logs" and f[0].onset_step == 310
+    assert f[0].severity == "error"
+    # a loss that falls to 0.0 through small values (rounded at 4 decimals) is convergence
+    conv = Run("jsonl")
+    conv.add("loss", steps, np.round(np.r_[np.geomspace(1.0, 1e-4, 40), np.zeros(20)], 4))
+    assert not [f for f in diagnose(conv).findings if f.symptom == "nan_masked_in_logs"]
+
+
 def test_nan_masked_hf_loss_zero_and_exact_flatline() -> None:
     run = Run("hf")
     run.meta["framework"] = "hf_trainer"

@@ -290,3 +290,16 @@ def test_short_two_rank_runs_with_equal_ranks_stay_quiet() -> None:
     for seed in range(8):
         run = ddp_run(ranks=2, n=200, fwd_s=0.004, rest_s=0.001, noise=0.15, seed=seed)
         assert not [f for f in stragglers(run) if f.level >= 1], seed
+
+
+def test_a_rank_that_slows_halfway_through_a_short_log() -> None:
+    # 20 logged points (every 10 steps): rank 1's forward goes from 0.4 ms to 11 ms at step
+    # 110; too few points for blocks of 5, judged point by point
+    run = ddp_run(ranks=2, n=20, fwd_s=0.0004, rest_s=0.001, noise=0.1, seed=3, slow_rank=1,
+                  compute_factor=27.0, onset=10)
+    f = stragglers(run)
+    assert len(f) == 1 and f[0].rank == 1 and f[0].onset_step in (10, 11)
+    # equal ranks over the same short log stay quiet
+    for seed in range(5):
+        assert stragglers(ddp_run(ranks=2, n=20, fwd_s=0.0004, rest_s=0.001, noise=0.3,
+                                  seed=seed)) == []

@@ -157,3 +157,10 @@ def test_gan_terms_are_not_summed():
     assert "loss" not in res.derived
     assert res.aliases["loss"] == "train/g_loss" and res.aliases["d_loss"] == "train/d_loss"
     assert res.meta["objective"] == "adversarial"
+
+
+def test_forward_backward_and_sync_wait_times_are_compute_and_comm():
+    res = resolve_names(["step", "loss", "fwd_bwd_ms", "sync_wait_ms", "data_ms"])
+    assert res.aliases["compute_time_s"] == "fwd_bwd_ms"
+    assert res.aliases["comm_time_s"] == "sync_wait_ms"
+    assert res.scales["compute_time_s"] == 1e-3

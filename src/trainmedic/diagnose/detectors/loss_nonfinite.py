@@ -295,7 +295,7 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
                     )))
                 continue
         if not hf and len(tr) >= 6:
-            f = _isolated_zeros(tr)
+            f = _isolated_zeros(tr) or _zeros_to_the_end(run, tr)
             if f is not None:
                 out.append(f)
                 continue
@@ -360,6 +360,43 @@ def _isolated_zeros(tr: Trace) -> Finding | None:
         evidence=(Evidence("loss", int(tr.steps[i]), 0.0, float(v[i - 1]),
                            note=f"previous logged loss; {len(at)} such stretches in "
                                 f"{len(v)} logged points"),))
+
+
+def _zeros_to_the_end(run: Run, tr: Trace) -> Finding | None:
+    """Any logger: the logged loss drops straight from >= 0.01 (0.1 where the log rounds to 4
+    decimals) to exactly 0.0 and stays exactly 0.0 for the >= 3 last points, in a log whose
+    earlier losses never went below that bar. A loss does not fall 100x in one logging
+    interval onto an exact 0 and stay there: the weights went NaN and the logger writes 0 for
+    NaN (``nan_to_num``, a ``0 if isnan`` guard). A grad_norm logged as 0 or NaN over the same
+    stretch is shown beside it. Error: the run is broken to its end."""
+    v = tr.values
+    rounded = bool(np.all(np.abs(v * 1e4 - np.round(v * 1e4)) < 1e-6))
+    floor = 0.1 if rounded else 0.01
+    nz = np.flatnonzero(v != 0.0)
+    if not nz.size or len(v) - 1 - int(nz[-1]) < 3:
+        return None
+    i = int(nz[-1]) + 1
+    if float(np.min(np.abs(v[:i]))) < floor:
+        return None  # it was near 0 before: a loss that converged can round to 0.0
+    at = int(tr.steps[i])
+    ev = [Evidence("loss", at, 0.0, float(v[i - 1]),
+                   note=f"previous logged loss; exactly 0.0 at all {len(v) - i} logged points "
+                        f"from here to the end")]
+    g = Trace.of(run, "grad_norm", tr.rank)
+    if g is not None:
+        gv = g.all_values[g.all_steps >= at]
+        if gv.size and bool(np.all((gv == 0.0) | ~np.isfinite(gv))):
+            ev.append(Evidence("grad_norm", at, float(gv[0]), None,
+                               note=f"grad_norm is 0 or non-finite at all {gv.size} logged "
+                                    f"points over the same steps: no gradient either"))
+    return Finding(
+        symptom="nan_masked_in_logs", severity="error", confidence=0.7, onset_step=at,
+        rank=tr.rank, metric="loss",
+        summary=(f"the logged loss fell straight from {fmt(float(v[i - 1]))} to exactly 0.0 at "
+                 f"step {at} and stayed exactly 0.0 to the end ({len(v) - i} points): a loss "
+                 f"does not land on 0 in one step; the weights likely went NaN and the logger "
+                 f"writes NaN as 0"),
+        evidence=tuple(ev))
 
 
 def _scaler_skips(run: Run, rank: int | None, steps: np.ndarray) -> np.ndarray:

@@ -214,12 +214,15 @@ def _onsets(run: Run, metric: str, ranks: list[int], step_ref: float | None,
     if len(per) < 2:
         return []
     common, mat = _common(per)
-    if common.size < 20:
+    if common.size < 12:
         return []
     # Blocks of >= 10 common steps, then (when that finds nothing) of >= 5: a stretch of the
     # minimum length (20% of the blocks) must hold enough blocks to beat chance - 8 all-slow
     # blocks for two ranks (2 x 2^-8 < 1%) - which 10-step blocks cannot give a 200-step run.
-    for per_block in (10, 5):
+    # A short log (a per-epoch or every-10-steps CSV of 12-99 rows) is judged point by point
+    # last: 10 slow points in a row are as unlikely by chance as 8 slow blocks (the chance
+    # test below still applies).
+    for per_block in (10, 5) if common.size >= 100 else (10, 5, 1):
         out = _onset_events(metric, per, common, mat, step_ref, floor_s, per_block)
         if out:
             return out
