@@ -274,3 +274,19 @@ def test_a_short_log_pinned_at_ln_k_is_a_flat_loss() -> None:
     run2 = Run(source="t")
     run2.add("loss", np.arange(4), np.array([1.45, 1.40, 1.383, 1.37]))
     assert not [f for f in diagnose(run2).findings if f.symptom == "flat_loss"]
+
+
+def test_a_from_scratch_classifier_that_barely_leaves_chance_warns() -> None:
+    # a frozen backbone: from ln 4 the loss creeps down 2% over the whole run, significantly
+    rng = np.random.default_rng(11)
+    s = np.arange(40)
+    loss = math.log(4) * (1 - 0.02 * s / 40) + rng.normal(0, 0.002, 40)
+    run = Run(source="t")
+    run.add("loss", s * 10 + 10, loss)
+    f = [f for f in diagnose(run).findings if f.symptom == "flat_loss"]
+    assert f and f[0].severity == "warning" and "started at chance" in f[0].summary
+    # the same creep from a fine-tune's start (not a chance level) is slow learning: info
+    run2 = Run(source="t")
+    run2.add("loss", s * 10 + 10, loss + 0.31)
+    f2 = [f for f in diagnose(run2).findings if f.symptom == "flat_loss"]
+    assert f2 and f2[0].severity == "info"

@@ -164,3 +164,9 @@ def test_forward_backward_and_sync_wait_times_are_compute_and_comm():
     assert res.aliases["compute_time_s"] == "fwd_bwd_ms"
     assert res.aliases["comm_time_s"] == "sync_wait_ms"
     assert res.scales["compute_time_s"] == 1e-3
+
+
+def test_hand_written_step_counter_names():
+    for name in ("n_iter", "global_iter", "train_step", "updates"):
+        assert find_step_column(["loss", name, "lr"]) == name
+    assert find_step_column(["step", "n_iter", "loss"]) == "step"

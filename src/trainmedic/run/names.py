@@ -50,6 +50,9 @@ STEP_COLUMNS: tuple[str, ...] = (
     "time/total_timesteps",  # Stable-Baselines3 logger (environment steps); its
                              # "rollout/ep_rew_mean" is a reward and keeps its raw name
     "_step",                # W&B history export (counts log calls, so after the above)
+    # hand-written loggers' own spellings of the same counter
+    "n_iter", "niter", "global_iter", "train_step", "train_iter", "opt_step",
+    "optimizer_step", "n_updates", "updates",
 )
 """Columns that carry the optimizer step, best first (matched case-insensitively)."""
 

@@ -29,8 +29,8 @@ from trainmedic.diagnose.trace import Trace
 from trainmedic.run.series import Run
 
 __all__ = ["ChanceEvent", "never_beats_chance", "collapsed_to_chance", "double_softmax_floor",
-           "accuracy_at_chance", "pinned_at_chance", "start_classes", "START_TOL",
-           "FLOOR_TOL"]
+           "accuracy_at_chance", "pinned_at_chance", "near_chance_start", "start_classes",
+           "START_TOL", "FLOOR_TOL"]
 
 #: A from-scratch classifier's first loss is within this share of ln k (small random logits).
 START_TOL = 0.015
@@ -354,3 +354,11 @@ def pinned_at_chance(run: Run, train: Trace) -> ChanceEvent | None:
     return ChanceEvent(kind="pinned", metric="loss", k=k, landmark=ln_k,
                        level=median(v[start:]), lowest=float(v.min()),
                        onset_step=int(train.steps[start]))
+
+
+def near_chance_start(tr: Trace) -> bool:
+    """The run started at chance (ln k, see ``start_classes``) and its batch noise is <= 1% of
+    ln k: a model still near the uniform predictor, whose every sample's loss is ~ln k (a
+    language model whose loss happens to start near some ln k is far noisier)."""
+    k = start_classes(tr)
+    return k is not None and diff_sigma(tr.values) <= 0.01 * math.log(k)

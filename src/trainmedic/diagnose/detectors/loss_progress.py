@@ -16,8 +16,10 @@ from trainmedic.diagnose.detectors.chance import (
     accuracy_at_chance,
     collapsed_to_chance,
     double_softmax_floor,
+    near_chance_start,
     never_beats_chance,
     pinned_at_chance,
+    start_classes,
 )
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
@@ -215,7 +217,8 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         if k is not None:
             falling = False  # the model predicts uniformly: whatever the train trend shows
         sev: Severity = "error" if (k is not None or lr_zero or is_pinned) else (
-            "warning" if lr_tiny else "info" if late_start or falling else "warning")
+            "warning" if lr_tiny else "info" if late_start or (
+                falling and not near_chance_start(tr)) else "warning")
         ev = [Evidence("loss", int(tr.steps[0]), float(inv(first)), None,
                        note=f"median of the first {head} block(s) of the run"),
               Evidence("loss", int(tr.steps[-1]), lvl, float(inv(first)),
@@ -242,6 +245,10 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
             ev.append(Evidence("lr", int(lr.steps[0]), float(np.max(np.abs(lr.values))),
                                LR_TINY, note="peak logged lr, far too low to train"))
         slow = "; it is falling slowly (significant trend)" if falling else ""
+        if falling and sev == "warning":
+            k0 = start_classes(tr)
+            slow += (f", but it started at chance, ln({k0}) = {math.log(k0 or 2):.4f}: the "
+                     f"model barely left it over the whole run")
         if (lr_zero or lr_tiny) and val_still:
             slow = ("; the training batches are noisy, but the validation loss moved < 1% over "
                     "the run")
