@@ -151,3 +151,15 @@ def test_nameless_numbers_take_their_name_from_the_file(tmp_path):
     (tmp_path / "ids.txt").write_text("".join(f"{v}\n" for v in values))
     with pytest.raises(UnrecognizedInputError):
         load_run(str(tmp_path / "ids.txt"))
+
+
+def test_whole_model_dead_and_saturated_fractions_are_a_layer_named_model(tmp_path):
+    p = tmp_path / "log.csv"
+    p.write_text("step,loss,act/dead_frac,sat_frac\n" + "".join(
+        f"{s},{1.0 - s / 100:.3f},0.97,0.8\n" for s in range(10, 110, 10)))
+    run = load_run(str(p))
+    assert run.has("layer/model/dead_frac") and run.has("layer/model/saturated_frac")
+    from trainmedic.diagnose import diagnose
+
+    found = {f.symptom for f in diagnose(run).findings if f.level >= 1}
+    assert {"dead_units", "saturated_activations"} <= found

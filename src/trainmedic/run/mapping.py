@@ -41,6 +41,21 @@ def entry(file: str, column: str, canonical: str | None, how: str) -> dict[str, 
 _PARAM_GRAD_NORM = re.compile(r"grad_(?:\d+(?:\.\d+)?|inf)_norm[/_](?P<module>.+)\.weight")
 
 
+#: A whole-model activation stat a hand-written logger computes over all its ReLU (tanh,
+#: sigmoid) units: read as one layer named "model" (``layer/model/dead_frac``), so the
+#: per-layer detectors judge it.
+_MODEL_STAT = re.compile(r"(?:.*/)?(?:(?P<dead>dead_frac(?:tion)?|frac(?:tion)?_dead|dead_units?_"
+                         r"frac|dead_relu_frac|dead_neurons?_frac)|(?P<sat>sat(?:urated|uration)?"
+                         r"_frac(?:tion)?|frac(?:tion)?_saturated))", re.I)
+
+
+def _model_stat(raw: str) -> str | None:
+    m = _MODEL_STAT.fullmatch(raw)
+    if m is None or raw.lower().startswith("layer/"):
+        return None
+    return "layer/model/" + ("dead_frac" if m.group("dead") else "saturated_frac")
+
+
 def table_to_run(table: LogTable, mapping: dict[str, str] | None = None) -> Run:
     """Map a table's raw names to canonical ones (aliases, derivations, user mapping)."""
     run = Run(source=table.path)
@@ -57,6 +72,9 @@ def table_to_run(table: LogTable, mapping: dict[str, str] | None = None) -> Run:
             # stands for the module, as trainmedic.watch's per-layer stats do
             name = f"layer/{pm.group('module')}/grad_norm"
             records[raw] = entry(table.path, raw, name, "per-layer (the module's weight)")
+        elif name is None and (ms := _model_stat(raw)) is not None and ms not in targets:
+            name = ms
+            records[raw] = entry(table.path, raw, name, "per-layer (the whole model's units)")
         elif name is None:
             # An unmapped column whose raw name is a canonical name taken by another source
             # (the user mapped "loss" elsewhere) stays, as "raw/<name>".
