@@ -170,3 +170,20 @@ def test_slow_epochs_that_end_back_at_the_old_pace_are_no_regression() -> None:
     run2 = Run("epochs")
     run2.add("step_time_s", np.arange(2, 21), v)
     assert len(throughput_events(run2)[0]) == 1
+
+
+def test_a_one_millisecond_step_needs_to_double_for_a_warning() -> None:
+    # host load moves a 0.9 ms CPU step by ~50%: info; doubled, a warning
+    for rise, sev in ((1.55, "info"), (2.2, "warning")):
+        v = 0.0009 * jitter(120, 0.05, 7)
+        v[60:] *= rise
+        run = Run("tiny")
+        run.add("step_time_s", np.arange(5, 605, 5), v)
+        (e,) = throughput_events(run)[0]
+        assert e.severity == sev, (rise, e)
+    # the same 55% rise on a 200 ms step is a warning
+    v = 0.2 * jitter(120, 0.05, 7)
+    v[60:] *= 1.55
+    run = Run("big")
+    run.add("step_time_s", np.arange(5, 605, 5), v)
+    assert throughput_events(run)[0][0].severity == "warning"
