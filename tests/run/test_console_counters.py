@@ -380,3 +380,13 @@ def test_prose_words_around_a_name_are_not_part_of_it(tmp_path):
     run = load_run(str(write(tmp_path / "out.log", text)))
     assert run.get("loss").values.tolist() == pytest.approx([1.5, 1.4, 1.3, 1.2, 1.1, 1.0])
     assert run.has("accuracy")
+
+
+def test_a_tqdm_bars_rate_is_the_step_time(tmp_path):
+    text = "".join(f"train:  {i}%|#  | {i * 20}/2000 [00:0{i % 10}<00:02, "
+                   f"{(900.0 / i):.2f}it/s, loss={1.0 / i:.3f}]\r" for i in range(1, 11))
+    text += "train:  55%|#####  | 1100/2000 [01:00<00:50,  2.50s/it, loss=0.050]\n"
+    run = load_run(str(write(tmp_path / "bar.log", text)))
+    st = run.get("step_time_s")
+    assert st.steps.tolist()[:2] == [20, 40] and st.steps.tolist()[-1] == 1100
+    assert st.values[0] == pytest.approx(1 / 900.0) and st.values[-1] == pytest.approx(2.5)

@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from trainmedic.run.table import cell_float
+
 __all__ = ["PROGRESS", "EPOCH_BATCH_PAIR", "MMENGINE_ITER", "KERAS_EPOCH", "END_OF_EPOCH",
            "DARKNET", "ESPNET_EPOCH", "LEADING_COUNT", "POSITION_KEYS", "EPOCH_KEYS",
-           "epoch_positions"]
+           "epoch_positions", "TQDM_BAR", "bar_step_time"]
 
 PROGRESS = (
     # mmcv/mmdet: "Epoch [1][1550/23454]"
@@ -104,3 +106,18 @@ def epoch_positions(rows: list[tuple[int, dict[str, Any]]]) -> None:
                 if isinstance(e, (int, float)) and isinstance(q, (int, float)):
                     r["_global"] = (int(e) - first) * per_epoch + int(q)
             return
+
+
+#: A tqdm bar: "  3%|▎         | 100/3000 [00:10<05:00,  9.80it/s]" (the part in brackets
+#: up to a postfix of metrics, which stays on the line).
+TQDM_BAR = re.compile(r"(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*"
+                  r"(?:\[[\d:?]+<[\d:?]+,\s*(?P<rate>[\d.?]+)\s*(?P<unit>it/s|s/it)\]?)?")
+
+
+def bar_step_time(bar: re.Match[str]) -> str:
+    """" | step_time <s> s" from a tqdm bar's rate (its smoothed it/s or s/it), put after the
+    line's own metrics so a logged step time wins; "" when the bar shows no rate yet."""
+    rate = cell_float(bar.group("rate") or "")
+    if rate is None or not rate > 0:
+        return ""
+    return f" | step_time {1.0 / rate if bar.group('unit') == 'it/s' else rate:.6g} s"

@@ -49,6 +49,8 @@ from trainmedic.run.counters import (
     LEADING_COUNT,
     MMENGINE_ITER,
     PROGRESS,
+    TQDM_BAR,
+    bar_step_time,
     epoch_positions,
 )
 from trainmedic.run.linepairs import STEP_KEYS, VAL_PREFIXES, dict_in_line, sectioned_pairs
@@ -77,10 +79,6 @@ _MAX_LINE = 2048
 #: absl / glog's line prefix ("I0101 10:00:00.000000 140000 model_lib_v2.py:705] "): TF
 #: Object Detection, JAX and t5x logs.
 _ABSL_PREFIX = re.compile(r"^[IWEF]\d{4}\s+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+\s+[\w.-]+:\d+\]\s?")
-#: A tqdm bar: "  3%|▎         | 100/3000 [00:10<05:00,  9.80it/s]" (the part in brackets
-#: up to a postfix of metrics, which stays on the line).
-_BAR = re.compile(r"(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s*"
-                  r"(?:\[[\d:?]+<[\d:?]+,\s*[\d.?]+\s*(?:it/s|s/it)\]?)?")
 _SET_LINE = re.compile(r"^\W*(test|valid|validation|val|eval|dev)\s+set\s*:", re.I)
 _EPOCH_WORD = re.compile(r"\bepoch\b", re.I)
 _TOKEN_WORDS = re.compile(r"[A-Za-z]{2,}")
@@ -181,15 +179,15 @@ class _Reader:
             self.scales.append((no, scale))
             self.recognized += 1
             return
-        bar = _BAR.search(raw) if "%|" in raw else None
+        bar = TQDM_BAR.search(raw) if "%|" in raw else None
         if bar is not None and not _EPOCH_WORD.search(raw[:bar.start()]):
             # A bare tqdm bar (HF Trainer's "  3%|▎  | 100/3000 [00:10<05:00, 9.8it/s]"):
             # its position is the step of the metric lines printed next to or after it.
             of = int(bar.group("of"))
             self.bars[of] = int(bar.group("pos"))
             self.bar_draws[of] = self.bar_draws.get(of, 0) + 1
-            raw = raw[:bar.start()] + " | " + raw[bar.end():]
-            if not _TOKEN_WORDS.search(raw):
+            raw = raw[:bar.start()] + " | " + raw[bar.end():] + bar_step_time(bar)
+            if not _TOKEN_WORDS.search(raw[:len(raw) - len(bar_step_time(bar))]):
                 self.recognized += 1
                 return
         d = dict_in_line(raw)
