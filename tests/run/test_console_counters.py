@@ -390,3 +390,19 @@ def test_a_tqdm_bars_rate_is_the_step_time(tmp_path):
     st = run.get("step_time_s")
     assert st.steps.tolist()[:2] == [20, 40] and st.steps.tolist()[-1] == 1100
     assert st.values[0] == pytest.approx(1 / 900.0) and st.values[-1] == pytest.approx(2.5)
+
+
+def test_a_deepspeed_overflow_printed_after_a_bar_takes_the_bars_step(tmp_path):
+    lines = []
+    for i in range(1, 7):
+        lines.append(f" {i * 10}%|#   | {i * 10}/100 [00:{i:02d}<01:00,  1.00s/it]")
+        lines.append(f"{{'loss': {2.0 - i / 10:.2f}, 'learning_rate': 0.0001, 'epoch': {i / 10}}}")
+        if i in (3, 4):
+            lines.append(f" {i * 10 + 5}%|#   | {i * 10 + 5}/100 [00:{i:02d}<01:00,  1.00s/it]"
+                         f"[2023-06-07 22:16:00,018] [INFO] [loss_scaler.py:181:update_scale] "
+                         f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: "
+                         f"{2 ** (8 - i)}, reducing to {2 ** (7 - i)}")
+    run = load_run(str(write(tmp_path / "ds.log", "\n".join(lines) + "\n")))
+    assert run.get("loss").steps.tolist() == [10, 20, 30, 40, 50, 60]
+    assert run.get("loss_scale").steps.tolist() == [35, 45]
+    assert run.get("loss_scale").values.tolist() == [16.0, 8.0]

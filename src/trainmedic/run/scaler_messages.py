@@ -34,23 +34,26 @@ def scale_message(line: str) -> float | None:
 
 
 def with_scale_rows(rows: list[tuple[int | None, dict[str, Any]]], step_name: str,
-                    messages: list[tuple[int, float]]
+                    messages: list[tuple[int, float, int | None]]
                     ) -> tuple[list[tuple[int | None, dict[str, Any]]], int]:
     """``rows`` (line number, row with ``step_name``) with one ``loss_scale`` row per run of
     messages after a logged step: the last scale set, one step after that step, unless a
-    metric line holds that step. Returns the rows in line order and how many were added."""
-    if not messages or not rows:
+    metric line holds that step; a message on the line of a progress bar takes the bar's
+    step. Returns the rows in line order and how many were added."""
+    if not messages:
         return rows, 0
     held = {r.get(step_name) for _, r in rows}
     at: dict[int, tuple[int, float]] = {}
     ordered = sorted(rows, key=lambda nr: nr[0] if nr[0] is not None else -1)
     j = 0
     last: Any = None
-    for no, value in messages:
+    for no, value, bar_step in messages:
         while j < len(ordered) and (ordered[j][0] or -1) < no:
             last = ordered[j][1].get(step_name)
             j += 1
-        if isinstance(last, int) and last + 1 not in held:
+        if bar_step is not None:
+            at[bar_step] = (no, value)
+        elif isinstance(last, int) and last + 1 not in held:
             at[last + 1] = (no, value)
     added: list[tuple[int | None, dict[str, Any]]] = [
         (no, {step_name: step, "loss_scale": v}) for step, (no, v) in at.items()]

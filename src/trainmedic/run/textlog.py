@@ -110,8 +110,9 @@ class _Reader:
         self.overlaps = 0
         self.attached: list[tuple[int, dict[str, Any]]] = []
         self.block_rows: list[dict[str, Any]] = []
-        self.scales: list[tuple[int, float]] = []
-        """(line number, scale) of the fp16 scaler's overflow messages."""
+        self.scales: list[tuple[int, float, int | None]] = []
+        """(line number, scale, the step of a bar on the same line) of the fp16 scaler's
+        overflow messages."""
         self.history: dict[str, Any] | None = None
         """A printed dict of per-epoch lists (Keras' ``history.history``), when one was seen."""
 
@@ -176,7 +177,9 @@ class _Reader:
         if raw[:1] in "IWEF" and (am := _ABSL_PREFIX.match(raw)):
             raw = raw[am.end():]
         if (scale := scale_message(raw)) is not None:
-            self.scales.append((no, scale))
+            # DeepSpeed prints its OVERFLOW line right after the tqdm bar of that step
+            bm = TQDM_BAR.search(raw) if "%|" in raw else None
+            self.scales.append((no, scale, int(bm.group("pos")) if bm else None))
             self.recognized += 1
             return
         bar = TQDM_BAR.search(raw) if "%|" in raw else None
