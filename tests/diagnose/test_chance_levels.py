@@ -290,3 +290,15 @@ def test_a_from_scratch_classifier_that_barely_leaves_chance_warns() -> None:
     run2.add("loss", s * 10 + 10, loss + 0.31)
     f2 = [f for f in diagnose(run2).findings if f.symptom == "flat_loss"]
     assert f2 and f2[0].severity == "info"
+
+
+def test_a_flat_window_at_some_dense_ln_k_with_a_rising_accuracy_is_not_chance() -> None:
+    # an ImageNet epoch-0 excerpt: loss ~5.34 (ln 210 = 5.347 by coincidence) over 9 points,
+    # top-1 accuracy 4.6% -> 6.4%: the model learns, far above 1/210
+    rng = np.random.default_rng(12)
+    s = np.arange(741, 921, 20)
+    run = Run(source="t")
+    run.add("loss", s, 5.34 + rng.normal(0, 0.04, 9))
+    run.add("acc@1", s, np.linspace(4.56, 6.44, 9))
+    f = [f for f in diagnose(run).findings if f.symptom == "flat_loss"]
+    assert not f or (f[0].severity == "info" and "it learns" in f[0].summary)

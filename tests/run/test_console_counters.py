@@ -406,3 +406,13 @@ def test_a_deepspeed_overflow_printed_after_a_bar_takes_the_bars_step(tmp_path):
     assert run.get("loss").steps.tolist() == [10, 20, 30, 40, 50, 60]
     assert run.get("loss_scale").steps.tolist() == [35, 45]
     assert run.get("loss_scale").values.tolist() == [16.0, 8.0]
+
+
+def test_acc_at_1_and_acc_at_5_keep_their_names(tmp_path):
+    # the PyTorch ImageNet example: "Acc@1   4.56 (  1.79)   Acc@5  14.22 (  6.43)"
+    text = "".join(f"Epoch: [0][{i:4d}/1424]   Time  1.187 ( 1.292)    Loss {5.4 - i / 1e3:.4e} "
+                   f"({6.1:.4e})    Acc@1   {4 + i / 100:.2f} (  1.79)   Acc@5  {14 + i / 50:.2f} "
+                   f"(  6.43)\n" for i in range(741, 921, 20))
+    run = load_run(str(write(tmp_path / "imagenet.log", text)))
+    assert run.get("acc@1").values[0] == pytest.approx(11.41)
+    assert run.get("acc@5").values[0] == pytest.approx(28.82)

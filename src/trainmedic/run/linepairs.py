@@ -23,7 +23,7 @@ _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\
        r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
 _TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>ms/step|s/step|us/step|ms|us|s|%|"
                     r"\s?(?:GiB|GB|MiB|MB|KiB|KB|gib|gb|mib|mb|kb)|sec|min|h|[KMG])?(?![\w.])|"
-                    r"(?P<word>[A-Za-z_][\w./%-]*)|(?P<open>\()|(?P<close>\))|"
+                    r"(?P<word>[A-Za-z_][\w./%-]*(?:@\d+)?)|(?P<open>\()|(?P<close>\))|"
                     r"(?P<sep>[|,;\t]| - )")
 STEP_KEYS = ("num_updates", "global_step", "step", "steps", "iteration", "iter", "it",
               "training_iter", "train_iter", "update", "updates", "batch_idx")

@@ -29,8 +29,8 @@ from trainmedic.diagnose.trace import Trace
 from trainmedic.run.series import Run
 
 __all__ = ["ChanceEvent", "never_beats_chance", "collapsed_to_chance", "double_softmax_floor",
-           "accuracy_at_chance", "pinned_at_chance", "near_chance_start", "start_classes",
-           "START_TOL", "FLOOR_TOL"]
+           "accuracy_at_chance", "accuracy_learning", "pinned_at_chance", "near_chance_start",
+           "start_classes", "START_TOL", "FLOOR_TOL"]
 
 #: A from-scratch classifier's first loss is within this share of ln k (small random logits).
 START_TOL = 0.015
@@ -260,8 +260,9 @@ def _accuracies(run: Run, rank: int | None) -> list[tuple[str, np.ndarray]]:
     finite points in [0, 1] (or in [0, 100]: a percentage)."""
     out = []
     for m in run.metrics():
-        if not _ACC_WORDS & set(re.split(r"[^a-z0-9]+", m.lower())):
-            continue
+        words = set(re.split(r"[^a-z0-9]+", m.lower()))
+        if not _ACC_WORDS & words or words & {"5", "top5", "acc5"}:
+            continue  # (top-5: its chance is 5/k)
         t = Trace.of(run, m, rank) or Trace.of(run, m, None)
         if t is None or len(t) < 5:
             continue
@@ -362,3 +363,22 @@ def near_chance_start(tr: Trace) -> bool:
     language model whose loss happens to start near some ln k is far noisier)."""
     k = start_classes(tr)
     return k is not None and diff_sigma(tr.values) <= 0.01 * math.log(k)
+
+
+def accuracy_learning(run: Run, rank: int | None, k: int | None) -> str:
+    """Why a logged top-1 accuracy says the model learns ("" when none does): it rose by >= 10%
+    of its level on a significant robust trend (>= 3 standard errors), or, for a chance level
+    ln k the loss seems to sit at, its median is >= 3x 1/k (a 1000-class model at 5% top-1
+    is far from chance, whatever its loss level matches)."""
+    from trainmedic.diagnose.stats import theil_sen_z
+
+    for m, v in _accuracies(run, rank):
+        lvl = median(v)
+        if k is not None and lvl >= 3.0 / k:
+            return f"{m} sits at {lvl:.3g}, {lvl * k:.3g}x chance (1/{k}): it learns"
+        if v.size >= 5:
+            slope, z = theil_sen_z(v)
+            rise = slope * (v.size - 1)
+            if z >= 3.0 and lvl > 0 and rise >= 0.1 * lvl:
+                return f"{m} rose {v[0]:.3g} -> {v[-1]:.3g} over the same steps: it learns"
+    return ""

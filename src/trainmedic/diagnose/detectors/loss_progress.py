@@ -14,6 +14,7 @@ import numpy as np
 from trainmedic.diagnose.detectors.chance import (
     ChanceEvent,
     accuracy_at_chance,
+    accuracy_learning,
     collapsed_to_chance,
     double_softmax_floor,
     near_chance_start,
@@ -214,6 +215,8 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
             se_med = 1.2533 * diff_sigma(tr.values) / math.sqrt(len(tr))
             k, k_src = chance_classes(median(tr.values), se_med), "loss"
         late_start = tr.steps[0] > max(10 * tr.interval, 0.2 * max(1, int(tr.steps[-1])))
+        if learning := accuracy_learning(run, tr.rank, k):
+            k, falling = None, True  # a logged accuracy says the model learns: no chance claim
         if k is not None:
             falling = False  # the model predicts uniformly: whatever the train trend shows
         sev: Severity = "error" if (k is not None or lr_zero or is_pinned) else (
@@ -244,7 +247,7 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         if lr_tiny and lr is not None:
             ev.append(Evidence("lr", int(lr.steps[0]), float(np.max(np.abs(lr.values))),
                                LR_TINY, note="peak logged lr, far too low to train"))
-        slow = "; it is falling slowly (significant trend)" if falling else ""
+        slow = f"; {learning or 'it is falling slowly (significant trend)'}" if falling else ""
         if falling and sev == "warning":
             k0 = start_classes(tr)
             slow += (f", but it started at chance, ln({k0}) = {math.log(k0 or 2):.4f}: the "
