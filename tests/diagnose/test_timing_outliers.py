@@ -247,3 +247,23 @@ def test_a_contended_host_is_bimodal_not_stalls() -> None:
     run2.add("step_time_s", np.arange(200), t2)
     f2 = [f for f in diagnose(run2).findings if f.symptom == "step_time_outliers"]
     assert [x.severity for x in f2] == ["warning"]
+
+
+def test_a_short_excerpt_with_two_stalls_warns() -> None:
+    # seven per-100-iteration times from an issue excerpt that starts mid-run
+    from trainmedic.diagnose import diagnose
+
+    run = Run("excerpt")
+    run.add("step_time_s", np.arange(2100, 2800, 100),
+            np.array([561.6, 218.7, 412.5, 192.8, 190.6, 185.9, 176.4]))
+    f = [f for f in diagnose(run).findings if f.symptom == "step_time_outliers"]
+    assert len(f) == 1 and f[0].severity == "warning" and f[0].onset_step == 2100
+    assert f[0].end_step == 2300
+    # the same excerpt without stalls, and one whose first point is the run's first step
+    calm = Run("calm")
+    calm.add("step_time_s", np.arange(100, 800, 100),
+             np.array([218.7, 201.5, 192.8, 190.6, 185.9, 176.4, 190.0]))
+    assert not [f for f in diagnose(calm).findings if f.symptom == "step_time_outliers"]
+    warm = Run("warm")
+    warm.add("step_time_s", np.arange(1, 8), np.array([9.0, 2.1, 1.9, 2.0, 2.0, 1.8, 1.9]))
+    assert not [f for f in diagnose(warm).findings if f.symptom == "step_time_outliers"]

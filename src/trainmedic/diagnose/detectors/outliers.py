@@ -346,8 +346,54 @@ def detect_step_time_outliers(run: Run) -> list[Finding] | NotRun:
     scheduling jitter (a few ms on a shared CPU) on sub-millisecond steps from counting."""
     events, ran = outlier_events(run)
     if not ran:
-        return NotRun("needs at least 12 step_time_s points")
+        short = [f for tr in traces(run, "step_time_s", min_points=SHORT_MIN_POINTS)
+                 if (f := _short_outliers(tr)) is not None]
+        return short or NotRun("needs at least 12 step_time_s points")
     return [_outlier_finding(e) for e in events if e.reported]
+
+
+#: A log too short for the rule above (5-11 timed points, an issue excerpt) ...
+SHORT_MIN_POINTS = 5
+#: ... shows a stall when a point is >= this many times the median of all (the rule above uses
+#: 2x on short per-epoch series too) ...
+SHORT_RATIO = 2.0
+#: ... while the rest agree with each other (their max within this factor of their min).
+SHORT_TIGHT = 1.5
+
+
+def _short_outliers(tr: Trace) -> Finding | None:
+    """5-11 timed points: the points >= 2x the median of all, when the others agree
+    (max <= 1.5x min), >= 10 ms above it, and their excess is >= 5% of the total time and
+    >= 1 s (warning). The first point is left out when it is the run's first step (warm-up:
+    compilation, cudnn autotuning), kept when the excerpt starts mid-run."""
+    v, st = tr.values, tr.steps
+    if len(tr) >= 12:
+        return None
+    lo = 1 if int(st[0]) <= max(1, int(tr.interval)) else 0
+    v, st = v[lo:], st[lo:]
+    if v.size < SHORT_MIN_POINTS or not bool(np.all(v > 0)):
+        return None
+    ref = median(v)
+    out = (v >= SHORT_RATIO * ref) & (v - ref >= MIN_OUTLIER_EXCESS_S)
+    rest = v[~out]
+    if not out.any() or rest.size < 3 or float(rest.max()) > SHORT_TIGHT * float(rest.min()):
+        return None
+    base = median(rest)
+    excess = float(np.sum(v[out] - base))
+    if excess < OUTLIER_WARN_SHARE * float(np.sum(v)) or excess < MIN_WARN_LOST_S:
+        return None
+    i = int(np.argmax(v))
+    at = [int(x) for x in st[out]]
+    return Finding(
+        symptom="step_time_outliers", severity="warning", confidence=0.6, onset_step=at[0],
+        end_step=at[-1], rank=tr.rank, metric="step_time_s",
+        summary=(f"{len(at)} of {v.size} timed points took >= {SHORT_RATIO:g}x the median (the "
+                 f"others' median: {fmt(base)} s; the slowest {float(v[i]) / base:.3g}x, at step "
+                 f"{int(st[i])}), costing {100 * excess / float(np.sum(v)):.0f}% of the logged "
+                 f"time (a short log: judged against the points it has)"),
+        evidence=(Evidence("step_time_s", int(st[i]), float(v[i]), base,
+                           note=f"slowest point vs the median of the {rest.size} others, "
+                                f"which agree within {SHORT_TIGHT:g}x"),))
 
 
 def _outlier_finding(e: OutlierEvent) -> Finding:
