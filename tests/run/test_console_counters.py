@@ -416,3 +416,12 @@ def test_acc_at_1_and_acc_at_5_keep_their_names(tmp_path):
     run = load_run(str(write(tmp_path / "imagenet.log", text)))
     assert run.get("acc@1").values[0] == pytest.approx(11.41)
     assert run.get("acc@5").values[0] == pytest.approx(28.82)
+
+
+def test_an_epoch_counter_that_never_moves_is_no_step(tmp_path):
+    text = "".join(f"Epoch 2 train Loc Loss: 0.0043 Cls Loss: 0.0043 Tot Loss: 0.00{43 + i % 2} "
+                   f"Accu :0.0008\n" for i in range(12))
+    run = load_run(str(write(tmp_path / "out.log", text)))
+    loss = run.get("loss")  # 'Tot Loss' is the total loss
+    assert loss.steps.tolist() == list(range(12))
+    assert any(n.kind == "step_from_row_index" for n in run.notes)

@@ -140,6 +140,12 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
             step_name = None
         else:
             steps = [int(x) if x is not None and math.isfinite(x) else None for x in raw_steps]
+            if len(rows) >= 3 and len({x for x in steps if x is not None}) == 1:
+                # "Epoch 2 train ... loss ..." on every line: a counter that never moves
+                # orders nothing; row order does
+                table.note("step_from_row_index", f"'{step_name}' has the same value on all "
+                           f"{len(rows)} rows; steps are row numbers")
+                step_name, steps = None, list(range(len(rows)))
     if step_name is not None and step_name.lower() not in FALLBACK_STEP_COLUMNS:
         _globalize(table, rows, steps, step_name)
     if step_name is not None and step_name.lower() in FALLBACK_STEP_COLUMNS:

@@ -32,7 +32,8 @@ GENERIC_NS = frozenset({
 })
 
 LOSS_WORDS: tuple[str, ...] = (
-    "loss", "total_loss", "loss_total", "avg_loss", "loss_avg", "average_loss", "mean_loss",
+    "loss", "total_loss", "loss_total", "tot_loss", "loss_tot", "avg_loss", "loss_avg",
+    "average_loss", "mean_loss",
     "running_loss", "avr_loss", "smoothed_loss", "smooth_loss", "ema_loss", "epoch_loss",
     "batch_loss", "objective", "cost", "ce_loss", "cross_entropy",
     "cross_entropy_loss", "xent", "nll_loss", "nll", "mse_loss", "mse", "bce_loss", "bce",
