@@ -425,3 +425,15 @@ def test_an_epoch_counter_that_never_moves_is_no_step(tmp_path):
     loss = run.get("loss")  # 'Tot Loss' is the total loss
     assert loss.steps.tolist() == list(range(12))
     assert any(n.kind == "step_from_row_index" for n in run.notes)
+
+
+def test_a_rate_unit_after_a_value_names_the_rate(tmp_path):
+    # MXNet's Speedometer and print logs: "Speed: 7.41 samples/sec", "12.5 img/s", "3.2 it/s"
+    text = "".join(f"Epoch[0] Batch [{i * 100}]\tSpeed: {7.4 + i / 10:.2f} samples/sec\t"
+                   f"loss={1.0 - i / 20:.3f}\n" for i in range(1, 7))
+    run = load_run(str(write(tmp_path / "mx.log", text)))
+    assert run.get("samples_per_s").values[0] == pytest.approx(7.5)
+    text = "".join(f"iter {i} | loss {1.0 - i / 20:.3f} | {2.0 + i / 10:.1f} it/s\n"
+                   for i in range(1, 7))
+    run = load_run(str(write(tmp_path / "its.log", text)))
+    assert run.get("step_time_s").values[0] == pytest.approx(1 / 2.1)

@@ -21,7 +21,10 @@ __all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "STEP_KEYS", "VAL_PR
 
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+|" \
        r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
-_TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>ms/step|s/step|us/step|ms|us|s|%|"
+_RATE = r"(?:samples?|imgs?|images?|tokens?|toks?|seqs?|sequences?|it|its|steps?|batches?)" \
+        r"\s?/\s?s(?:ec)?(?!\w|\s*[:=])"  # (not a name: "samples/sec: 250.1")
+_TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>ms/step|s/step|us/step|\s?" + _RATE +
+                    r"|ms|us|s|%|"
                     r"\s?(?:GiB|GB|MiB|MB|KiB|KB|gib|gb|mib|mb|kb)|sec|min|h|[KMG])?(?![\w.])|"
                     r"(?P<word>[A-Za-z_][\w./%-]*(?:@\d+)?)|(?P<open>\()|(?P<close>\))|"
                     r"(?P<sep>[|,;\t]| - )")
@@ -99,6 +102,13 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
             key = last  # "Training iter 3150", "Training Epoch: 1"
         if unit.endswith("/step"):
             key, unit = "step_time", unit.split("/")[0]
+        elif "/s" in unit:
+            # "Speed: 7.41 samples/sec", "12.5 img/s", "3.2 it/s": the unit names the rate
+            noun = unit.split("/")[0].strip()
+            key, unit = ("it_per_s" if noun in ("it", "its", "step", "steps", "batch",
+                                                 "batches")
+                         else "tokens_per_s" if noun.startswith("tok")
+                         else "samples_per_s"), ""
         if unit in ("k", "m", "g"):
             # Detectron2's "max_mem: 3000M" is megabytes; "params: 125M" is a count
             if "mem" in key:
