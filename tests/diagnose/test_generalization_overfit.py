@@ -256,3 +256,19 @@ def test_a_rise_that_wobbles_or_a_training_loss_that_did_not_fall_is_not_the_sha
     stuck = _five_epochs([0.55, 0.50, 0.53, 0.58, 0.64], [0.5, 0.5, 0.5, 0.5, 0.5])
     ev2 = overfit_event(stuck, Trace.of(stuck, "val_loss"))
     assert ev2 is None or ev2.severity == "info"
+
+
+def test_a_rise_held_over_seven_evaluations_warns() -> None:
+    # an HF fine-tune, 10 evaluations: best at the third, then 9% above it to the end while
+    # the training loss keeps falling
+    from trainmedic.diagnose import diagnose
+    from trainmedic.run.series import Run
+
+    steps = np.arange(1035, 10351, 1035)
+    run = Run("hf")
+    run.add("val_loss", steps, np.array([1.4883, 1.3673, 1.3262, 1.37, 1.3609, 1.4345, 1.4409,
+                                          1.4814, 1.5085, 1.4856]))
+    run.add("loss", np.arange(100, 10351, 250),
+            np.linspace(1.5, 1.157, len(np.arange(100, 10351, 250))))
+    f = [f for f in diagnose(run).findings if f.symptom == "overfitting"]
+    assert f and f[0].severity == "warning" and f[0].onset_step == 3105

@@ -38,12 +38,13 @@ OVERFIT_MIN_RISE = 0.01
 OVERFIT_MIN_SIGMAS = 2.5
 #: Warning (cost): the late level is >= 10% above the smoothed best level ...
 OVERFIT_WARN_RISE = 0.10
-#: ... or >= 5% when it is held for at least half the run over >= 8 evaluations (a public
+#: ... or >= 5% when it is held for at least half the run over >= 7 evaluations (the late
+#: level is then a median of >= 4 of them; a public
 #: YOLO fine-tune whose validation loss sat 5% above its epoch-2 best for 100 epochs is a
 #: problem case; healthy RMSprop runs drift 10-12% up too, and that is overfitting as well).
 OVERFIT_LONG_WARN_RISE = 0.05
 OVERFIT_LONG_SHARE = 0.5
-OVERFIT_LONG_MIN_AFTER = 8
+OVERFIT_LONG_MIN_AFTER = 7
 #: ... or >= 2% when held like that and it gave back >= 25% of the validation progress made
 #: before the best (start level -> best level, itself >= 4 sigmas): a validation loss that
 #: lives in a narrow band (a loss on softmax outputs, a fine-tune that starts near its best)
@@ -333,7 +334,7 @@ def overfit_event(run: Run, vt: Trace) -> OverfitEvent | None:
 
 def _with_severity(ev: OverfitEvent) -> OverfitEvent:
     """Warning from cost: the late validation level is >= 10% above the smoothed best and
-    >= 4 noise sigmas; or, held over >= half the run and >= 8 evaluations, >= 3 sigmas (2.5
+    >= 4 noise sigmas; or, held over >= half the run and >= 7 evaluations, >= 3 sigmas (2.5
     when the late level is a median of >= 15 evaluations) and either >= 5% or (>= 2% and
     >= 25% of the validation progress given back). Two evaluations after the best must rise
     >= 15% over >= a quarter of the run, and an abrupt >= 2x jump that stayed, in a log without a
