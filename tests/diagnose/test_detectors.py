@@ -591,3 +591,14 @@ def test_rose_again_needs_a_climb_not_later_spikes() -> None:
     kicked.add("loss", np.arange(0, 100),
                np.r_[np.ones(23), 20.0 * np.exp(-np.linspace(0, 1.6, 77))])
     assert not _rose_again(kicked, spike)
+
+
+def test_a_margin_loss_met_is_not_a_masked_nan() -> None:
+    # a hinge loss that reaches exact 0 in one logging interval while the validation loss
+    # stays above 0: the margin is met, the weights are fine
+    steps = np.arange(10, 610, 10)
+    loss = np.r_[np.linspace(0.6, 0.05, 30), np.zeros(30)]
+    run = Run("jsonl")
+    run.add("loss", steps, loss)
+    run.add("val_loss", steps[9::10], np.linspace(0.5, 0.2, 6))
+    assert not [f for f in diagnose(run).findings if f.symptom == "nan_masked_in_logs"]

@@ -143,3 +143,12 @@ def test_an_explosion_before_the_nan_is_reported_beside_it() -> None:
     run.add("loss", s, loss)
     loud = {(f.symptom, f.onset_step) for f in diagnose(run).findings if f.level >= 1}
     assert ("exploding_gradients", 90) in loud and ("nonfinite_loss", 100) in loud
+
+
+def test_a_lone_skipped_fp16_step_after_a_spike_stays_info() -> None:
+    # the scaler skips one overflowing step (a lone inf grad norm) after a shrugged-off spike
+    rng = np.random.default_rng(16)
+    g = 0.35 * np.exp(rng.normal(0, 0.2, 100))
+    loss = 1.35 + rng.normal(0, 0.01, 100)
+    g[60], g[64] = 10.5, np.inf
+    assert not _loud(_run(g, loss), "exploding_gradients")

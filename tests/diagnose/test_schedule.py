@@ -170,3 +170,14 @@ def test_a_resume_with_its_lr_restored_or_a_new_training_appended_is_not() -> No
     run.add("loss", steps, np.r_[np.linspace(0.3, 0.038, 10), np.full(3, 2.5)])
     assert [f for f in diagnose(run).findings if f.symptom == "resume_discontinuity"]
     assert not [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
+
+
+def test_a_resume_to_an_older_checkpoint_before_a_step_decay_is_not_a_reset() -> None:
+    # StepLR /10 at 45000; the run resumes from the checkpoint at 40000, whose lr was 10x
+    run = Run(source="t")
+    steps = np.r_[np.arange(40000, 50001, 1000), np.arange(40500, 43501, 1000)]
+    lr = np.r_[np.where(np.arange(40000, 50001, 1000) < 45000, 1e-3, 1e-4), np.full(4, 1e-3)]
+    loss = np.r_[np.linspace(0.5, 0.4, 11), np.linspace(0.49, 0.47, 4)]
+    run.add("lr", steps, lr)
+    run.add("loss", steps, loss)
+    assert not [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]

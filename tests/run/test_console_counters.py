@@ -437,3 +437,16 @@ def test_a_rate_unit_after_a_value_names_the_rate(tmp_path):
                    for i in range(1, 7))
     run = load_run(str(write(tmp_path / "its.log", text)))
     assert run.get("step_time_s").values[0] == pytest.approx(1 / 2.1)
+
+
+def test_review_fixes_for_the_readers(tmp_path):
+    from trainmedic.run.scaler_messages import scale_message
+
+    assert scale_message("[deepspeed] Grad overflow on iteration 1234. Reducing dynamic loss "
+                         "scale from 65536 to 32768") == 32768.0
+    assert scale_message("loss scale: 1024") is None
+    # Keras-style rows with whole epochs and a learning_rate are not the HF Trainer's dicts
+    text = "".join(f"{{'loss': {1.0 - e / 20:.3f}, 'learning_rate': 0.001, 'epoch': {e}}}\n"
+                   for e in range(1, 7))
+    run = load_run(str(write(tmp_path / "k.log", text)))
+    assert run.meta.get("framework") != "huggingface"

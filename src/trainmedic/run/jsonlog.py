@@ -140,7 +140,7 @@ def rows_to_table(table: LogTable, rows: Iterable[tuple[int | None, Mapping[str,
             step_name = None
         else:
             steps = [int(x) if x is not None and math.isfinite(x) else None for x in raw_steps]
-            if len(rows) >= 3 and len({x for x in steps if x is not None}) == 1:
+            if len(rows) >= 3 and None not in steps and len(set(steps)) == 1:
                 # "Epoch 2 train ... loss ..." on every line: a counter that never moves
                 # orders nothing; row order does
                 table.note("step_from_row_index", f"'{step_name}' has the same value on all "

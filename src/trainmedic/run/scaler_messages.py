@@ -21,13 +21,13 @@ from typing import Any
 __all__ = ["scale_message", "with_scale_rows"]
 
 _MESSAGE = re.compile(
-    r"(?:overflow|OVERFLOW).*?(?:loss scale to|reducing to|scale from \S+ to)\s*:?\s*"
+    r"(?:overflow.*?(?:loss scale to|reducing to)|dynamic loss scale from \S+ to)\s*:?\s*"
     r"(?P<v>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)", re.I)
 
 
 def scale_message(line: str) -> float | None:
     """The loss scale an overflow message sets, or None when the line is not one."""
-    if "verflow" not in line and "VERFLOW" not in line:
+    if "verflow" not in line and "VERFLOW" not in line and "loss scale from" not in line:
         return None
     m = _MESSAGE.search(line)
     return float(m.group("v")) if m else None

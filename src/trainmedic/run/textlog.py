@@ -562,7 +562,8 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
                        f"the fp16 loss scaler read as {n} loss_scale point(s), each one step "
                        "after the logged step before it")
     rows_to_table(table, rows)
-    if any({"loss", "learning_rate", "epoch"} <= r.keys() for _, r in reader.rows[:50]):
+    if any({"loss", "learning_rate", "epoch"} <= r.keys() and isinstance(r["epoch"], float)
+           and not float(r["epoch"]).is_integer() for _, r in reader.rows[:50]):
         # the HF Trainer's printed log dicts: its NaN filter applies (nan_masked_in_logs)
         table.meta.setdefault("framework", "huggingface")
     if carried:

@@ -333,8 +333,8 @@ def pinned_at_chance(run: Run, train: Trace) -> ChanceEvent | None:
     uniformly (labels the model cannot see, an lr that killed it); a learning model's losses
     move more than that between epochs. The onset is the first point of that stretch."""
     v = train.values
-    if not 3 <= len(train) < 8:
-        return None
+    if not 3 <= len(train) < 8 or any(h in m.lower() for m in run.metrics() for h in _GAN_HINTS):
+        return None  # (a discriminator's BCE at equilibrium is 2 ln 2 = ln 4)
     level = median(v[-3:])
     if not 0.6 < level < math.log(MAX_START_K + 0.5):
         return None

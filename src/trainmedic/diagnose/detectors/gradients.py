@@ -149,7 +149,11 @@ def _broke_after(run: Run, g: Trace, last_spike: int) -> int | None:
         s = run.get(name, g.rank)
         if s is None:
             continue
-        bad = s.steps[(~np.isfinite(s.values)) & (s.steps > last_spike)]
+        nonfinite = ~np.isfinite(s.values)
+        # a lasting stretch (>= 2 logged points, or the last one): fp16's scaler skipping one
+        # overflowing step logs a lone inf grad norm, routinely
+        lasting = nonfinite & (np.r_[nonfinite[1:], True])
+        bad = s.steps[lasting & (s.steps > last_spike)]
         if bad.size and (first is None or int(bad[0]) < first):
             first = int(bad[0])
     if first is None or first - last_spike > BROKE_AFTER_POINTS * max(1.0, g.interval):

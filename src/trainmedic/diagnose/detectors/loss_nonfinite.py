@@ -379,6 +379,9 @@ def _zeros_to_the_end(run: Run, tr: Trace) -> Finding | None:
     if float(np.min(np.abs(v[:i]))) < floor:
         return None  # it was near 0 before: a loss that converged can round to 0.0
     at = int(tr.steps[i])
+    val = Trace.of(run, "val_loss", tr.rank) or Trace.of(run, "val_loss", None)
+    if val is not None and bool(np.any(val.values[val.steps >= at] > 0)):
+        return None  # the evaluations stay above 0: a margin loss met (hinge), not a NaN
     ev = [Evidence("loss", at, 0.0, float(v[i - 1]),
                    note=f"previous logged loss; exactly 0.0 at all {len(v) - i} logged points "
                         f"from here to the end")]

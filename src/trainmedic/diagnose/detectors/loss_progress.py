@@ -221,7 +221,7 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
             falling = False  # the model predicts uniformly: whatever the train trend shows
         sev: Severity = "error" if (k is not None or lr_zero or is_pinned) else (
             "warning" if lr_tiny else "info" if late_start or (
-                falling and not near_chance_start(tr)) else "warning")
+                falling and (bool(learning) or not near_chance_start(tr))) else "warning")
         ev = [Evidence("loss", int(tr.steps[0]), float(inv(first)), None,
                        note=f"median of the first {head} block(s) of the run"),
               Evidence("loss", int(tr.steps[-1]), lvl, float(inv(first)),
@@ -248,7 +248,7 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
             ev.append(Evidence("lr", int(lr.steps[0]), float(np.max(np.abs(lr.values))),
                                LR_TINY, note="peak logged lr, far too low to train"))
         slow = f"; {learning or 'it is falling slowly (significant trend)'}" if falling else ""
-        if falling and sev == "warning":
+        if falling and sev == "warning" and not lr_tiny:
             k0 = start_classes(tr)
             slow += (f", but it started at chance, ln({k0}) = {math.log(k0 or 2):.4f}: the "
                      f"model barely left it over the whole run")

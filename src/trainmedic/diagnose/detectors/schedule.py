@@ -271,10 +271,12 @@ RESET_RATIO = 10.0
 
 
 def _reset_at_resume(run: Run, rank: int | None) -> Finding | None:
-    """The step went back (a resume), the loss carried on (not a new training appended: see
-    continuity.py), and the lr came back >= 10x the lr logged just before (and, when the
-    replayed step was logged before, >= 2x off the lr it had then): the schedule restarted
-    instead of resuming (the scheduler's state_dict was not saved or not loaded). Warning."""
+    """The step went back to the start (to step 0 or 1, or within 1% of the step it left),
+    the loss carried on (not a new training appended: see continuity.py), and the lr
+    came back >= 10x the lr logged just before (and, when the replayed step was logged
+    before, >= 2x off the lr it had then): the weights were restored but the step counter
+    and the schedule started over (the scheduler's state_dict was not saved or not loaded).
+    A resume to an older checkpoint keeps its step, and its lr is that step's. Warning."""
     from trainmedic.diagnose.detectors.continuity import fresh_starts, step_regressions
 
     lr, loss = run.get("lr", rank), run.get("loss", rank)
@@ -286,8 +288,8 @@ def _reset_at_resume(run: Run, rank: int | None) -> Finding | None:
     for i, frm, to in step_regressions(lr):
         before, after = float(lr.values[i - 1]), float(lr.values[i])
         if not (before > 0 and after > 0 and math.isfinite(before + after)) or \
-                after < RESET_RATIO * before:
-            continue
+                after < RESET_RATIO * before or to > max(1.0, 0.01 * frm):
+            continue  # (a resume to an older checkpoint keeps its step: not this)
         orig = lr.values[:i][lr.steps[:i] == to]
         if orig.size and max(after / float(orig[-1]), float(orig[-1]) / after) < 2.0:
             continue  # the replayed step has the lr it had the first time: it resumed
