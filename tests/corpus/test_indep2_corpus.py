@@ -8,15 +8,9 @@ Split D is never asserted on: it is only scored by
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-
 import pytest
+from corpus_checks import ROOT, check_labels, labelled_runs, read_and_score
 
-from trainmedic.diagnose.registry import SYMPTOMS
-
-ROOT = Path(__file__).resolve().parents[2]
 INDEP2 = ROOT / "benchmarks" / "indep2"
 #: Healthy by their labels, flagged by trainmedic on purpose (see the module docstring).
 KNOWN_DISAGREEMENTS = {"h_vae_jsonl", "h_mlpbin_kerascon"}
@@ -24,34 +18,15 @@ KNOWN_DISAGREEMENTS = {"h_vae_jsonl", "h_mlpbin_kerascon"}
 
 @pytest.fixture(scope="module")
 def runs() -> dict:
-    data = json.loads((INDEP2 / "labels.json").read_text())
-    assert "tolerated" in data["_rule"] and "onset_step" in data["_rule"]
-    return data["runs"]
+    return labelled_runs(INDEP2 / "labels.json")
 
 
 def test_labels_are_well_formed_and_both_splits_hold_healthy_and_faulty_runs(runs) -> None:
-    assert len(runs) >= 120
-    for name, lab in runs.items():
-        assert lab["split"] in ("C", "D"), name
-        assert (INDEP2 / "runs" / name).is_dir(), name
-        for f in lab["faults"] + lab["tolerated"]:
-            assert f["symptom"] in SYMPTOMS, (name, f)
-    for split in ("C", "D"):
-        labs = [v for v in runs.values() if v["split"] == split]
-        assert sum(1 for v in labs if not v["faults"]) >= 20
-        assert sum(1 for v in labs if v["faults"]) >= 30
+    check_labels(runs, INDEP2 / "runs", ("C", "D"), at_least=120, healthy=20, faulty=30)
 
 
 def test_every_run_is_read_and_split_c_keeps_its_healthy_runs_quiet(runs) -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from score_devlogs import diagnose_path
-    from scoring import score_run
-
-    flagged = set()
-    for name, lab in sorted(runs.items()):
-        found, span, err = diagnose_path(INDEP2 / "runs" / name)
-        assert not err, (name, err)
-        if lab["split"] == "C" and score_run(name, lab, found, span).flagged:
-            flagged.add(name)
-    assert flagged <= KNOWN_DISAGREEMENTS, flagged - KNOWN_DISAGREEMENTS
+    unread, flagged = read_and_score(runs, INDEP2 / "runs")
+    assert unread == {}
+    flagged_c = {n for n in flagged if runs[n]["split"] == "C"}
+    assert flagged_c <= KNOWN_DISAGREEMENTS, flagged_c - KNOWN_DISAGREEMENTS

@@ -7,52 +7,24 @@ tuned to it."""
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-
 import pytest
+from corpus_checks import ROOT, check_labels, labelled_runs, read_and_score
 
-from trainmedic.diagnose.registry import SYMPTOMS
-
-ROOT = Path(__file__).resolve().parents[2]
 PUBLIC2 = ROOT / "benchmarks" / "public2"
 
 
 @pytest.fixture(scope="module")
 def logs() -> dict:
-    data = json.loads((PUBLIC2 / "labels.json").read_text())
-    assert "tolerated" in data["_rule"] and "onset_step" in data["_rule"]
-    return data["runs"]
+    return labelled_runs(PUBLIC2 / "labels.json")
 
 
 def test_labels_are_well_formed_and_cite_their_source(logs) -> None:
-    assert len(logs) >= 40
+    check_labels(logs, PUBLIC2, ("P", "Q"), at_least=40, healthy=5, faulty=10)
     sources = (PUBLIC2 / "SOURCES.md").read_text()
     for name, lab in logs.items():
-        assert lab["split"] in ("P", "Q"), name
-        assert (PUBLIC2 / name).is_dir() and name in sources, name
-        assert lab["source"].startswith("https://github.com/"), name
-        for f in lab["faults"] + lab["tolerated"]:
-            assert f["symptom"] in SYMPTOMS, (name, f)
-    for split in ("P", "Q"):
-        labs = [v for v in logs.values() if v["split"] == split]
-        assert sum(1 for v in labs if not v["faults"]) >= 5
-        assert sum(1 for v in labs if v["faults"]) >= 10
+        assert name in sources and lab["source"].startswith("https://github.com/"), name
 
 
 def test_split_p_is_read_and_flags_no_healthy_log(logs) -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from score_devlogs import diagnose_path
-    from scoring import score_run
-
-    flagged = []
-    for name, lab in sorted(logs.items()):
-        if lab["split"] != "P":
-            continue
-        found, span, err = diagnose_path(PUBLIC2 / name)
-        assert not err, (name, err)
-        if score_run(name, lab, found, span).flagged:
-            flagged.append(name)
-    assert flagged == []
+    unread, flagged = read_and_score(logs, PUBLIC2, ("P",))
+    assert unread == {} and flagged == set()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainmedic.diagnose.stats import blocks, diff_sigma, median
+from trainmedic.diagnose.stats import blocks, diff_sigma, median, theil_sen_z
 from trainmedic.diagnose.trace import Trace
 from trainmedic.run.series import Run
 
@@ -370,8 +370,6 @@ def accuracy_learning(run: Run, rank: int | None, k: int | None) -> str:
     of its level on a significant robust trend (>= 3 standard errors), or, for a chance level
     ln k the loss seems to sit at, its median is >= 3x 1/k (a 1000-class model at 5% top-1
     is far from chance, whatever its loss level matches)."""
-    from trainmedic.diagnose.stats import theil_sen_z
-
     for m, v in _accuracies(run, rank):
         lvl = median(v)
         if k is not None and lvl >= 3.0 / k:
