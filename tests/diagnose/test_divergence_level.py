@@ -253,3 +253,17 @@ def test_divergence_onset_is_the_lowest_point_before_the_climb() -> None:
     run.add("loss", np.arange(5, 305, 5), loss)
     f = [f for f in diagnose(run).findings if f.symptom == "divergence" and f.level >= 1]
     assert f and f[0].onset_step == 35
+
+
+def test_the_descent_from_the_init_is_not_where_the_rise_begins() -> None:
+    """A missing zero_grad: the loss falls from 2.98 to 0.88 by step 10, then climbs to
+    ~20. The first block holds the init loss, itself above the elevated level: the rise
+    starts at the low point after it, not at step 1."""
+    rng = np.random.default_rng(2)
+    s = np.arange(1, 301, 5)
+    base = np.where(s <= 10, 2.98 - 0.21 * (s - 1), 0.88 * np.exp(0.03 * (s - 10)))
+    loss = np.minimum(base, 22.0) * np.exp(rng.normal(0, 0.25, s.size))
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    f = _loud(run, "divergence")
+    assert len(f) == 1 and 6 <= f[0].onset_step <= 40, f

@@ -152,3 +152,31 @@ def test_a_lone_skipped_fp16_step_after_a_spike_stays_info() -> None:
     loss = 1.35 + rng.normal(0, 0.01, 100)
     g[60], g[64] = 10.5, np.inf
     assert not _loud(_run(g, loss), "exploding_gradients")
+
+
+def test_a_first_layer_norm_logged_beside_the_whole_models_shows_vanishing(tmp_path) -> None:
+    """A hand-written log with the model's grad norm and the first layer's ("grad_first"),
+    the latter 0 to six decimals at every step while the head still gets gradient: vanishing
+    through depth, judged against the whole model's norm."""
+    from trainmedic.run import load_run
+
+    rng = np.random.default_rng(4)
+    lines = [f"step={s} loss={1.609 + 0.01 * rng.standard_normal():.5f} "
+             f"gnorm={0.4 * np.exp(0.2 * rng.standard_normal()):.4f} grad_first=0.000000"
+             for s in range(1, 301, 3)]
+    (tmp_path / "log.txt").write_text("\n".join(lines) + "\n")
+    run = load_run(str(tmp_path / "log.txt"))
+    assert run.has("layer/first_layer/grad_norm")
+    f = _loud(run, "vanishing_gradients")
+    assert len(f) == 1 and f[0].metric == "layer/first_layer/grad_norm"
+    assert "whole model" in f[0].summary
+
+
+def test_a_first_layer_norm_near_the_whole_models_is_quiet() -> None:
+    rng = np.random.default_rng(5)
+    n = 100
+    run = _run(0.4 * np.exp(0.2 * rng.standard_normal(n)),
+               2.0 * np.exp(-np.arange(n) / 40) + 0.1)
+    run.add("layer/first_layer/grad_norm", np.arange(n), 0.05 * np.exp(0.2 *
+                                                                       rng.standard_normal(n)))
+    assert _loud(run, "vanishing_gradients") == []

@@ -303,3 +303,18 @@ def test_a_rank_that_slows_halfway_through_a_short_log() -> None:
     for seed in range(5):
         assert stragglers(ddp_run(ranks=2, n=20, fwd_s=0.0004, rest_s=0.001, noise=0.3,
                                   seed=seed)) == []
+
+
+def test_slow_step_time_is_named_when_the_logged_data_wait_is_equal() -> None:
+    """Both ranks log an equal ~0.1 ms data wait, but rank 1's whole step takes 6x as long
+    (a slow device, not a slow loader): the data split names nobody, so the step time does."""
+    rng = np.random.default_rng(5)
+    run = Run("two logs")
+    for r in range(2):
+        n = 150
+        st = (0.011 if r == 1 else 0.0017) * np.exp(0.1 * rng.standard_normal(n))
+        run.add("step_time_s", np.arange(n), st, rank=r)
+        run.add("data_time_s", np.arange(n), 1e-4 * np.exp(0.2 * rng.standard_normal(n)),
+                rank=r)
+    found = stragglers(run)
+    assert [(f.rank, f.metric) for f in found] == [(1, "step_time_s")]

@@ -397,3 +397,29 @@ def test_per_epoch_console_lines_with_a_time(tmp_path):
     run = load_run(str(write(tmp_path / "train.log", text)))
     assert list(run.get("loss").steps) == [1, 2, 3, 4, 5] and run.has("val_loss")
     assert run.get("step_time_s").values.tolist() == [31.5, 30.5, 31.5, 30.5, 31.5]
+
+
+PIPE_LOG = "".join(
+    f"2025-12-02 03:40:00,0{i:02d} - trainer - INFO - step {i}/40 | loss {2.0 - 0.01 * i:.4f} "
+    f"| lr 5.000e-02 | grad_norm 0.152 | {2.0 + 0.1 * i:.1f} ms/it | data 0.{i % 3} ms "
+    f"| rss 330.5MB\n" for i in range(1, 13))
+
+
+def test_unit_after_a_space_and_time_per_iteration(tmp_path):
+    """"2.4 ms/it" is a step time and "data 0.1 ms" the data wait, a space before the unit or
+    not; the memory keeps its unit."""
+    run = load_run(str(write(tmp_path / "train.log", PIPE_LOG)))
+    assert run.get("step_time_s").values[:2].tolist() == pytest.approx([0.0021, 0.0022])
+    assert run.get("data_time_s").values[:3].tolist() == pytest.approx([1e-4, 2e-4, 0.0])
+    assert run.get("rss_mb").values[0] == pytest.approx(330.5)
+
+
+MMF_LOG = "".join(
+    f"iter: {100 * i} train_loss: {2.9 - 0.01 * i:.4f}  val_loss: 3.4{i} time(s): "
+    f"{190 + i}.5 s\n" for i in range(1, 9))
+
+
+def test_a_unit_in_the_name_and_after_the_number_is_read_once(tmp_path):
+    run = load_run(str(write(tmp_path / "train_output.log", MMF_LOG)))
+    assert run.has("step_time_s"), sorted(m for m, _ in run.series)
+    assert not any("_s_s" in m for m, _ in run.series)

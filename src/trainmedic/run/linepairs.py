@@ -23,8 +23,8 @@ _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\
        r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
 _RATE = r"(?:samples?|imgs?|images?|tokens?|toks?|seqs?|sequences?|it|its|steps?|batches?)" \
         r"\s?/\s?s(?:ec)?(?!\w|\s*[:=])"  # (not a name: "samples/sec: 250.1")
-_TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>ms/step|s/step|us/step|\s?" + _RATE +
-                    r"|ms|us|s|%|"
+_TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>\s?(?:ms|s|us)/(?:step|it|iter|batch)\b|"
+                    r"\s?" + _RATE + r"|\s?(?:ms|us|sec|s)|%|"
                     r"\s?(?:GiB|GB|MiB|MB|KiB|KB|gib|gb|mib|mb|kb)|sec|min|h|[KMG])?(?![\w.])|"
                     r"(?P<word>[A-Za-z_][\w./%-]*(?:@\d+)?)|(?P<open>\()|(?P<close>\))|"
                     r"(?P<sep>[|,;\t]| - )")
@@ -100,7 +100,7 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         last = key.rsplit("_", 1)[-1]
         if key not in STEP_KEYS + EPOCH_KEYS and last in STEP_KEYS + EPOCH_KEYS:
             key = last  # "Training iter 3150", "Training Epoch: 1"
-        if unit.endswith("/step"):
+        if unit.endswith(("/step", "/it", "/iter", "/batch")):
             key, unit = "step_time", unit.split("/")[0]
         elif "/s" in unit:
             # "Speed: 7.41 samples/sec", "12.5 img/s", "3.2 it/s": the unit names the rate
@@ -126,8 +126,9 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
             else:
                 orphan = True
                 continue
-        if unit:
-            key = f"{key}_{'pct' if unit == '%' else unit}"
+        suffix = "pct" if unit == "%" else unit
+        if unit and not key.endswith("_" + suffix):  # "time(s): 561.6 s" is time_s once
+            key = f"{key}_{suffix}"
         if key.split("_")[-1] not in _DROP_KEYS and key not in out:
             out[key] = v
         last_key = key.rsplit("_", 1)[0] if unit else key

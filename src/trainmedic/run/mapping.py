@@ -49,9 +49,22 @@ _MODEL_STAT = re.compile(r"(?:.*/)?(?:(?P<dead>dead_frac(?:tion)?|frac(?:tion)?_
                          r"_frac(?:tion)?|frac(?:tion)?_saturated))", re.I)
 
 
+#: The first layer's gradient norm, logged beside the whole model's by someone watching for
+#: vanishing gradients ("grad_first", "first_layer_grad_norm", "grad_norm/first_layer"): read
+#: as the per-layer norm of a module named FIRST_LAYER, which the vanishing rule compares
+#: with the whole model's grad_norm.
+_FIRST_GRAD = re.compile(r"(?:.*/)?(?:grad(?:ient)?(?:_norm)?[_/]first(?:_layer)?|"
+                         r"first(?:_layer)?[_/]grad(?:ient)?(?:_norm)?)", re.I)
+FIRST_LAYER = "first_layer"
+
+
 def _model_stat(raw: str) -> str | None:
+    if raw.lower().startswith("layer/"):
+        return None
+    if _FIRST_GRAD.fullmatch(raw):
+        return f"layer/{FIRST_LAYER}/grad_norm"
     m = _MODEL_STAT.fullmatch(raw)
-    if m is None or raw.lower().startswith("layer/"):
+    if m is None:
         return None
     return "layer/model/" + ("dead_frac" if m.group("dead") else "saturated_frac")
 

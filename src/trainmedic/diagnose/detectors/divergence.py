@@ -309,10 +309,18 @@ def _foot(t: np.ndarray, start: np.ndarray, j: int, elevated: float) -> int:
     lo = int(start[min(j, start.shape[0] - 1)])
     hi = int(start[j + 2]) if j + 2 < start.shape[0] else t.shape[0]
     seg = t[lo:hi]
-    up = np.flatnonzero(~(seg < elevated))  # NaN counts as elevated
-    if not up.size or not up[0]:
-        return lo  # a slow rise (no jump inside): the lowest point there is only noise
-    return lo + int(np.argmin(seg[: int(up[0])]))
+    # Points above the elevated level before the first point under it are the descent from
+    # the init (a first block that holds the first loss), not the rise.
+    low = np.flatnonzero(seg < elevated)
+    if not low.size:
+        return lo
+    first_low = int(low[0])
+    up = np.flatnonzero(~(seg[first_low:] < elevated))  # NaN counts as elevated
+    if not up.size:
+        # A slow rise (no jump inside): the lowest point there is only noise; the rise starts
+        # where the descent from the init ended.
+        return lo + first_low
+    return lo + first_low + int(np.argmin(seg[first_low: first_low + int(up[0])]))
 
 
 def _swings_inside(lv: np.ndarray, amp: float) -> bool:

@@ -16,7 +16,13 @@ import numpy as np
 
 from trainmedic.diagnose.finding import SEVERITY_ORDER, Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
-from trainmedic.diagnose.stats import blocks, log_if_positive, median, robust_sigma
+from trainmedic.diagnose.stats import (
+    blocks,
+    log_if_positive,
+    median,
+    robust_sigma,
+    theil_sen_z,
+)
 from trainmedic.diagnose.trace import Trace, fmt
 from trainmedic.run.series import Run
 
@@ -71,6 +77,9 @@ OVERFIT_THREE_EVAL_RISE = 0.15
 #: A training loss that fell this many times over from the best evaluation to the end is
 #: memorizing: it corroborates a validation rise of >= 10% at >= OVERFIT_MIN_SIGMAS.
 OVERFIT_MEMORIZED_FALL = 3.0
+#: A robust trend through the evaluations after the best, at this many standard errors, shows
+#: a rise that per-evaluation noise hides from the level test.
+OVERFIT_TREND_Z = 3.0
 #: The training loss may rise by at most this much (relative) over the same interval.
 TRAIN_TOLERANCE = 0.02
 #: A validation loss that jumps >= 2x between two evaluations and stays there, with no
@@ -133,6 +142,9 @@ class OverfitEvent:
     rising_tail: float = 0.0
     """When every evaluation after the best is at least the one before it (>= 3 of them):
     the last one's relative rise over the best; 0.0 otherwise."""
+    trend_z: float = 0.0
+    """z-score of a robust (Theil-Sen) line through the evaluations from the best on (>= 7
+    of them; 0.0 with fewer): a rise shown by its trend, whatever the point-to-point noise."""
     segment: int | None = None
     """In a log of several runs appended one after another (the step restarts): which run,
     from 1 (None for an ordinary log)."""
@@ -319,9 +331,10 @@ def overfit_event(run: Run, vt: Trace) -> OverfitEvent | None:
     tail = t[m:]
     rising_tail = _rel(float(tail[-1] - tail[0]), float(tail[0]), is_log) \
         if tail.size >= 4 and bool(np.all(np.diff(tail) >= 0)) else 0.0
+    trend_z = theil_sen_z(after)[1] if after.size >= OVERFIT_LONG_MIN_AFTER else 0.0
     ev = OverfitEvent(
         metric=vt.metric, rank=vt.rank, n_evals=n_raw, best_step=best_step,
-        rising_tail=rising_tail,
+        rising_tail=rising_tail, trend_z=trend_z,
         best_value=float(vt.values[m]), block=block,
         best_level=math.exp(best_level) if is_log else best_level,
         end_step=int(vt.steps[-1]), end_level=math.exp(end_level) if is_log else end_level,
@@ -355,6 +368,12 @@ def _with_severity(ev: OverfitEvent) -> OverfitEvent:
                  ev.train_at_end)
     if memorized and ev.rise >= OVERFIT_WARN_RISE and ev.sigmas >= OVERFIT_MIN_SIGMAS and \
             ev.n_after >= 3 and ev.share_after >= OVERFIT_TWO_AFTER_SHARE:
+        strong = True
+    # A noisy evaluation (a tiny validation set) hides a rise from the level test, not from
+    # a trend: memorized, held over half the run, >= 10%, and a robust line through the >= 7
+    # evaluations after the best climbs at >= 3 standard errors.
+    if memorized and long_rise and ev.rise >= OVERFIT_WARN_RISE and \
+            ev.trend_z >= OVERFIT_TREND_Z:
         strong = True
     if ev.n_after < 3 and (ev.rise < OVERFIT_TWO_AFTER_RISE
                            or ev.share_after < OVERFIT_TWO_AFTER_SHARE):

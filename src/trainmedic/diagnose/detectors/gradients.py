@@ -41,6 +41,7 @@ from trainmedic.diagnose.stats import (
     true_runs,
 )
 from trainmedic.diagnose.trace import Trace, fmt, traces
+from trainmedic.run.mapping import FIRST_LAYER
 from trainmedic.run.series import Run
 
 __all__ = ["GRAD_SPIKE_RATIO", "GRAD_GROWTH_RATIO", "VANISH_RATIO", "VANISH_DEPTH_RATIO",
@@ -412,6 +413,12 @@ def _depth_vanishing(run: Run, rank: int | None) -> Finding | bool | None:
     """The per-layer rule on one rank: a Finding, False (judged: no vanishing) or None
     (too few layers or common measurements to judge)."""
     lts = _weight_layers(run, rank)
+    whole = Trace.of(run, "grad_norm", rank)
+    if len(lts) == 1 and lts[0].module == FIRST_LAYER and whole is not None:
+        # Only the first layer's norm beside the whole model's: the whole is at least the
+        # largest layer's, so a first layer at <= 1e-4 of it is at <= 1e-4 x sqrt(#layers) of
+        # the layer the gradient reaches most.
+        lts = [lts[0], LayerTrace("the whole model (grad_norm)", whole)]
     if len(lts) < 2:
         return None
     first, last = lts[0], lts[-1]
@@ -430,17 +437,20 @@ def _depth_vanishing(run: Run, rank: int | None) -> Finding | bool | None:
     onset = sustained_onset(steps, -ratio, -thr)
     fa, fb = median(a[-k:]), median(b[-k:])
     since = "from the first measurement" if onset <= int(steps[0]) else f"from step {onset}"
+    whole_ref = last.metric == "grad_norm"
+    ref = "the whole model" if whole_ref else f"the last layer '{last.module}'"
+    ref_what = "the whole model's norm" if whole_ref else "the last layer in module order"
     return Finding(
         symptom="vanishing_gradients", severity=sev, confidence=0.8 if sev == "warning" else 0.5,
         onset_step=onset,
         rank=rank, metric=first.metric,
         summary=(f"gradients vanish through depth {since}: the first layer '{first.module}' "
-                 f"gets {fmt(level)}x the gradient norm of the last layer '{last.module}' "
+                 f"gets {fmt(level)}x the gradient norm of {ref} "
                  f"({fmt(fa)} vs {fmt(fb)}, median of the last {k} measurements)"),
         evidence=(Evidence(first.metric, int(steps[-1]), fa, fb,
                            note=f"median of the last {k} per-layer measurements; reference: "
-                                f"{last.metric} (the last layer in module order) over the "
-                                f"same steps; ratio {fmt(level)}"),))
+                                f"{last.metric} ({ref_what}) over the same steps; ratio "
+                                f"{fmt(level)}"),))
 
 
 def _merge_depth(out: list[Finding], depth: Finding) -> list[Finding]:

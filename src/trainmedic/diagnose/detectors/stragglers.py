@@ -359,9 +359,10 @@ def _straggler_events(run: Run, ranks: list[int]) -> StragglerEvents:
         evs.sort(key=lambda e: -e.excess)
         found.append(evs[0])
         notes.setdefault(r, []).extend(_evidence(e) for e in evs[1:])
-    has_split = any(len(_rank_traces(run, m, ranks)) >= 2
-                    for m in ("data_time_s", "compute_time_s"))
-    if not found and not has_split:
+    if not found:
+        # Neither split names a rank (or none is logged): the step time itself. A rank whose
+        # whole step is slower while its data wait is not (a slow GPU, a throttled host, a
+        # step timed before the gradient sync) is still the one the others wait for.
         found = _pick(run, "step_time_s", ranks, step_ref, STEP_STRAGGLER_MIN_EXCESS_S)
     return StragglerEvents(tuple(found), {r: tuple(v) for r, v in notes.items()}, step_ref)
 
