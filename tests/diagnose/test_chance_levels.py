@@ -302,3 +302,41 @@ def test_a_flat_window_at_some_dense_ln_k_with_a_rising_accuracy_is_not_chance()
     run.add("acc@1", s, np.linspace(4.56, 6.44, 9))
     f = [f for f in diagnose(run).findings if f.symptom == "flat_loss"]
     assert not f or (f[0].severity == "info" and "it learns" in f[0].summary)
+
+
+def _mse_run(final: float, noise: float, seed: int = 0) -> Run:
+    """A mean-squared error that falls from 0.64 towards ``final`` over 80 logged points."""
+    rng = np.random.default_rng(seed)
+    s = np.arange(80)
+    loss = final + (0.64 - final) * np.exp(-s / 8) + noise * rng.standard_normal(80)
+    return _run(loss)
+
+
+def test_a_regressor_that_outputs_one_half_on_binary_targets_is_flat() -> None:
+    """MSE converging to exactly 0.25 without batch noise: every output is 0.5."""
+    found = _loud(_mse_run(0.25, 0.0))
+    assert ("flat_loss", "error") in found
+    assert not any(sym == "plateau" for sym, _ in found)
+
+
+def test_a_noisy_regressor_at_a_quarter_or_one_below_it_is_quiet() -> None:
+    assert _loud(_mse_run(0.25, 0.01)) == []  # batch noise: the output follows the input
+    assert _loud(_mse_run(0.2, 0.0)) == []  # below the landmark: it learned
+
+
+def test_a_zero_loss_with_nan_gradients_carries_no_signal() -> None:
+    """HF logs 'loss': 0.0 with 'grad_norm': nan at every record: not a converged model."""
+    run = Run(source="t")
+    s = np.arange(13)
+    run.add("loss", s, np.zeros(13))
+    run.add("grad_norm", s, np.full(13, np.nan))
+    found = _loud(run)
+    assert ("flat_loss", "error") in found and ("nonfinite_grad", "error") in found
+
+
+def test_a_zero_loss_below_rounding_with_finite_gradients_is_quiet() -> None:
+    run = Run(source="t")
+    s = np.arange(13)
+    run.add("loss", s, np.zeros(13))
+    run.add("grad_norm", s, 1e-3 * np.exp(np.random.default_rng(1).normal(0, 0.1, 13)))
+    assert _loud(run) == []

@@ -180,3 +180,19 @@ def test_a_first_layer_norm_near_the_whole_models_is_quiet() -> None:
     run.add("layer/first_layer/grad_norm", np.arange(n), 0.05 * np.exp(0.2 *
                                                                        rng.standard_normal(n)))
     assert _loud(run, "vanishing_gradients") == []
+
+
+def test_a_short_log_whose_grad_norm_jumps_15x_and_stays_explodes() -> None:
+    """fairseq's eight progress lines: gnorm 0.79 for six, then 11.5 and 13.5."""
+    g = np.array([0.788, 0.788, 0.787, 0.788, 0.794, 0.795, 11.481, 13.519])
+    loss = np.linspace(10.09, 9.98, 8)
+    f = _loud(_run(g, loss), "exploding_gradients")
+    assert len(f) == 1 and f[0].onset_step == 6 and f[0].severity == "warning"
+
+
+def test_a_short_log_with_a_lone_grad_spike_or_a_3x_rise_is_quiet() -> None:
+    loss = np.linspace(10.09, 9.98, 8)
+    lone = np.array([0.79, 0.79, 0.79, 0.79, 0.79, 0.79, 11.5, 0.8])
+    rise = np.array([0.79, 0.79, 0.8, 0.79, 0.8, 0.8, 2.4, 2.5])
+    assert _loud(_run(lone, loss), "exploding_gradients") == []
+    assert _loud(_run(rise, loss), "exploding_gradients") == []

@@ -15,6 +15,7 @@ from trainmedic.diagnose.detectors import (  # noqa: F401  (imported to register
     loss_events,
     loss_nonfinite,
     loss_progress,
+    loss_scale,
     memory,
     oscillation,
     outliers,

@@ -24,13 +24,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainmedic.diagnose.finding import Evidence, Finding
 from trainmedic.diagnose.stats import blocks, diff_sigma, median, theil_sen_z
-from trainmedic.diagnose.trace import Trace
+from trainmedic.diagnose.trace import Trace, fmt
 from trainmedic.run.series import Run
 
-__all__ = ["ChanceEvent", "never_beats_chance", "collapsed_to_chance", "double_softmax_floor",
-           "accuracy_at_chance", "accuracy_learning", "pinned_at_chance", "near_chance_start",
-           "start_classes", "START_TOL", "FLOOR_TOL"]
+__all__ = ["ChanceEvent", "chance_finding", "never_beats_chance", "collapsed_to_chance",
+           "collapsed_to_mean",
+           "double_softmax_floor", "accuracy_at_chance", "accuracy_learning", "pinned_at_chance",
+           "near_chance_start", "start_classes", "START_TOL", "FLOOR_TOL"]
 
 #: A from-scratch classifier's first loss is within this share of ln k (small random logits).
 START_TOL = 0.015
@@ -195,6 +197,39 @@ def collapsed_to_chance(run: Run, train: Trace) -> ChanceEvent | None:
     onset = int(bl.first_step[min(start, len(bl.median) - 1)])
     return ChanceEvent(kind="collapse", metric="loss", k=k, landmark=ln_k, level=level,
                        lowest=lowest, onset_step=onset)
+
+
+#: The mean-squared error of a model that outputs 0.5 for every input, on 0/1 targets: a
+#: sigmoid regressor that gave up on the inputs. Every sample's loss is then exactly 0.25,
+#: so the batch loss has no noise at all (an output that follows the targets' mean over a
+#: batch varies with each batch's mix), which is the signature checked with the level.
+MEAN_PREDICTOR_MSE = 0.25
+#: The late level within this share of it, and its points spanning at most MEAN_QUIET_SPREAD.
+MEAN_TOL = 0.002
+MEAN_QUIET_SPREAD = 0.01
+
+
+def collapsed_to_mean(run: Run, train: Trace) -> ChanceEvent | None:
+    """A loss that settled at 0.25 (to 0.2%), the MSE of predicting 0.5 on 0/1 targets, with
+    no batch noise (the last quarter, >= 7 points, spans <= 1% of it) and never below it (no
+    block median 1% under): the model outputs the same 0.5 whatever the input. A healthy
+    regressor at a loss of 0.25 by coincidence still has batch-to-batch noise."""
+    n = len(train)
+    late = train.values[-max(7, n // 4):]
+    if n < 12 or late.size < 7:
+        return None
+    level = median(late)
+    if abs(level - MEAN_PREDICTOR_MSE) > MEAN_TOL * MEAN_PREDICTOR_MSE or \
+            float(late.max() - late.min()) > MEAN_QUIET_SPREAD * MEAN_PREDICTOR_MSE:
+        return None
+    lowest, _ = _lowest(train)
+    if lowest < MEAN_PREDICTOR_MSE * (1 - BELOW_TOL):
+        return None
+    off = np.abs(train.values - MEAN_PREDICTOR_MSE) > 0.01 * MEAN_PREDICTOR_MSE
+    start = int(np.flatnonzero(off)[-1]) + 1 if off.any() else 0
+    return ChanceEvent(kind="mean", metric="loss", k=2, landmark=MEAN_PREDICTOR_MSE,
+                       level=level, lowest=lowest,
+                       onset_step=int(train.steps[min(start, n - 1)]))
 
 
 def _floor_classes(tr: Trace, level: float) -> int | None:
@@ -380,3 +415,101 @@ def accuracy_learning(run: Run, rank: int | None, k: int | None) -> str:
             if z >= 3.0 and lvl > 0 and rise >= 0.1 * lvl:
                 return f"{m} rose {v[0]:.3g} -> {v[-1]:.3g} over the same steps: it learns"
     return ""
+
+
+def chance_finding(ev: ChanceEvent, tr: Trace) -> Finding:
+    """The flat_loss finding of a chance event, by its kind."""
+    build = {"chance": _chance_finding, "accuracy": _accuracy_finding,
+             "pinned": _pinned_finding, "mean": _mean_finding}.get(ev.kind, _collapse_finding)
+    return build(ev, tr)
+
+
+def _mean_finding(ev: ChanceEvent, tr: Trace) -> Finding:
+    """A regressor on 0/1 targets that outputs 0.5 for everything."""
+    return Finding(
+        symptom="flat_loss", severity="error", confidence=0.75, onset_step=int(tr.steps[0]),
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric="loss",
+        summary=(f"the loss settled at {fmt(ev.level)}, the mean-squared error of predicting "
+                 f"0.5 for every input on 0/1 targets (within 1% of it from step "
+                 f"{ev.onset_step}), without any batch-to-batch noise, and never went below "
+                 f"it: the model ignores its inputs (a saturated or dead output layer, inputs "
+                 f"that do not reach it, or targets it cannot see)"),
+        evidence=(Evidence("loss", int(tr.steps[-1]), ev.level, ev.landmark,
+                           note="median of the last quarter vs 0.25; those points span "
+                                f"<= {100 * MEAN_QUIET_SPREAD:.0f}% of it (no batch noise)"),
+                  Evidence("loss", None, ev.lowest, ev.landmark,
+                           note="lowest block median: never below the landmark")))
+
+
+def _collapse_finding(ev: ChanceEvent, tr: Trace) -> Finding:
+    """A classifier that learned and then fell back to predicting uniformly."""
+    return Finding(
+        symptom="flat_loss", severity="error", confidence=0.8, onset_step=ev.onset_step,
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric="loss",
+        summary=(f"the model fell back to chance: the loss got down to {fmt(ev.lowest)}, then "
+                 f"returned to ln({ev.k}) = {ev.landmark:.4f} from step {ev.onset_step} and "
+                 f"stayed there, on training and validation loss alike: it predicts uniformly "
+                 f"(weights decayed to zero, every unit dead, or an update that wiped the "
+                 f"net)"),
+        evidence=(Evidence("loss", ev.onset_step, ev.level, ev.landmark,
+                           note=f"median of the last quarter vs ln({ev.k}), the loss of "
+                                f"predicting uniformly over {ev.k} classes; >= 90% of those "
+                                f"points within 2% of it (almost no batch noise)"),
+                  Evidence("val_loss", None, None, ev.landmark,
+                           note="median of the last third of the evaluations: at the same "
+                                "ln k"),
+                  Evidence("loss", None, ev.lowest, ev.landmark,
+                           note="lowest block median: the model had learned before")))
+
+
+def _pinned_finding(ev: ChanceEvent, tr: Trace) -> Finding:
+    """A short log whose loss sits still at exactly ln k: a uniform predictor."""
+    n = int(np.sum(tr.steps >= ev.onset_step))
+    return Finding(
+        symptom="flat_loss", severity="error", confidence=0.7, onset_step=ev.onset_step,
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric="loss",
+        summary=(f"the loss sat at ln({ev.k}) = {ev.landmark:.4f}, to 0.1%, at its last {n} "
+                 f"logged points (from step {ev.onset_step}): the loss of predicting uniformly "
+                 f"over {ev.k} classes, and it does not move: the model is not learning "
+                 f"(labels it cannot see, an lr that killed it, or a broken loss)"),
+        evidence=(Evidence("loss", int(tr.steps[-1]), ev.level, ev.landmark,
+                           note=f"median of the last {n} points, each within 0.1% of "
+                                f"ln({ev.k}); the last validation loss, if logged, within "
+                                f"0.5%"),))
+
+
+def _accuracy_finding(ev: ChanceEvent, tr: Trace) -> Finding:
+    """A classifier whose logged accuracy never left chance, whatever its loss did."""
+    return Finding(
+        symptom="flat_loss", severity="error", confidence=0.75, onset_step=ev.onset_step,
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric=ev.metric,
+        summary=(f"{ev.metric} stayed at chance, 1/{ev.k} = {ev.landmark:.3g} (second-half "
+                 f"median {ev.level:.3g}), for the whole run: the model predicts one class or "
+                 f"guesses, although the loss went {fmt(float(tr.values[0]))} -> "
+                 f"{fmt(float(tr.values[-1]))} (an lr that blew the net up, labels detached "
+                 f"from the inputs, or a broken loss)"),
+        evidence=(Evidence(ev.metric, int(tr.steps[-1]), ev.level, ev.landmark,
+                           note=f"median of the second half vs 1/{ev.k}; every logged top-1 "
+                                f"accuracy is within 20% of it, none 35% above"),
+                  Evidence("loss", None, ev.lowest, math.log(ev.k),
+                           note=f"lowest block median of the loss vs ln({ev.k})")))
+
+
+def _chance_finding(ev: ChanceEvent, tr: Trace) -> Finding:
+    """A classifier that never beat chance: flat in what matters, whatever the curve did."""
+    where = "the validation loss" if ev.metric == "val_loss" else "the loss"
+    return Finding(
+        symptom="flat_loss", severity="error", confidence=0.8, onset_step=ev.onset_step,
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric=ev.metric,
+        summary=(f"{where} never got below chance level ln({ev.k}) = {ev.landmark:.4f} (lowest "
+                 f"block {fmt(ev.lowest)}, second half {fmt(ev.level)}): the model never "
+                 f"learned anything that generalizes (labels shuffled or detached from the "
+                 f"inputs, an lr that cannot train, or a broken loss)"),
+        evidence=(Evidence(ev.metric, ev.onset_step, ev.level, ev.landmark,
+                           note=f"median of the second half vs ln({ev.k}), the loss of "
+                                f"predicting uniformly over {ev.k} classes"),
+                  Evidence(ev.metric, None, ev.lowest, ev.landmark,
+                           note="lowest block median of the whole curve: never below chance"),
+                  Evidence("loss", int(tr.steps[0]), float(np.median(tr.values[:3])),
+                           ev.landmark, note="first training losses: a from-scratch "
+                                             "classifier starts at ln k")))

@@ -33,7 +33,6 @@ from trainmedic.diagnose.localization import localized_evidence, localized_phras
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
     blocks,
-    leading_run_length,
     median,
     theil_sen,
     thin,
@@ -162,6 +161,39 @@ def _broke_after(run: Run, g: Trace, last_spike: int) -> int | None:
     return first
 
 
+#: A short log (5-9 points: an issue excerpt) is judged by its shape alone: its last >= 2
+#: points all >= 10x every point before them (>= 3 of them).
+SHORT_JUMP_MIN_POINTS = 5
+
+
+def _short_jump(run: Run, g: Trace) -> Finding | None:
+    """grad_norm that jumped >= 10x above every earlier point of a short log and stayed there
+    to its end: warning, info when the loss fell >= 20% over the same steps (a model leaving
+    its flat start), as for sustained growth."""
+    v = g.values
+    if not bool(np.all(np.isfinite(v))) or bool(np.any(v <= 0)):
+        return None
+    # The longest tail whose every point is >= 10x every point before it.
+    k = next((k for k in range(len(v) - 3, 1, -1)
+              if float(v[-k:].min()) >= GRAD_GROWTH_RATIO * float(v[:-k].max())), 0)
+    if k < 2:
+        return None
+    before = float(v[:-k].max())
+    onset = int(g.steps[len(v) - k])
+    learning = loss_fell_since(run, g.rank, onset)
+    sev: Severity = "info" if learning is not None and learning >= GROWTH_LEARNING_FALL \
+        else "warning"
+    high = float(np.median(v[len(v) - k:]))
+    return Finding(
+        symptom="exploding_gradients", severity=sev, confidence=0.6, onset_step=onset,
+        rank=g.rank, metric="grad_norm",
+        summary=(f"grad_norm jumped {high / before:.3g}x at step {onset} ({fmt(before)} -> "
+                 f"{fmt(high)}) and stayed there for the last {k} of {len(v)} logged points"),
+        evidence=(Evidence("grad_norm", int(g.steps[-1]), high, before,
+                           note=f"median of the last {k} points vs the highest before them "
+                                f"(a log of {len(v)} points: judged by its shape)"),))
+
+
 @register_detector("exploding_gradients", requires=("grad_norm",))
 def detect_exploding(run: Run) -> list[Finding] | NotRun:
     """(a) sustained: the block-median grad_norm in the last 20% of the run is >= 10x its
@@ -173,6 +205,10 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
     for g in traces(run, "grad_norm"):
         pos = g.values[g.values > 0]
         if len(g) < 10 or pos.size < 10:
+            short = _short_jump(run, g) if len(g) >= SHORT_JUMP_MIN_POINTS else None
+            if short is not None:
+                ran = True
+                out.append(short)
             continue
         ran = True
         level = _exploding_level(run, g)
@@ -503,77 +539,4 @@ def detect_nonfinite_grad(run: Run) -> list[Finding] | NotRun:
             symptom="nonfinite_grad", severity=sev, confidence=1.0, onset_step=first,
             end_step=end, rank=g.rank, metric="grad_norm", summary=summary,
             evidence=tuple(evidence)))
-    return out
-
-
-#: A loss scale at or under this is collapsed whatever came before: fp16 scalers start at
-#: 2^16 and work at 2^7-2^16, and fairseq aborts at 1e-4 (``--min-loss-scale``).
-SCALE_FLOOR = 2.0 ** -10
-
-
-def _few_scale_points(ls: Trace) -> Finding | None:
-    """Fewer than 3 positive points (a text log whose scaler messages are all there is):
-    collapsed when the last positive scale is <= 2^-10. A logged 0 beside a positive scale
-    under 1 is a scale under the logger's rounding (fairseq prints 3 decimals), not a 0; the
-    onset is the first point under 1."""
-    v, st = ls.values, ls.steps
-    pos = v[v > 0]
-    if pos.size == 0 or float(pos[-1]) > SCALE_FLOOR:
-        return None
-    onset = int(st[int(np.flatnonzero(v < 1.0)[0])])
-    zeros = int(np.sum(v == 0))
-    note = f"; {zeros} logged as 0 (under the logger's rounding)" if zeros else ""
-    return Finding(
-        symptom="loss_scale_collapse", severity="error", confidence=0.8, onset_step=onset,
-        rank=ls.rank, metric="loss_scale",
-        summary=(f"fp16 loss scale down to {fmt(float(pos[-1]))} by step {int(st[-1])} "
-                 f"(under 1 from step {onset}{note}): overflows every step, even with the "
-                 f"loss scaled down, so the unscaled gradients overflow fp16"),
-        evidence=(Evidence("loss_scale", int(st[-1]), float(pos[-1]), SCALE_FLOOR,
-                           note="last positive scale vs 2^-10 (scalers work at 2^7-2^16)"),))
-
-
-@register_detector("loss_scale_collapse", requires=("loss_scale",))
-def detect_loss_scale_collapse(run: Run) -> list[Finding] | NotRun:
-    """The fp16 loss scale ends <= 2^-10 of its peak (after the start-up run of halvings), or
-    below 1: error below 1, else warning.
-    A healthy GradScaler halves on overflow and doubles every ``growth_interval`` (2000) clean
-    steps, so it hovers within a few powers of two of its working value."""
-    out: list[Finding] = []
-    ran = False
-    for ls in traces(run, "loss_scale"):
-        v = ls.values[ls.values > 0]
-        if v.size < 3:
-            few = _few_scale_points(ls)
-            if few is not None:
-                ran = True
-                out.append(few)
-            continue
-        ran = True
-        steps = ls.steps[ls.values > 0]
-        # Reference: the working level, not the initial guess. DeepSpeed starts the scale at
-        # 2^initial_scale_power (16-32) and halves it on every overflowing step until it
-        # settles (typically 2^13-2^15); PyTorch's GradScaler starts at 2^16 and does the
-        # same. So the peak is taken after the leading run of consecutive drops.
-        settle = leading_run_length(np.diff(v) < 0)
-        base_i = settle if settle < v.size - 1 else 0
-        peak_i = base_i + int(np.argmax(v[base_i:]))
-        peak = float(v[peak_i])
-        end = median(v[-max(1, v.size // 10):])
-        collapsed = end <= peak / 2 ** 10 or end < 1.0
-        if not collapsed:
-            continue
-        after = np.flatnonzero(v[peak_i:] <= peak / 2 ** 5)
-        onset = int(steps[peak_i + int(after[0])]) if after.size else int(steps[peak_i])
-        sev: Severity = "error" if end < 1.0 else "warning"
-        out.append(Finding(
-            symptom="loss_scale_collapse", severity=sev, confidence=0.9, onset_step=onset,
-            rank=ls.rank, metric="loss_scale",
-            summary=(f"fp16 loss scale fell from {fmt(peak)} to {fmt(end)} "
-                     f"(2^{math.log2(peak / end):.0f} times lower) from step {onset}"),
-            evidence=(Evidence("loss_scale", int(steps[-1]), end, peak,
-                               note="median of the last 10% of points vs the peak after the "
-                                    "start-up search (the leading run of halvings)"),)))
-    if not ran:
-        return NotRun("needs at least 3 positive loss_scale points")
     return out

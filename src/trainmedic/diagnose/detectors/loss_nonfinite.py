@@ -469,3 +469,41 @@ def _masked_grad_alarm(idx: np.ndarray, bad_g: np.ndarray, g_steps: np.ndarray,
         if float(np.max(np.abs(np.log(near) - median(lb)))) >= tol:
             return f"the loss reacted near step {int(g_steps[i])}"
     return ""
+
+
+#: A loss of exactly 0 judged against the gradient: at least this share of the grad norms
+#: logged at the same steps must be NaN/inf or exactly 0.
+ZERO_LOSS_DEAD_GRAD_SHARE = 0.8
+
+
+def zero_loss_without_gradient(run: Run, tr: Trace) -> Finding | None:
+    """A loss of exactly 0 at every logged point is normally a loss below the logger's rounding
+    (HF writes 4 decimals): a converged model, nothing to judge. Not when the gradient norm
+    logged at the same steps is NaN/inf or exactly 0 at >= 80% of them: a model at a tiny but
+    real loss still has a finite, positive gradient. Then the 0 carries no signal (every
+    label masked out, a NaN logged as 0, a loss detached from the model): flat_loss, error."""
+    raw = run.series.get(("grad_norm", tr.rank)) or run.series.get(("grad_norm", None))
+    if raw is None or len(raw.values) == 0:
+        return None
+    lo, hi = int(tr.steps[0]), int(tr.steps[-1])
+    inside = (raw.steps >= lo) & (raw.steps <= hi)
+    g = raw.values[inside]
+    if g.size < 3:
+        return None
+    dead = ~np.isfinite(g) | (g == 0.0)
+    share = float(np.mean(dead))
+    if share < ZERO_LOSS_DEAD_GRAD_SHARE:
+        return None
+    what = "NaN/inf" if not bool(np.any(g[dead] == 0.0)) else (
+        "0" if bool(np.all(g[dead] == 0.0)) else "NaN/inf or 0")
+    return Finding(
+        symptom="flat_loss", severity="error", confidence=0.8, onset_step=lo, end_step=hi,
+        rank=tr.rank, metric="loss",
+        summary=(f"the loss is exactly 0 at all {len(tr)} logged points (steps {lo}-{hi}) "
+                 f"while grad_norm is {what} at {100 * share:.0f}% of them: not a converged "
+                 f"model (whose gradient stays finite and positive) but a loss with no signal "
+                 f"(every label masked out, a NaN logged as 0, a loss detached from the model)"),
+        evidence=(Evidence("loss", hi, 0.0, None, note="every logged value is exactly 0"),
+                  Evidence("grad_norm", int(raw.steps[inside][0]), None, None,
+                           note=f"{int(dead.sum())} of {g.size} values at the same steps "
+                                f"are {what}")))

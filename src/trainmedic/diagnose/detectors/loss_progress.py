@@ -12,16 +12,18 @@ import math
 import numpy as np
 
 from trainmedic.diagnose.detectors.chance import (
-    ChanceEvent,
     accuracy_at_chance,
     accuracy_learning,
+    chance_finding,
     collapsed_to_chance,
+    collapsed_to_mean,
     double_softmax_floor,
     near_chance_start,
     never_beats_chance,
     pinned_at_chance,
     start_classes,
 )
+from trainmedic.diagnose.detectors.loss_nonfinite import zero_loss_without_gradient
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -41,8 +43,7 @@ __all__ = ["chance_classes", "FLAT_REL", "PLATEAU_MIN_FRACTION"]
 FLAT_REL = 0.03
 #: Plateau: no improvement over at least this fraction of the run's steps.
 PLATEAU_MIN_FRACTION = 0.25
-#: Largest class count considered for the "at chance" check (ln k spacing shrinks as 1/k).
-MAX_CHANCE_CLASSES = 1000
+MAX_CHANCE_CLASSES = 1000  # for "at chance" (ln k spacing shrinks as 1/k)
 
 
 def chance_classes(level: float, se: float = 0.0) -> int | None:
@@ -144,10 +145,11 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
     for short in traces(run, "loss", min_points=3):
         pin = pinned_at_chance(run, short) if len(short) < 8 else None
         if pin is not None:
-            out.append(_pinned_finding(pin, short))
+            out.append(chance_finding(pin, short))
     for tr in trs:
-        if not bool(np.any(tr.values)):
-            continue  # exactly 0 everywhere: below the logger's rounding, nothing to judge
+        if not bool(np.any(tr.values)):  # exactly 0: below rounding, unless no gradient
+            out.extend(f for f in [zero_loss_without_gradient(run, tr)] if f)
+            continue
         lv, _, is_log, bsize = _levels(tr, max_blocks=min(100, max(4, len(tr) // 2)))
         nb = len(lv)
         head = max(1, math.ceil(0.1 * nb))
@@ -291,13 +293,11 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
                                         "evaluation"),)))
             continue
         stuck = never_beats_chance(run, tr) or collapsed_to_chance(run, tr) or \
-            accuracy_at_chance(run, tr)
+            accuracy_at_chance(run, tr) or collapsed_to_mean(run, tr)
         if stuck is not None:
             # Never beating chance outweighs an info "slow learning" reading of the same curve.
             out = [f for f in out if f.rank != tr.rank]
-            out.append(_chance_finding(stuck, tr) if stuck.kind == "chance"
-                       else _accuracy_finding(stuck, tr) if stuck.kind == "accuracy"
-                       else _collapse_finding(stuck, tr))
+            out.append(chance_finding(stuck, tr))
             continue
         if any(f.rank == tr.rank and f.level >= 1 for f in out):
             continue
@@ -364,80 +364,6 @@ def _never_beat_first(run: Run, tr: Trace) -> Finding | None:
                            note="lowest block median of the training loss vs the first")))
 
 
-def _collapse_finding(ev: ChanceEvent, tr: Trace) -> Finding:
-    """A classifier that learned and then fell back to predicting uniformly."""
-    return Finding(
-        symptom="flat_loss", severity="error", confidence=0.8, onset_step=ev.onset_step,
-        end_step=int(tr.steps[-1]), rank=tr.rank, metric="loss",
-        summary=(f"the model fell back to chance: the loss got down to {fmt(ev.lowest)}, then "
-                 f"returned to ln({ev.k}) = {ev.landmark:.4f} from step {ev.onset_step} and "
-                 f"stayed there, on training and validation loss alike: it predicts uniformly "
-                 f"(weights decayed to zero, every unit dead, or an update that wiped the "
-                 f"net)"),
-        evidence=(Evidence("loss", ev.onset_step, ev.level, ev.landmark,
-                           note=f"median of the last quarter vs ln({ev.k}), the loss of "
-                                f"predicting uniformly over {ev.k} classes; >= 90% of those "
-                                f"points within 2% of it (almost no batch noise)"),
-                  Evidence("val_loss", None, None, ev.landmark,
-                           note="median of the last third of the evaluations: at the same "
-                                "ln k"),
-                  Evidence("loss", None, ev.lowest, ev.landmark,
-                           note="lowest block median: the model had learned before")))
-
-
-def _pinned_finding(ev: ChanceEvent, tr: Trace) -> Finding:
-    """A short log whose loss sits still at exactly ln k: a uniform predictor."""
-    n = int(np.sum(tr.steps >= ev.onset_step))
-    return Finding(
-        symptom="flat_loss", severity="error", confidence=0.7, onset_step=ev.onset_step,
-        end_step=int(tr.steps[-1]), rank=tr.rank, metric="loss",
-        summary=(f"the loss sat at ln({ev.k}) = {ev.landmark:.4f}, to 0.1%, at its last {n} "
-                 f"logged points (from step {ev.onset_step}): the loss of predicting uniformly "
-                 f"over {ev.k} classes, and it does not move: the model is not learning "
-                 f"(labels it cannot see, an lr that killed it, or a broken loss)"),
-        evidence=(Evidence("loss", int(tr.steps[-1]), ev.level, ev.landmark,
-                           note=f"median of the last {n} points, each within 0.1% of "
-                                f"ln({ev.k}); the last validation loss, if logged, within "
-                                f"0.5%"),))
-
-
-def _accuracy_finding(ev: ChanceEvent, tr: Trace) -> Finding:
-    """A classifier whose logged accuracy never left chance, whatever its loss did."""
-    return Finding(
-        symptom="flat_loss", severity="error", confidence=0.75, onset_step=ev.onset_step,
-        end_step=int(tr.steps[-1]), rank=tr.rank, metric=ev.metric,
-        summary=(f"{ev.metric} stayed at chance, 1/{ev.k} = {ev.landmark:.3g} (second-half "
-                 f"median {ev.level:.3g}), for the whole run: the model predicts one class or "
-                 f"guesses, although the loss went {fmt(float(tr.values[0]))} -> "
-                 f"{fmt(float(tr.values[-1]))} (an lr that blew the net up, labels detached "
-                 f"from the inputs, or a broken loss)"),
-        evidence=(Evidence(ev.metric, int(tr.steps[-1]), ev.level, ev.landmark,
-                           note=f"median of the second half vs 1/{ev.k}; every logged top-1 "
-                                f"accuracy is within 20% of it, none 35% above"),
-                  Evidence("loss", None, ev.lowest, math.log(ev.k),
-                           note=f"lowest block median of the loss vs ln({ev.k})")))
-
-
-def _chance_finding(ev: ChanceEvent, tr: Trace) -> Finding:
-    """A classifier that never beat chance: flat in what matters, whatever the curve did."""
-    where = "the validation loss" if ev.metric == "val_loss" else "the loss"
-    return Finding(
-        symptom="flat_loss", severity="error", confidence=0.8, onset_step=ev.onset_step,
-        end_step=int(tr.steps[-1]), rank=tr.rank, metric=ev.metric,
-        summary=(f"{where} never got below chance level ln({ev.k}) = {ev.landmark:.4f} (lowest "
-                 f"block {fmt(ev.lowest)}, second half {fmt(ev.level)}): the model never "
-                 f"learned anything that generalizes (labels shuffled or detached from the "
-                 f"inputs, an lr that cannot train, or a broken loss)"),
-        evidence=(Evidence(ev.metric, ev.onset_step, ev.level, ev.landmark,
-                           note=f"median of the second half vs ln({ev.k}), the loss of "
-                                f"predicting uniformly over {ev.k} classes"),
-                  Evidence(ev.metric, None, ev.lowest, ev.landmark,
-                           note="lowest block median of the whole curve: never below chance"),
-                  Evidence("loss", int(tr.steps[0]), float(np.median(tr.values[:3])),
-                           ev.landmark, note="first training losses: a from-scratch "
-                                             "classifier starts at ln k")))
-
-
 # --------------------------------------------------------------------------- plateau
 @register_detector("plateau", requires=("loss",))
 def detect_plateau(run: Run) -> list[Finding] | NotRun:
@@ -456,7 +382,7 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
             continue  # no descent: flat_loss territory
         if not is_log and best <= 0.0 <= float(np.min(tr.values)):
             continue  # down to 0, a non-negative loss's floor (or below the logger's rounding)
-        if collapsed_to_chance(run, tr) is not None:
+        if collapsed_to_chance(run, tr) is not None or collapsed_to_mean(run, tr) is not None:
             continue  # back at chance: flat_loss reports the collapse
         sig = diff_sigma(lv)
         delta = max(math.log(1.01) if is_log else 0.01 * abs(best), 2.0 * sig)
