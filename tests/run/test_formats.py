@@ -423,3 +423,28 @@ def test_a_unit_in_the_name_and_after_the_number_is_read_once(tmp_path):
     run = load_run(str(write(tmp_path / "train_output.log", MMF_LOG)))
     assert run.has("step_time_s"), sorted(m for m, _ in run.series)
     assert not any("_s_s" in m for m, _ in run.series)
+
+
+PADDLE_LOG = "".join(
+    f"2021-03-30 06:55:{i:02d} [INFO]\t[TRAIN] epoch: 1, iter: {20 * i}/500, loss: "
+    f"{2.0 - 0.01 * i:.4f}, lr: 0.009657, batch_cost: 0.{5300 + i}, reader_cost: 0.0{i}, "
+    f"ips: 3.7425 samples/sec | ETA 00:04:16\n" for i in range(1, 9))
+
+
+def test_paddle_batch_and_reader_cost_are_step_and_data_time(tmp_path):
+    run = load_run(str(write(tmp_path / "train.log", PADDLE_LOG)))
+    assert run.get("step_time_s").values[0] == pytest.approx(0.5301)
+    assert run.get("data_time_s").values[1] == pytest.approx(0.02)
+
+
+IMAGENET_LOG = "".join(
+    f"Epoch: [0][{741 + 20 * i:4d}/1424]   Time  1.{187 + i} ( 1.292)    Data  0.00{i} ( 0.048)"
+    f"    Loss 5.3948e+00 (6.1603e+00)    Acc@1   4.56 (  1.79)   Acc@5  14.22 (  6.43)\n"
+    for i in range(1, 9))
+
+
+def test_pytorch_examples_time_and_data_are_step_and_data_time(tmp_path):
+    """pytorch/examples' ImageNet ProgressMeter prints batch time and data time unitless."""
+    run = load_run(str(write(tmp_path / "train.log", IMAGENET_LOG)))
+    assert run.get("step_time_s").values[0] == pytest.approx(1.188)
+    assert run.get("data_time_s").values[1] == pytest.approx(0.002)

@@ -150,6 +150,13 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("step_time_s", "time", {"requires": ("data_time",)}),
         ("data_time_s", "data_time"),
     )
+    # pytorch/examples imagenet/main.py's ProgressMeter: "Time  1.187 ( 1.292)    Data  0.001
+    # ( 0.048)": batch time and data-loading time in seconds (AverageMeter "Time", "Data").
+    + _family(
+        "torch_examples",
+        ("step_time_s", "time", {"requires": ("data",)}),
+        ("data_time_s", "data", {"requires": ("time",)}),
+    )
     # Ultralytics YOLO results.csv: one row per epoch, "lr/pg0..2" (YOLOv8+) or "x/lr0..2"
     # (YOLOv5); the loss is split into components (see DERIVED). Its "time" column is
     # cumulative seconds, not per step, so the Detectron2 "time" rule above requires
