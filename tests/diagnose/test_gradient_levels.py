@@ -196,3 +196,23 @@ def test_a_short_log_with_a_lone_grad_spike_or_a_3x_rise_is_quiet() -> None:
     rise = np.array([0.79, 0.79, 0.8, 0.79, 0.8, 0.8, 2.4, 2.5])
     assert _loud(_run(lone, loss), "exploding_gradients") == []
     assert _loud(_run(rise, loss), "exploding_gradients") == []
+
+
+def _scale_run(steps: list[int], scales: list[float]) -> Run:
+    run = Run(source="t")
+    run.add("loss_scale", np.array(steps), np.array(scales, dtype=float))
+    run.add("loss", np.arange(0, 400, 10), np.full(40, 2.0))
+    return run
+
+
+def test_overflow_on_every_step_late_in_the_run_collapses_the_scale() -> None:
+    """DeepSpeed's messages under the tqdm bar: 32, 16, 8, 4, 2 at steps 378-382."""
+    f = _loud(_scale_run([378, 379, 380, 381, 382], [32, 16, 8, 4, 2]), "loss_scale_collapse")
+    assert len(f) == 1 and f[0].onset_step == 379 and f[0].severity == "warning"
+
+
+def test_the_start_up_search_and_occasional_overflows_are_quiet() -> None:
+    startup = _scale_run([1, 2, 3, 4, 5, 6], [65536, 32768, 16384, 8192, 4096, 2048])
+    assert _loud(startup, "loss_scale_collapse") == []
+    occasional = _scale_run([500, 2500, 2600, 4600, 4700], [2048, 4096, 2048, 4096, 2048])
+    assert _loud(occasional, "loss_scale_collapse") == []

@@ -355,6 +355,27 @@ def test_apex_and_deepspeed_overflow_messages_between_step_lines(tmp_path):
     assert run.get("loss").steps.tolist() == [10, 20, 30, 40, 50, 60]
 
 
+def test_deepspeed_overflow_lines_on_tqdm_bars_with_one_printed_dict(tmp_path):
+    """HF Trainer + DeepSpeed: the OVERFLOW message is printed on the line of the step's tqdm
+    bar, and only one loss dict is printed: the bar names the steps of both."""
+    bar = " 14%|█▍        | {}/2724 [13:55:57<86:19:20, 132.41s/it]"
+    text = bar.format(377) + "\n"
+    scale = 64
+    for step in range(378, 383):
+        text += bar.format(step) + ("[2023-06-07 22:16:00,018] [INFO] [loss_scaler.py:181:"
+                                    "update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. "
+                                    f"Attempted loss scale: {scale}, reducing to "
+                                    f"{scale // 2}\n\n")
+        scale //= 2
+        if step == 380:
+            text += ("                              \n{'loss': 2.0491, 'learning_rate': "
+                     "0.0001961913563176343, 'epoch': 0.28}\n\n")
+    run = load_run(str(write(tmp_path / "train_output.log", text)))
+    assert run.get("loss_scale").steps.tolist() == [378, 379, 380, 381, 382]
+    assert run.get("loss_scale").values.tolist() == pytest.approx([32, 16, 8, 4, 2])
+    assert run.get("loss").steps.tolist() == [380]
+
+
 def test_a_val_line_that_starts_with_its_epoch_is_validation(tmp_path):
     text = "".join(f"Train epoch {e} loss {1.5 - e / 10:.3f}\nVal epoch {e} has acc 0.4 and "
                    f"loss {1.6 - e / 20:.3f}\n" for e in range(4))

@@ -54,11 +54,12 @@ from trainmedic.run.counters import (
     epoch_positions,
 )
 from trainmedic.run.linepairs import STEP_KEYS, VAL_PREFIXES, dict_in_line, sectioned_pairs
+from trainmedic.run.rank_prefix import rank_lines
 from trainmedic.run.scaler_messages import scale_message, with_scale_rows
 from trainmedic.run.series import Series
 from trainmedic.run.table import LogTable, cell_float
 
-__all__ = ["read_text_log", "read_text_logs", "rank_lines", "recognized_share", "MIN_SHARE"]
+__all__ = ["read_text_log", "read_text_logs", "recognized_share", "MIN_SHARE"]
 
 MIN_SHARE = 0.3
 """Share of non-empty lines the reader must recognise for a file to count as a training log."""
@@ -115,6 +116,9 @@ class _Reader:
         overflow messages."""
         self.history: dict[str, Any] | None = None
         """A printed dict of per-epoch lists (Keras' ``history.history``), when one was seen."""
+
+    def scale_bar_steps(self) -> list[int]:
+        return [b for _, _, b in self.scales if b is not None]
 
     def zero_based_epochs(self) -> None:
         """A log whose epochs count from 0 (``Epoch: [0][10/500]``): the global step of a
@@ -180,6 +184,10 @@ class _Reader:
             # DeepSpeed prints its OVERFLOW line right after the tqdm bar of that step
             bm = TQDM_BAR.search(raw) if "%|" in raw else None
             self.scales.append((no, scale, int(bm.group("pos")) if bm else None))
+            if bm is not None:  # the bar is drawn all the same
+                of = int(bm.group("of"))
+                self.bars[of] = int(bm.group("pos"))
+                self.bar_draws[of] = self.bar_draws.get(of, 0) + 1
             self.recognized += 1
             return
         bar = TQDM_BAR.search(raw) if "%|" in raw else None
@@ -341,6 +349,8 @@ def _bar_steps(reader: _Reader) -> None:
         if len(pos) >= 2 and bool(np.all(np.diff(pos) >= 0)) and \
                 len(set(pos)) >= 0.5 * len(pos) and len(pos) > best:
             main, best = of, len(pos)
+    if main is None and len(reader.bar_draws) == 1 and len(reader.scale_bar_steps()) >= 2:
+        main = next(iter(reader.bar_draws))  # one bar, whose steps the scaler lines name too
     barred = [(no, r) for no, r in reader.stepless
               if main is not None and main in r.get("_bars", {})]
     if barred:
@@ -422,11 +432,13 @@ def recognized_share(text: str) -> float:
     """Share of the first non-empty lines that the reader recognises (0 when fewer than two
     rows with a step come out, or none of their keys names a known metric)."""
     reader = _scan(text, _SAMPLE_LINES)
-    if (len(reader.rows) < 2 and reader.history is None) or not reader.lines:
+    if (len(reader.rows) + len(reader.scales) < 2 and reader.history is None) or \
+            not reader.lines:  # (an fp16 scaler's overflow message is a row too)
         return 0.0
     from trainmedic.run.names import find_step_column, resolve_names
 
     keys = list(dict.fromkeys(k for _, r in reader.rows for k in r if k != "_global"))
+    keys += ["loss_scale"] if reader.scales else []
     if len(reader.rows) < 2 and reader.history is not None:
         keys = list(reader.history)
         return 1.0 if resolve_names(keys).aliases else 0.0
@@ -434,32 +446,6 @@ def recognized_share(text: str) -> float:
     if not (res.aliases or res.derived) and find_step_column(keys) is None:
         return 0.0
     return reader.recognized / reader.lines
-
-
-#: Lines of several ranks in one file: torchrun's ``[rank1]:`` and ``[default1]:`` prefixes
-#: (``--tee``, ``--log-line-prefix-template``), srun -l's ``1: ``.
-_RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)\s*(?P<a>\d+)\]:?|(?P<b>\d{1,4}):\s)")
-
-
-def rank_lines(text: str) -> dict[int, list[tuple[int, str]]] | None:
-    """``{rank: [(line number, line without its prefix)]}`` when the lines of >= 2 ranks are
-    interleaved in one file (at least half the non-empty lines carry a rank prefix, each rank
-    >= 3 lines, so "1: loss 2.3" lines counting steps are not ranks); None otherwise."""
-    groups: dict[int, list[tuple[int, str]]] = {}
-    prefixed = nonempty = 0
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        nonempty += 1
-        m = _RANK_PREFIX.match(line)
-        if m:
-            prefixed += 1
-            groups.setdefault(int(m.group("a") or m.group("b")), []).append(
-                (no, line[m.end():]))
-    if len(groups) < 2 or prefixed < 0.5 * nonempty or \
-            min(len(v) for v in groups.values()) < 3:
-        return None
-    return groups
 
 
 def read_text_logs(path: Path) -> list[LogTable]:

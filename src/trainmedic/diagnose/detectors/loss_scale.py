@@ -46,6 +46,45 @@ def _few_scale_points(ls: Trace) -> Finding | None:
                            note="last positive scale vs 2^-10 (scalers work at 2^7-2^16)"),))
 
 
+#: Overflows on this many consecutive optimizer steps (the scale halved at each) are no
+#: start-up search when they begin after step 100 or from a scale <= 2^10: the gradients
+#: overflow whatever the scale (DeepSpeed stops the run at its minimum scale, 1).
+EVERY_STEP_DROPS = 4
+STARTUP_STEPS = 100
+STARTUP_SCALE = 2.0 ** 10
+
+
+def _every_step_overflow(ls: Trace) -> Finding | None:
+    """The longest run of loss_scale points on consecutive steps, each half the one before
+    (or less): warning when it holds >= 4 halvings and is no start-up search; error when it
+    ends under 1."""
+    v, st = ls.values, ls.steps
+    halved = (np.diff(st) == 1) & (v[1:] > 0) & (v[1:] <= 0.5 * v[:-1] * (1 + 1e-9))
+    best_a, best_n, a = 0, 0, 0
+    for i, h in enumerate(halved):
+        if not h:
+            a = i + 1
+        elif i + 1 - a > best_n:
+            best_a, best_n = a, i + 1 - a
+    if best_n < EVERY_STEP_DROPS:
+        return None
+    first, last = float(v[best_a]), float(v[best_a + best_n])
+    if int(st[best_a]) < STARTUP_STEPS and first > STARTUP_SCALE:
+        return None
+    onset = int(st[best_a + 1])
+    return Finding(
+        symptom="loss_scale_collapse", severity="error" if last < 1.0 else "warning",
+        confidence=0.75, onset_step=onset, end_step=int(st[best_a + best_n]), rank=ls.rank,
+        metric="loss_scale",
+        summary=(f"fp16 loss scale halved on {best_n} consecutive steps from step {onset} "
+                 f"({fmt(first)} -> {fmt(last)}): the gradients overflow at every step "
+                 f"whatever the scale, which a working scaler's occasional skip does not do"),
+        evidence=(Evidence("loss_scale", int(st[best_a + best_n]), last, first,
+                           note=f"{best_n} halvings, one per optimizer step (after the "
+                                f"start-up search: step >= {STARTUP_STEPS} or a scale "
+                                f"<= 2^10)"),))
+
+
 @register_detector("loss_scale_collapse", requires=("loss_scale",))
 def detect_loss_scale_collapse(run: Run) -> list[Finding] | NotRun:
     """The fp16 loss scale ends <= 2^-10 of its peak (after the start-up run of halvings), or
@@ -75,6 +114,7 @@ def detect_loss_scale_collapse(run: Run) -> list[Finding] | NotRun:
         end = median(v[-max(1, v.size // 10):])
         collapsed = end <= peak / 2 ** 10 or end < 1.0
         if not collapsed:
+            out.extend(f for f in [_every_step_overflow(ls)] if f)
             continue
         after = np.flatnonzero(v[peak_i:] <= peak / 2 ** 5)
         onset = int(steps[peak_i + int(after[0])]) if after.size else int(steps[peak_i])
