@@ -267,3 +267,19 @@ def test_the_descent_from_the_init_is_not_where_the_rise_begins() -> None:
     run.add("loss", s, loss)
     f = _loud(run, "divergence")
     assert len(f) == 1 and 6 <= f[0].onset_step <= 40, f
+
+
+def test_a_short_log_that_blows_up_and_stays_diverged() -> None:
+    """Seven fairseq progress lines: 9.57 -> 6.87, then 1e4, 5e9, 8e12."""
+    run = Run(source="t")
+    run.add("loss", np.arange(1000, 8000, 1000),
+            np.array([9.57, 8.61, 7.50, 6.87, 10405.0, 4.77e9, 7.75e12]))
+    f = _loud(run, "divergence")
+    assert len(f) == 1 and f[0].onset_step == 5000 and f[0].severity == "error"
+
+
+def test_a_short_log_with_one_bad_point_or_a_mild_rise_is_quiet() -> None:
+    for values in ([9.57, 8.61, 7.50, 6.87, 104.0, 6.5, 6.4], [2.0, 1.9, 1.8, 1.7, 3.0, 3.4]):
+        run = Run(source="t")
+        run.add("loss", np.arange(len(values)), np.array(values))
+        assert _loud(run, "divergence") == [], values

@@ -448,3 +448,22 @@ def test_pytorch_examples_time_and_data_are_step_and_data_time(tmp_path):
     run = load_run(str(write(tmp_path / "train.log", IMAGENET_LOG)))
     assert run.get("step_time_s").values[0] == pytest.approx(1.188)
     assert run.get("data_time_s").values[1] == pytest.approx(0.002)
+
+
+OLD_FAIRSEQ = "".join(
+    f"| epoch 001  {1000 * i} / 331737 loss={9.6 - 0.4 * i:.2f} (10.94), wps=18515, "
+    f"wpb=31259, bsz=861, lr=1.25, clip=100%, gnorm=2.0540\n" for i in range(1, 7))
+
+
+def test_fairseq_before_0_6_counts_updates_without_a_colon(tmp_path):
+    run = load_run(str(write(tmp_path / "train.log", OLD_FAIRSEQ)))
+    assert run.get("loss").steps.tolist() == [1000, 2000, 3000, 4000, 5000, 6000]
+
+
+def test_an_epoch_over_its_total_is_not_a_position(tmp_path):
+    """'[Epoch 10/13] [Batch 9/64]': the epoch count is no 'epoch 1, position 0 of 13'."""
+    text = "".join(f"[Epoch {e}/13] [Batch {b}/64] [D loss: 0.3] [G loss: 2.7]\n"
+                   for e in (9, 10, 11) for b in (9, 19, 29))
+    run = load_run(str(write(tmp_path / "gan.log", text)))
+    steps = run.get("d_loss").steps.tolist() if run.has("d_loss") else []
+    assert steps == sorted(steps) and len(set(steps)) == 9

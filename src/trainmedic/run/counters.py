@@ -30,8 +30,8 @@ PROGRESS = (
                r"(?P<of>\d+)", re.I),
     # timm: "Train: 3 [ 100/1251 (  8%)]" (epochs from 0)
     re.compile(r"\btrain:\s*(?P<epoch>\d+)\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
-    # fairseq train_inner: "epoch 001:    200 / 1374"
-    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
+    # fairseq train_inner: "epoch 001:    200 / 1374" (before 0.6: "epoch 001  1000 / 331737")
+    re.compile(r"\bepoch\s+(?P<epoch>\d+)(?:\s*:\s*|\s+)(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
     # PyTorch word_language_model: "| epoch   1 |   200/ 2983 batches"
     re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)\s+batches", re.I),
     # PyTorch examples (MNIST): "Train Epoch: 1 [640/60000 (1%)]"

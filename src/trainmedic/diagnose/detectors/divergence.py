@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainmedic.diagnose.detectors.chance import collapsed_to_chance
+from trainmedic.diagnose.detectors.short_log import short_divergence
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -387,6 +388,8 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
     # Without a training loss, the validation loss is the only curve there is (fairseq's
     # valid lines, an eval-only export): it is judged the same way.
     trs = traces(run, "loss", min_points=8) or traces(run, "val_loss", min_points=8)
+    if not trs:  # a short log (5-7 points) is judged by its shape
+        out.extend(f for t in traces(run, "loss") if (f := short_divergence(t)) is not None)
     ce = _ce_reason(run) is not None
     for tr in trs:
         if tr.metric == "loss" and collapsed_to_chance(run, tr) is not None:

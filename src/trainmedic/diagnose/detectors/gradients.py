@@ -28,6 +28,7 @@ from trainmedic.diagnose.detectors.loss_reaction import (
     loss_reacted,
     loss_recovered,
 )
+from trainmedic.diagnose.detectors.short_log import SHORT_MIN_POINTS, jumped_tail
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.localization import localized_evidence, localized_phrase, nonfinite_event
 from trainmedic.diagnose.registry import NotRun, register_detector
@@ -161,21 +162,12 @@ def _broke_after(run: Run, g: Trace, last_spike: int) -> int | None:
     return first
 
 
-#: A short log (5-9 points: an issue excerpt) is judged by its shape alone: its last >= 2
-#: points all >= 10x every point before them (>= 3 of them).
-SHORT_JUMP_MIN_POINTS = 5
-
-
 def _short_jump(run: Run, g: Trace) -> Finding | None:
-    """grad_norm that jumped >= 10x above every earlier point of a short log and stayed there
-    to its end: warning, info when the loss fell >= 20% over the same steps (a model leaving
-    its flat start), as for sustained growth."""
+    """grad_norm that jumped >= 10x above every earlier point of a short log (5-9 points) and
+    stayed there to its end (+inf counts): warning, info when the loss fell >= 20% over the
+    same steps (a model leaving its flat start), as for sustained growth."""
     v = g.values
-    if not bool(np.all(np.isfinite(v))) or bool(np.any(v <= 0)):
-        return None
-    # The longest tail whose every point is >= 10x every point before it.
-    k = next((k for k in range(len(v) - 3, 1, -1)
-              if float(v[-k:].min()) >= GRAD_GROWTH_RATIO * float(v[:-k].max())), 0)
+    k = jumped_tail(v, GRAD_GROWTH_RATIO)
     if k < 2:
         return None
     before = float(v[:-k].max())
@@ -205,7 +197,7 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
     for g in traces(run, "grad_norm"):
         pos = g.values[g.values > 0]
         if len(g) < 10 or pos.size < 10:
-            short = _short_jump(run, g) if len(g) >= SHORT_JUMP_MIN_POINTS else None
+            short = _short_jump(run, g) if len(g.values) >= SHORT_MIN_POINTS else None
             if short is not None:
                 ran = True
                 out.append(short)

@@ -1,0 +1,62 @@
+"""Rules for logs too short for the level rules (5-9 points: an issue excerpt, a few epochs):
+a series judged by its shape alone, a tail that jumped far above everything before it.
+
+The evidence rules are written out in docs/symptoms.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trainmedic.diagnose.finding import Evidence, Finding
+from trainmedic.diagnose.trace import Trace, fmt
+
+__all__ = ["jumped_tail", "short_divergence", "SHORT_MIN_POINTS", "SHORT_RISE_RATIO"]
+
+#: Fewer points than this are not judged at all; the level rules start at 8-10.
+SHORT_MIN_POINTS = 5
+#: A short loss log diverged when its last >= 2 points are each >= 10x every point before it
+#: (the level rules' "past 10x, elevated whatever the noise").
+SHORT_RISE_RATIO = 10.0
+
+
+def jumped_tail(values: np.ndarray, ratio: float, min_before: int = 3) -> int:
+    """The length k >= 2 of the longest tail whose every point is >= ``ratio`` x every point
+    before it (>= ``min_before`` of them, all finite and > 0); +inf counts as high, NaN ends
+    the search. 0 when there is none."""
+    v = np.asarray(values, dtype=np.float64)
+    if bool(np.any(np.isnan(v))) or bool(np.any(v <= 0)):
+        return 0
+    for k in range(v.size - min_before, 1, -1):
+        before = v[:-k]
+        if not bool(np.all(np.isfinite(before))):
+            continue
+        if float(v[-k:].min()) >= ratio * float(before.max()):
+            return k
+    return 0
+
+
+def short_divergence(tr: Trace) -> Finding | None:
+    """A loss log of 5-7 points whose last >= 2 points are each >= 10x every earlier point:
+    the run blew up and did not come back (error; onset at the first of them)."""
+    v = tr.values
+    if not SHORT_MIN_POINTS <= len(v) < 8:
+        return None
+    k = jumped_tail(v, SHORT_RISE_RATIO)
+    if k < 2:
+        return None
+    before = float(v[:-k].max())
+    peak = float(v[-k:].max())
+    onset = int(tr.steps[len(v) - k])
+    times = f"{peak / before:.3g}x" if math.isfinite(peak) else "to inf"
+    return Finding(
+        symptom="divergence", severity="error", confidence=0.7, onset_step=onset,
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric=tr.metric,
+        summary=(f"{tr.metric} jumped {times} at step {onset} ({fmt(before)} -> {fmt(peak)}) "
+                 f"and stayed >= {SHORT_RISE_RATIO:.0f}x above every earlier point for the "
+                 f"last {k} of {len(v)} logged points"),
+        evidence=(Evidence(tr.metric, int(tr.steps[-1]), float(v[-1]), before,
+                           note=f"last point vs the highest of the {len(v) - k} before the "
+                                f"jump (a log of {len(v)} points: judged by its shape)"),))
