@@ -187,3 +187,30 @@ def test_a_one_millisecond_step_needs_to_double_for_a_warning() -> None:
     run = Run("big")
     run.add("step_time_s", np.arange(5, 605, 5), v)
     assert throughput_events(run)[0][0].severity == "warning"
+
+
+def _stall_run(every: int, stall_s: float, n: int = 400, seed: int = 0) -> Run:
+    """6 ms steps with a ~0.1 ms data wait, and a data stall of ``stall_s`` every ``every``
+    steps (the step takes the stall too)."""
+    rng = np.random.default_rng(seed)
+    s = np.arange(1, n + 1)
+    data = 1e-4 * np.exp(0.2 * rng.standard_normal(n))
+    data[s % every == 0] += stall_s
+    run = Run(source="t")
+    run.add("data_time_s", s, data)
+    run.add("step_time_s", s, 0.006 * np.exp(0.05 * rng.standard_normal(n)) + data)
+    return run
+
+
+def test_data_stalls_that_take_a_third_of_the_wall_time_are_input_bound() -> None:
+    """Five stalls of 0.35 s in 400 steps of 6 ms: the median share is ~2%, but 41% of the
+    logged time waits for data."""
+    ev = input_events(_stall_run(75, 0.35))[0]
+    assert len(ev) == 1 and ev[0].stalls == (75, 150, 225, 300, 375)
+    assert ev[0].severity == "warning" and ev[0].time_share is not None
+    assert 0.35 <= ev[0].time_share <= 0.5 and ev[0].share < 0.1
+
+
+def test_small_or_rare_data_stalls_are_no_input_stall() -> None:
+    assert not any(e.stalls for e in input_events(_stall_run(75, 0.02))[0])
+    assert not any(e.stalls for e in input_events(_stall_run(200, 0.1))[0])

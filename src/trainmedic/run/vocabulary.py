@@ -102,11 +102,11 @@ WORDS: dict[str, _Word] = {
              "train_step_time", "step_duration", "iteration_duration", "iter_duration",
              "per_step_time", "step_t", "elapsed_per_step", "time_step", "time_iter",
              # PaddleSeg / PaddleDetection / PaddleOCR: "batch_cost: 0.53, reader_cost: 0.07"
-             "batch_cost"),
+             "batch_cost", "avg_batch_cost"),
     **_words("data_time_s", "time", "data_time", "data_load_time", "data_loading_time",
              "dataloader_time", "data_wait", "data_wait_time", "load_time", "data_loading",
              "input_time", "fetch_time", "data", "dataload", "data_load", "dataloader",
-             "loader_time", "io_time", "reader_cost", "data_cost"),
+             "loader_time", "io_time", "reader_cost", "data_cost", "avg_reader_cost"),
     **_words("compute_time_s", "time", "compute_time", "fwd_bwd_time", "forward_backward_time",
              "fwd_bwd", "forward_backward", "fwdbwd", "fwd_bwd_step", "compute"),
     **_words("comm_time_s", "time", "comm_time", "communication_time", "allreduce_time",

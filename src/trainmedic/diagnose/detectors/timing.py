@@ -95,10 +95,18 @@ class InputEvent:
     n_all: int
     rise: bool
     """True when the share was low over the run and rose at the onset (a mid-run stall)."""
+    time_share: float | None = None
+    """Total data wait over total step time, when stalls at a few steps make it >= 25% while
+    the median share is lower (the median hides them; the wall time does not)."""
+    stalls: tuple[int, ...] = ()
+    """The steps of those stalls."""
+    stall_max: float = 0.0
+    stall_max_step: int = 0
 
     @property
     def severity(self) -> Severity:
-        return "warning" if self.share >= INPUT_WARN_SHARE else "info"
+        return "warning" if max(self.share, self.time_share or 0.0) >= INPUT_WARN_SHARE \
+            else "info"
 
 
 def input_events(run: Run) -> tuple[list[InputEvent], bool]:
@@ -136,6 +144,10 @@ def input_events(run: Run) -> tuple[list[InputEvent], bool]:
                 ratio = f"data_time_s / (data_time_s + {other.metric})"
         share = np.where(np.isfinite(share), share, 0.0)
         med = median(share)
+        stall = _stall_event(dt.rank, steps, d, o, med, ratio, skip, n_bad, n_all, other.metric)
+        if stall is not None:
+            out.append(stall)
+            continue
         bl = blocks(steps, share, max_blocks=50)
         lv = bl.median
         nb = len(lv)
@@ -189,9 +201,46 @@ def detect_input_bound(run: Run) -> list[Finding] | NotRun:
     return folded_throughputs(run, [_input_finding(e) for e in events])
 
 
+def _stall_event(rank: int | None, steps: np.ndarray, d: np.ndarray, o: np.ndarray, med: float,
+                 ratio: str, skip: int, n_bad: int, n_all: int, metric: str
+                 ) -> InputEvent | None:
+    """Data-loading stalls: the total data wait over the total step time is >= 25% while
+    the median share is under it, and that wait sits in stalls (points waiting >= 10x the
+    lower quartile of the waits and >= 10% of the median step). A loader that cannot keep up
+    every few batches (too few workers for a slow reader) costs wall time that a median does
+    not see."""
+    total = float(np.sum(d + o) if "+" in ratio else np.sum(o))
+    tot = float(np.sum(d)) / total if total > 0 else 0.0
+    if med >= INPUT_WARN_SHARE or tot < INPUT_WARN_SHARE:
+        return None
+    # The usual wait: the lower quartile (stalls at every other logged step make the median
+    # a stall itself).
+    md, mo = float(np.percentile(d, 25)), median(o)
+    hit = (d >= 10.0 * md) & (d >= 0.1 * mo)
+    if not bool(hit.any()) or float(np.sum(d[hit])) < 0.5 * float(np.sum(d)):
+        return None
+    at = tuple(int(x) for x in steps[hit])
+    return InputEvent(rank, at[0], med, None, md, mo, metric, ratio, skip, n_bad, n_all,
+                      rise=False, time_share=tot, stalls=at, stall_max=float(d[hit].max()),
+                      stall_max_step=int(steps[hit][int(np.argmax(d[hit]))]))
+
+
 def _input_finding(e: InputEvent) -> Finding:
     dropped = (f"; {e.n_bad} of {e.n_all} steps with a negative or zero time were dropped"
                if e.n_bad else "")
+    if e.stalls:
+        where = ", ".join(str(x) for x in e.stalls[:5]) + (", ..." if len(e.stalls) > 5 else "")
+        summary = (f"waiting for data took {100 * (e.time_share or 0.0):.0f}% of the logged "
+                   f"step time, in stalls of up to {fmt(e.stall_max)} s at {len(e.stalls)} "
+                   f"step(s) ({where}), while the usual wait is {fmt(e.data_median)} s")
+        note = (f"sum of data_time_s over the sum of the step after the first {e.skip} logged "
+                f"steps; stalls wait >= 10x the lower quartile and >= 10% of the median "
+                f"step{dropped}")
+        return Finding(symptom="input_bound", severity=e.severity, confidence=0.75,
+                       onset_step=e.onset, rank=e.rank, metric="data_time_s", summary=summary,
+                       evidence=(Evidence("data_time_s", e.stall_max_step, e.stall_max,
+                                          e.data_median,
+                                          note=note),))
     if e.rise:
         summary = (f"waiting for data rose at step {e.onset} to {100 * e.share:.0f}% of each "
                    f"step (from {100 * (e.share_before or 0.0):.0f}% before; median data "
