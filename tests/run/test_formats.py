@@ -467,3 +467,21 @@ def test_an_epoch_over_its_total_is_not_a_position(tmp_path):
     run = load_run(str(write(tmp_path / "gan.log", text)))
     steps = run.get("d_loss").steps.tolist() if run.has("d_loss") else []
     assert steps == sorted(steps) and len(set(steps)) == 9
+
+
+YOLO_CUT = "".join(
+    f"     {e}/299     65.1G    0.{40 + e}   0.01516         0    0.0{e}      1869       320: "
+    f"100%|████████| 729/729 [51:52<00:00,  4.27s/it]\n"
+    f"               Class      Images      Labels           P           R      mAP@.5  "
+    f"mAP@.5:.95: 100%|████| 41/41 [00:58<00:00,  1.43s/it]\n"
+    f"                 all       20987      129965       0.848       0.542       0.609   "
+    f"    0.332\n\n"
+    f"     Epoch   gpu_mem       box       obj       cls     total    labels  img_size\n"
+    for e in range(41, 45))
+
+
+def test_an_excerpt_cut_before_its_first_header_keeps_its_first_row(tmp_path):
+    """YOLOv5/v7's console repeats its header over every epoch's row; an issue excerpt that
+    starts at a row is read with the header that follows it."""
+    run = load_run(str(write(tmp_path / "train.log", YOLO_CUT)))
+    assert run.get("loss").steps.tolist() == [41, 42, 43, 44]

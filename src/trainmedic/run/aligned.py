@@ -99,6 +99,9 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
     indexed = False
     fitted = nonempty = 0
     lines = text.splitlines()
+    # Lines above the first header: an excerpt cut inside a table whose header repeats
+    # (Ultralytics' console prints it over every epoch's row) starts with a row.
+    before: list[tuple[int, list[str]]] = []
     for i, line in enumerate(lines):
         no = i + 1
         cells = line.replace("No log", "-").split()  # HF notebooks' table cell
@@ -112,10 +115,14 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
             # line of other words inside the table ("Saving checkpoint") is not a header
             if names is None:  # pandas pads its header by the index's width
                 indexed = line[:1].isspace() and _indexed(lines[i + 1: i + 6], len(cells))
+                early = [(n, r) for n, c in before if (r := _row(c, cells, False))]
+                rows.extend(early)
+                fitted += len(early)
             names = cells
             fitted += 1
             continue
         if names is None:
+            before.append((no, cells))
             continue
         row = _row(cells, names, indexed)
         if row is not None:
