@@ -296,3 +296,37 @@ def test_localization_and_related_are_data_in_the_findings_json() -> None:
     assert folded, "the NaN grad / grad growth of the same incident should be related entries"
     for r in fj["related"]:
         assert r["onset_step"] is not None and isinstance(r["evidence"], list)
+
+
+def _masked_run(mode: str, n: int = 60, nan_at: int = 40) -> Run:
+    """A plain (non-HF) log every 10 steps whose loss went NaN at point ``nan_at`` and that
+    the logger hid: ``previous`` repeats the last finite loss (and grad norm), ``dropped``
+    stops writing the loss while lr and step time go on."""
+    rng = np.random.default_rng(3)
+    s = np.arange(10, 10 * n + 1, 10)
+    loss = 2.0 * np.exp(-s / 200) + 0.3 + 0.02 * rng.standard_normal(n)
+    grad = 1.0 + 0.1 * rng.standard_normal(n)
+    if mode == "previous":
+        loss[nan_at:] = loss[nan_at - 1]
+        grad[nan_at:] = grad[nan_at - 1]
+    run = Run(source="t")
+    keep = s < s[nan_at] if mode == "dropped" else np.ones(n, dtype=bool)
+    run.add("loss", s[keep], loss[keep])
+    run.add("grad_norm", s[keep], grad[keep])
+    run.add("lr", s, np.full(n, 1e-3))
+    run.add("step_time_s", s, 0.1 + 0.01 * rng.random(n))
+    return run
+
+
+@pytest.mark.parametrize("mode", ["previous", "dropped"])
+def test_a_plain_logger_that_hides_a_nan_is_seen(mode: str) -> None:
+    found = [f for f in diagnose(_masked_run(mode)).findings
+             if f.symptom == "nan_masked_in_logs" and f.level >= 1]
+    assert len(found) == 1 and 400 <= (found[0].onset_step or 0) <= 420, found
+
+
+def test_a_loss_logged_less_often_than_the_lr_is_not_dropped() -> None:
+    run = _masked_run("none")
+    s = np.arange(1, 610)
+    run.series[("lr", None)] = type(run.get("lr"))(s, np.full(s.size, 1e-3))
+    assert not [f for f in diagnose(run).findings if f.symptom == "nan_masked_in_logs"]

@@ -295,7 +295,8 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
                     )))
                 continue
         if not hf and len(tr) >= 6:
-            f = _isolated_zeros(tr) or _zeros_to_the_end(run, tr)
+            f = _isolated_zeros(tr) or _zeros_to_the_end(run, tr) or (None if unfiltered else (
+                _repeated_tail(tr, g) or _loss_dropped(run, tr)))
             if f is not None:
                 out.append(f)
                 continue
@@ -314,23 +315,66 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
                 evidence=(Evidence("loss", int(tr.steps[i]), 0.0, float(v[i - 1]),
                                    note="previous logged loss"),)))
             continue
-        same = np.concatenate([[False], v[1:] == v[:-1]])
-        tail = 0
-        while tail < len(v) - 1 and same[len(v) - 1 - tail]:
-            tail += 1
-        distinct_before = np.unique(v[: len(v) - tail - 1]).size
-        i = len(v) - tail - 1
-        if tail >= 3 and distinct_before >= 5 and not _converged_flatline(v, i, tr, g):
-            out.append(Finding(
-                symptom="nan_masked_in_logs", severity="warning", confidence=0.5,
-                onset_step=int(tr.steps[i]), rank=tr.rank, metric="loss",
-                summary=(f"the last {tail + 1} logged losses are all exactly "
-                         f"{fmt(float(v[-1]))} from step {int(tr.steps[i])}: a flatline this "
-                         f"exact suggests NaN losses were filtered from the log"),
-                evidence=(Evidence("loss", int(tr.steps[i]), float(v[-1]), None,
-                                   note=f"{tail + 1} consecutive bit-identical logged values "
-                                        f"after {distinct_before} distinct ones"),)))
+        out.extend(f for f in [_repeated_tail(tr, g) or _loss_dropped(run, tr)] if f)
     return out
+
+
+def _repeated_tail(tr: Trace, g: Trace | None) -> Finding | None:
+    """Any logger: the last >= 4 logged losses are bit-identical after >= 5 distinct ones
+    (unless a converged loss at the logging resolution, or a grad_norm that still varies over
+    those steps, explains it). A per-batch loss does not repeat to the last bit: the logger
+    repeats its last finite value (or filters NaN windows), and the run behind it is NaN."""
+    v = tr.values
+    same = np.concatenate([[False], v[1:] == v[:-1]])
+    tail = 0
+    while tail < len(v) - 1 and same[len(v) - 1 - tail]:
+        tail += 1
+    distinct_before = np.unique(v[: len(v) - tail - 1]).size
+    i = len(v) - tail - 1
+    if tail < 3 or distinct_before < 5 or _converged_flatline(v, i, tr, g):
+        return None
+    return Finding(
+        symptom="nan_masked_in_logs", severity="warning", confidence=0.5,
+        onset_step=int(tr.steps[i]), rank=tr.rank, metric="loss",
+        summary=(f"the last {tail + 1} logged losses are all exactly {fmt(float(v[-1]))} from "
+                 f"step {int(tr.steps[i])}: a per-batch loss does not repeat to the last bit; "
+                 f"the logger likely repeats its last finite value (or filters NaN losses)"),
+        evidence=(Evidence("loss", int(tr.steps[i]), float(v[-1]), None,
+                           note=f"{tail + 1} consecutive bit-identical logged values after "
+                                f"{distinct_before} distinct ones"),))
+
+
+#: Per-step training metrics whose logging going on shows the run went on (not evaluations).
+_GOING_ON = ("lr", "grad_norm", "step_time_s", "samples_per_s", "tokens_per_s", "data_time_s")
+
+
+def _loss_dropped(run: Run, tr: Trace) -> Finding | None:
+    """Any logger: the loss stops being logged while the run's other per-step metrics (lr,
+    grad_norm, step time, throughput) go on for >= 3 more loss intervals and >= 3 of their own
+    points to the end of the log. A loss that turned NaN is dropped by a logger that skips
+    non-finite values (an ``if math.isfinite(loss)`` guard); the run behind it kept going."""
+    if len(tr) < 6:
+        return None
+    last = int(tr.all_steps[-1])
+    interval = float(np.median(np.diff(tr.steps)))
+    for m in _GOING_ON:
+        o = Trace.of(run, m, tr.rank)
+        if o is None or len(o.all_steps) < 6:
+            continue
+        after = o.all_steps[o.all_steps > last]
+        if after.size >= 3 and float(after[-1] - last) >= 3 * interval and \
+                int(o.all_steps[-1]) >= int(run.last_step() or 0):
+            return Finding(
+                symptom="nan_masked_in_logs", severity="warning", confidence=0.5,
+                onset_step=int(after[0]), rank=tr.rank, metric="loss",
+                summary=(f"the loss is no longer logged after step {last}, while {m} is logged "
+                         f"{after.size} more times to step {int(after[-1])}: a logger that "
+                         f"skips non-finite values drops a loss that went NaN"),
+                evidence=(Evidence("loss", last, float(tr.all_values[-1]), None,
+                                   note="the last logged loss"),
+                          Evidence(m, int(after[-1]), None, None,
+                                   note=f"{after.size} points of {m} after the last loss")))
+    return None
 
 
 def _isolated_zeros(tr: Trace) -> Finding | None:
@@ -433,7 +477,9 @@ def _converged_flatline(v: np.ndarray, i: int, tr: Trace, g: Trace | None) -> bo
     if g is None:
         return False
     tail_steps = tr.steps[i:]
-    return bool(np.all(np.isin(tail_steps, g.steps)))
+    at = np.isin(g.steps, tail_steps)
+    # a finite gradient at those steps explains it, unless it repeats its last value as well
+    return bool(np.all(np.isin(tail_steps, g.steps))) and np.unique(g.values[at]).size > 1
 
 
 def _masked_grad_alarm(idx: np.ndarray, bad_g: np.ndarray, g_steps: np.ndarray,
