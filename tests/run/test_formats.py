@@ -485,3 +485,14 @@ def test_an_excerpt_cut_before_its_first_header_keeps_its_first_row(tmp_path):
     starts at a row is read with the header that follows it."""
     run = load_run(str(write(tmp_path / "train.log", YOLO_CUT)))
     assert run.get("loss").steps.tolist() == [41, 42, 43, 44]
+
+
+def test_caffe_test_net_outputs_are_the_validation_side(tmp_path):
+    """Caffe: "Test net output #1: loss = 0.9 (* 1 = 0.9 loss)" is the evaluation's loss (not
+    the training loss), and "(20 iter/s, 5.0s/100 iters)" is 0.05 s per iteration."""
+    path = Path(__file__).resolve().parents[1] / "data" / "logs" / "caffe_test_net.log"
+    run = load_run(str(path))
+    assert run.get("val_loss").values.tolist() == pytest.approx([2.30259, 0.9])
+    assert run.get("val_loss").steps.tolist() == [0, 300]
+    assert run.get("loss").values.tolist() == pytest.approx([2.31, 1.51, 1.01, 0.81])
+    assert run.get("step_time_s").values.tolist() == pytest.approx([0.05] * 4)

@@ -23,7 +23,8 @@ _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\
        r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
 _RATE = r"(?:samples?|imgs?|images?|tokens?|toks?|seqs?|sequences?|it|its|steps?|batches?)" \
         r"\s?/\s?s(?:ec)?(?!\w|\s*[:=])"  # (not a name: "samples/sec: 250.1")
-_TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>\s?(?:ms|s|us)/(?:step|it|iter|batch)\b|"
+_TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>s/\d+ iters?\b|"
+                    r"\s?(?:ms|s|us)/(?:step|it|iter|batch)\b|"
                     r"\s?" + _RATE + r"|\s?(?:ms|us|sec|s)|%|"
                     r"\s?(?:GiB|GB|MiB|MB|KiB|KB|gib|gb|mib|mb|kb)|sec|min|h|[KMG])?(?![\w.])|"
                     r"(?P<word>[A-Za-z_][\w./%-]*(?:@\d+)?)|(?P<open>\()|(?P<close>\))|"
@@ -62,9 +63,18 @@ _TENSOR_REPR = re.compile(r"\btensor\(\s*(" + _NUM + r")\s*(?:,[^()]*)?\)")
 _LOG_PREFIX = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):[\w.]*:")
 
 
+#: Caffe's per-output lines: "Test net output #1: loss = 0.9 (* 1 = 0.9 loss)" is the
+#: evaluation's loss; "Train net output #0: loss = ..." repeats the iteration's loss.
+_CAFFE_OUTPUT = re.compile(r"\b(Test|Train) net output #\d+:\s*([A-Za-z_][\w.-]*)\s*=\s*(\S+)"
+                           r"(?:\s*\(\*[^)]*\))?")
+
+
 def line_pairs(line: str) -> tuple[dict[str, float], bool]:
     """``{key: value}`` of one line cut into pairs, and whether a value had no key."""
     line = _LOG_PREFIX.sub(" ", line)
+    if "net output #" in line:
+        line = _CAFFE_OUTPUT.sub(lambda m: ("val_" if m.group(1) == "Test" else "net_")
+                                 + f"{m.group(2)} = {m.group(3)}", line)
     if ".." in line:  # "Epoch: 1/30... Step: 10... Loss: 2.3012..."
         line = _ELLIPSIS.sub(" | ", line)
     if "tensor(" in line:
@@ -100,7 +110,10 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         last = key.rsplit("_", 1)[-1]
         if key not in STEP_KEYS + EPOCH_KEYS and last in STEP_KEYS + EPOCH_KEYS:
             key = last  # "Training iter 3150", "Training Epoch: 1"
-        if unit.endswith(("/step", "/it", "/iter", "/batch")):
+        if unit.startswith("s/") and unit[2:3].isdigit():
+            # Caffe's "(1.03 iter/s, 19.4s/20 iters)": seconds per that many iterations
+            key, unit, v = "step_time", "s", v / float(unit[2:].split()[0])
+        elif unit.endswith(("/step", "/it", "/iter", "/batch")):
             key, unit = "step_time", unit.split("/")[0]
         elif "/s" in unit:
             # "Speed: 7.41 samples/sec", "12.5 img/s", "3.2 it/s": the unit names the rate
