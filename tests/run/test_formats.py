@@ -496,3 +496,21 @@ def test_caffe_test_net_outputs_are_the_validation_side(tmp_path):
     assert run.get("val_loss").steps.tolist() == [0, 300]
     assert run.get("loss").values.tolist() == pytest.approx([2.31, 1.51, 1.01, 0.81])
     assert run.get("step_time_s").values.tolist() == pytest.approx([0.05] * 4)
+
+
+LLMC_LOG = "".join(
+    f"step {i:4d}/74 | train loss {11 - 0.1 * i:.6f} | norm {15 - 0.1 * i:.4f} | lr 6.00e-04 | "
+    f"({120 + i % 3:.2f} ms | {40000 + i} tok/s)\n" for i in range(1, 12))
+TIMM_LOG = "".join(
+    f"Train: 0 [ {100 * i:4d}/1251 ( {8 * i}%)]  Loss: {6.9 - 0.05 * i:.3f} (6.880)  Time: "
+    f"0.{(i * 37) % 90 + 400}s,  512/s  (0.500s,  512/s)  LR: 1.000e-04  Data: 0.0{i % 9} "
+    f"(0.010)\n" for i in range(1, 12))
+
+
+def test_llmc_norm_is_the_grad_norm_and_timm_data_is_the_data_wait(tmp_path):
+    run = load_run(str(write(tmp_path / "llmc.log", LLMC_LOG)))
+    assert run.get("grad_norm").values[0] == pytest.approx(14.9)
+    assert run.get("step_time_s").values[0] == pytest.approx(0.121)
+    run = load_run(str(write(tmp_path / "timm.log", TIMM_LOG)))
+    assert run.get("data_time_s").values[:2].tolist() == pytest.approx([0.01, 0.02])
+    assert run.get("step_time_s").values[0] == pytest.approx(0.437)

@@ -156,6 +156,8 @@ ALIASES: tuple[Alias, ...] = tuple(
         "torch_examples",
         ("step_time_s", "time", {"requires": ("data",)}),
         ("data_time_s", "data", {"requires": ("time",)}),
+        # timm's train.py: "Time: 0.501s,  512/s  ...  Data: 0.010 (0.010)"
+        ("data_time_s", "data", {"requires": ("time_s",)}),
     )
     # Ultralytics YOLO results.csv: one row per epoch, "lr/pg0..2" (YOLOv8+) or "x/lr0..2"
     # (YOLOv5); the loss is split into components (see DERIVED). Its "time" column is

@@ -90,7 +90,9 @@ WORDS: dict[str, _Word] = {
     **_words("lr", "", "lr", "learning_rate", "learningrate", "current_lr", "lr_0", "base_lr"),
     **_words("grad_norm", "", "grad_norm", "gnorm", "gradient_norm", "grad_norm_total",
              "total_grad_norm", "global_grad_norm", "grad_l2_norm", "grad_total_norm",
-             "grads_norm", "grad_norm_2", "gradnorm", "global_norm", "total_norm"),
+             "grads_norm", "grad_norm_2", "gradnorm", "global_norm", "total_norm",
+             # llm.c / nanoGPT-style "| norm 1.2345 |": the gradient's, before clipping
+             "norm"),
     **_words("loss_scale", "", "loss_scale", "grad_scale", "scaler_scale", "amp_scale",
              "loss_scaler", "scale_factor"),
     **_words("param_norm", "", "param_norm", "params_norm", "parameter_norm", "weight_norm",
