@@ -514,3 +514,22 @@ def test_llmc_norm_is_the_grad_norm_and_timm_data_is_the_data_wait(tmp_path):
     run = load_run(str(write(tmp_path / "timm.log", TIMM_LOG)))
     assert run.get("data_time_s").values[:2].tolist() == pytest.approx([0.01, 0.02])
     assert run.get("step_time_s").values[0] == pytest.approx(0.437)
+
+
+DS_LOG = "".join(
+    f"[2023-06-07 22:16:{i:02d},018] [INFO] [logging.py:96:log_dist] [Rank 0] step={10 * i}, "
+    f"skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]\n"
+    f"[2023-06-07 22:16:{i:02d},018] [INFO] [timer.py:260:stop] epoch=0/micro_step={10 * i}/"
+    f"global_step={10 * i}, RunningAvgSamplesPerSec=12.5, CurrSamplesPerSec={12.4 + 0.02 * i:.3f}"
+    f", MemAllocated=4.5GB, MaxMemAllocated={7.1 + 0.01 * i:.2f}GB\n"
+    f"{{'loss': {2.0 - 0.05 * i:.4f}, 'learning_rate': 0.0001, 'epoch': {0.01 * i:.2f}}}\n"
+    for i in range(1, 12))
+
+
+def test_deepspeed_step_lines_with_hf_loss_dicts_between_them(tmp_path):
+    """The HF Trainer's loss dict holds no step; DeepSpeed's lines around it do, and never a
+    loss: the dict belongs to the last step. DeepSpeed's camelCase names are read."""
+    run = load_run(str(write(tmp_path / "train.log", DS_LOG)))
+    assert run.get("loss").steps.tolist()[:3] == [10, 20, 30]
+    assert run.get("samples_per_s").values[0] == pytest.approx(12.42)
+    assert run.get("mem_peak_mb").values[0] == pytest.approx(7.11 * 1024, rel=0.03)

@@ -45,8 +45,13 @@ _FILLER = frozenset({"and", "the", "an", "is", "was", "are", "were", "has", "hav
                      "with"})
 
 
+#: camelCase word boundaries ("CurrSamplesPerSec" is curr_samples_per_sec, "valLoss"
+#: val_loss): kept apart as the name's words before the case goes.
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
 def _norm_key(words: list[str]) -> str:
-    parts = [w.strip(":=[]").lower() for w in words]
+    parts = [_CAMEL.sub("_", w.strip(":=[]")).lower() for w in words]
     key = "_".join(w for w in parts if w and w not in _FILLER)
     return key.strip("_")
 

@@ -512,6 +512,7 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
     rows: list[tuple[int | None, dict[str, Any]]] = []
     carried = 0
     last_step: Any = None
+    stepped = {k for _, r in reader.rows if step in r for k in r}
     for no, r in reader.rows:
         r = dict(r)
         r.pop("_bar_step" if step != "_bar_step" else "", None)
@@ -526,10 +527,13 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
                 v = next((r.pop(k) for k in STEP_KEYS if k in r), None)
             if v is None:
                 # A validation line after a training line often omits the step
-                # (fairseq's "valid on 'valid' subset"): it belongs to the last step.
+                # (fairseq's "valid on 'valid' subset"), and so does a line of metrics
+                # the stepped lines never hold (the HF Trainer's loss dict between
+                # DeepSpeed's "step=10, skipped=0" lines): it belongs to the last step.
                 # A training line without one (a cut last line) is left out.
-                if last_step is None or not all(
-                        k.startswith(VAL_PREFIXES) for k in r if k not in EPOCH_KEYS):
+                if last_step is None or (not all(
+                        k.startswith(VAL_PREFIXES) for k in r if k not in EPOCH_KEYS)
+                        and not set(r) - stepped - set(EPOCH_KEYS)):
                     continue
                 v = last_step
                 carried += 1

@@ -252,6 +252,11 @@ def _side_of(part: str) -> str:
 _UNIT_ONLY = frozenset({"data", "dataload", "data_load", "dataloader"})
 
 
+#: What a rate carries before its noun: DeepSpeed's "CurrSamplesPerSec" and
+#: "RunningAvgSamplesPerSec" are samples/s (the current and the running-average reading).
+_RATE_PREFIX = re.compile(r"^(?:curr|current|running_avg|avg|mean)_")
+
+
 def _lookup(word: str) -> tuple[_Word | None, int, str, float, bool]:
     """(word entry, rank, unit, factor, invert) for a word that may carry a unit or a rate."""
     m = _PER_X.match(word)
@@ -261,7 +266,7 @@ def _lookup(word: str) -> tuple[_Word | None, int, str, float, bool]:
     m = _RATE.match(word)
     if m:
         what = m.group("what").strip("_")
-        w = WORDS.get(what)
+        w = WORDS.get(what) or WORDS.get(_RATE_PREFIX.sub("", what))
         if w is not None and w.kind in ("rate", "inv"):
             return w, 0, "", 1.0, w.kind == "inv"
         return None, 0, "", 1.0, False
@@ -304,8 +309,21 @@ def _singular(word: str) -> str:
     return word[:-2] if word.endswith("losses") else word
 
 
+#: camelCase / PascalCase word boundaries ("CurrSamplesPerSec", "valLoss", "GPUMem").
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
 def read_name(raw: str) -> NameReading | None:
-    """Read a raw column name as a canonical metric, or None when no rule reads it."""
+    """Read a raw column name as a canonical metric, or None when no rule reads it; a
+    camelCase name no rule reads is read again with its words apart (DeepSpeed's
+    "CurrSamplesPerSec", "MaxMemAllocated"; a script's "valLoss")."""
+    got = _read_name(raw)
+    if got is None and _CAMEL.search(raw.strip()):
+        got = _read_name(_CAMEL.sub("_", raw.strip()))
+    return got
+
+
+def _read_name(raw: str) -> NameReading | None:
     name = _norm(raw)
     parts = [p for p in _SPLIT.split(name) if p]
     # Rates written with a slash ("it/s", "tokens/sec") are one word, not a namespace.
