@@ -295,8 +295,10 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
                     )))
                 continue
         if not hf and len(tr) >= 6:
-            f = _isolated_zeros(tr) or _zeros_to_the_end(run, tr) or (None if unfiltered else (
-                _repeated_tail(tr, g) or _loss_dropped(run, tr)))
+            # (A bit-identical tail is not read as masking here: a full-batch or per-epoch
+            # loss of weights that stopped changing repeats exactly too.)
+            f = _isolated_zeros(tr) or _zeros_to_the_end(run, tr) or (
+                None if unfiltered else _loss_dropped(run, tr))
             if f is not None:
                 out.append(f)
                 continue
@@ -320,10 +322,9 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
 
 
 def _repeated_tail(tr: Trace, g: Trace | None) -> Finding | None:
-    """Any logger: the last >= 4 logged losses are bit-identical after >= 5 distinct ones
-    (unless a converged loss at the logging resolution, or a grad_norm that still varies over
-    those steps, explains it). A per-batch loss does not repeat to the last bit: the logger
-    repeats its last finite value (or filters NaN windows), and the run behind it is NaN."""
+    """HF Trainer: the last >= 4 logged losses are bit-identical after >= 5 distinct ones
+    (unless a converged loss at the logging resolution, or a finite grad_norm at those steps,
+    explains it): the Trainer filtered NaN windows, or repeats its last value."""
     v = tr.values
     same = np.concatenate([[False], v[1:] == v[:-1]])
     tail = 0
@@ -477,9 +478,7 @@ def _converged_flatline(v: np.ndarray, i: int, tr: Trace, g: Trace | None) -> bo
     if g is None:
         return False
     tail_steps = tr.steps[i:]
-    at = np.isin(g.steps, tail_steps)
-    # a finite gradient at those steps explains it, unless it repeats its last value as well
-    return bool(np.all(np.isin(tail_steps, g.steps))) and np.unique(g.values[at]).size > 1
+    return bool(np.all(np.isin(tail_steps, g.steps)))
 
 
 def _masked_grad_alarm(idx: np.ndarray, bad_g: np.ndarray, g_steps: np.ndarray,
