@@ -405,15 +405,6 @@ PIPE_LOG = "".join(
     f"| rss 330.5MB\n" for i in range(1, 13))
 
 
-def test_unit_after_a_space_and_time_per_iteration(tmp_path):
-    """"2.4 ms/it" is a step time and "data 0.1 ms" the data wait, a space before the unit or
-    not; the memory keeps its unit."""
-    run = load_run(str(write(tmp_path / "train.log", PIPE_LOG)))
-    assert run.get("step_time_s").values[:2].tolist() == pytest.approx([0.0021, 0.0022])
-    assert run.get("data_time_s").values[:3].tolist() == pytest.approx([1e-4, 2e-4, 0.0])
-    assert run.get("rss_mb").values[0] == pytest.approx(330.5)
-
-
 MMF_LOG = "".join(
     f"iter: {100 * i} train_loss: {2.9 - 0.01 * i:.4f}  val_loss: 3.4{i} time(s): "
     f"{190 + i}.5 s\n" for i in range(1, 9))
@@ -431,33 +422,15 @@ PADDLE_LOG = "".join(
     f"ips: 3.7425 samples/sec | ETA 00:04:16\n" for i in range(1, 9))
 
 
-def test_paddle_batch_and_reader_cost_are_step_and_data_time(tmp_path):
-    run = load_run(str(write(tmp_path / "train.log", PADDLE_LOG)))
-    assert run.get("step_time_s").values[0] == pytest.approx(0.5301)
-    assert run.get("data_time_s").values[1] == pytest.approx(0.02)
-
-
 IMAGENET_LOG = "".join(
     f"Epoch: [0][{741 + 20 * i:4d}/1424]   Time  1.{187 + i} ( 1.292)    Data  0.00{i} ( 0.048)"
     f"    Loss 5.3948e+00 (6.1603e+00)    Acc@1   4.56 (  1.79)   Acc@5  14.22 (  6.43)\n"
     for i in range(1, 9))
 
 
-def test_pytorch_examples_time_and_data_are_step_and_data_time(tmp_path):
-    """pytorch/examples' ImageNet ProgressMeter prints batch time and data time unitless."""
-    run = load_run(str(write(tmp_path / "train.log", IMAGENET_LOG)))
-    assert run.get("step_time_s").values[0] == pytest.approx(1.188)
-    assert run.get("data_time_s").values[1] == pytest.approx(0.002)
-
-
 OLD_FAIRSEQ = "".join(
     f"| epoch 001  {1000 * i} / 331737 loss={9.6 - 0.4 * i:.2f} (10.94), wps=18515, "
     f"wpb=31259, bsz=861, lr=1.25, clip=100%, gnorm=2.0540\n" for i in range(1, 7))
-
-
-def test_fairseq_before_0_6_counts_updates_without_a_colon(tmp_path):
-    run = load_run(str(write(tmp_path / "train.log", OLD_FAIRSEQ)))
-    assert run.get("loss").steps.tolist() == [1000, 2000, 3000, 4000, 5000, 6000]
 
 
 def test_an_epoch_over_its_total_is_not_a_position(tmp_path):
@@ -507,15 +480,6 @@ TIMM_LOG = "".join(
     f"(0.010)\n" for i in range(1, 12))
 
 
-def test_llmc_norm_is_the_grad_norm_and_timm_data_is_the_data_wait(tmp_path):
-    run = load_run(str(write(tmp_path / "llmc.log", LLMC_LOG)))
-    assert run.get("grad_norm").values[0] == pytest.approx(14.9)
-    assert run.get("step_time_s").values[0] == pytest.approx(0.121)
-    run = load_run(str(write(tmp_path / "timm.log", TIMM_LOG)))
-    assert run.get("data_time_s").values[:2].tolist() == pytest.approx([0.01, 0.02])
-    assert run.get("step_time_s").values[0] == pytest.approx(0.437)
-
-
 DS_LOG = "".join(
     f"[2023-06-07 22:16:{i:02d},018] [INFO] [logging.py:96:log_dist] [Rank 0] step={10 * i}, "
     f"skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]\n"
@@ -533,3 +497,36 @@ def test_deepspeed_step_lines_with_hf_loss_dicts_between_them(tmp_path):
     assert run.get("loss").steps.tolist()[:3] == [10, 20, 30]
     assert run.get("samples_per_s").values[0] == pytest.approx(12.42)
     assert run.get("mem_peak_mb").values[0] == pytest.approx(7.11 * 1024, rel=0.03)
+
+
+#: Console formats read by the line reader: (log text, metric, what is compared, expected).
+#: "steps" compares the metric's steps, else the first values. Each row is one format.
+CONSOLE_CASES = [
+    # "2.4 ms/it" is a step time and "data 0.1 ms" the data wait, a space before the unit
+    (PIPE_LOG, "step_time_s", "values", [0.0021, 0.0022]),
+    (PIPE_LOG, "data_time_s", "values", [1e-4, 2e-4, 0.0]),
+    (PIPE_LOG, "rss_mb", "values", [330.5]),
+    # PaddleSeg / PaddleDetection: batch_cost, reader_cost
+    (PADDLE_LOG, "step_time_s", "values", [0.5301]),
+    (PADDLE_LOG, "data_time_s", "values", [0.01, 0.02]),
+    # pytorch/examples' ImageNet ProgressMeter: unitless "Time" and "Data"
+    (IMAGENET_LOG, "step_time_s", "values", [1.188]),
+    (IMAGENET_LOG, "data_time_s", "values", [0.001, 0.002]),
+    # fairseq before 0.6: "| epoch 001  1000 / 331737 loss=..."
+    (OLD_FAIRSEQ, "loss", "steps", [1000, 2000, 3000, 4000, 5000, 6000]),
+    # llm.c: "| norm 14.9 |" is the grad norm, "(121.00 ms | ... tok/s)" the step time
+    (LLMC_LOG, "grad_norm", "values", [14.9]),
+    (LLMC_LOG, "step_time_s", "values", [0.121]),
+    # timm: "Time: 0.437s ... Data: 0.01 (0.010)"
+    (TIMM_LOG, "data_time_s", "values", [0.01, 0.02]),
+    (TIMM_LOG, "step_time_s", "values", [0.437]),
+]
+
+
+@pytest.mark.parametrize("text,metric,what,expected", CONSOLE_CASES)
+def test_console_formats(tmp_path, text: str, metric: str, what: str, expected: list) -> None:
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    s = run.get(metric)
+    assert s is not None, sorted(m for m, _ in run.series)
+    got = s.steps.tolist() if what == "steps" else s.values[:len(expected)].tolist()
+    assert got == pytest.approx(expected)
