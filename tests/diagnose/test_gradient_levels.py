@@ -216,3 +216,12 @@ def test_the_start_up_search_and_occasional_overflows_are_quiet() -> None:
     assert _loud(startup, "loss_scale_collapse") == []
     occasional = _scale_run([500, 2500, 2600, 4600, 4700], [2048, 4096, 2048, 4096, 2048])
     assert _loud(occasional, "loss_scale_collapse") == []
+
+
+def test_an_overflow_burst_the_scaler_climbs_back_from_is_quiet() -> None:
+    """Four halvings in a row at step 5000 (around a loss spike) from 2^18 to 2^14, then the
+    scaler doubles again every 2000 steps: an episode, not a collapse."""
+    steps = list(range(4998, 5004)) + [7004, 9004, 11004]
+    scales = [2.0 ** 18] * 2 + [2.0 ** 17, 2.0 ** 16, 2.0 ** 15, 2.0 ** 14] + \
+        [2.0 ** 15, 2.0 ** 16, 2.0 ** 17]
+    assert _loud(_scale_run(steps, scales), "loss_scale_collapse") == []

@@ -115,9 +115,11 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
             # line of other words inside the table ("Saving checkpoint") is not a header
             if names is None:  # pandas pads its header by the index's width
                 indexed = line[:1].isspace() and _indexed(lines[i + 1: i + 6], len(cells))
+            elif before:  # the header came again: the rows above its first showing are its
                 early = [(n, r) for n, c in before if (r := _row(c, cells, False))]
-                rows.extend(early)
+                rows[:0] = early
                 fitted += len(early)
+                before = []
             names = cells
             fitted += 1
             continue

@@ -46,8 +46,9 @@ _FILLER = frozenset({"and", "the", "an", "is", "was", "are", "were", "has", "hav
 
 
 #: camelCase word boundaries ("CurrSamplesPerSec" is curr_samples_per_sec, "valLoss"
-#: val_loss): kept apart as the name's words before the case goes.
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+#: val_loss): kept apart as the name's words before the case goes; only before a capital
+#: that starts a word of >= 3 letters ("mIoU", "TFLOPs", "mAP" stay whole).
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z]{2,})|(?<=[A-Z])(?=[A-Z][a-z]{2,})")
 
 
 def _norm_key(words: list[str]) -> str:

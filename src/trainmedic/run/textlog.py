@@ -527,14 +527,15 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
                 v = next((r.pop(k) for k in STEP_KEYS if k in r), None)
             if v is None:
                 # A validation line after a training line often omits the step
-                # (fairseq's "valid on 'valid' subset"), and so does a line of metrics
-                # the stepped lines never hold (the HF Trainer's loss dict between
-                # DeepSpeed's "step=10, skipped=0" lines): it belongs to the last step.
+                # (fairseq's "valid on 'valid' subset"), and so does a loss the stepped
+                # lines never hold (the HF Trainer's loss dict between DeepSpeed's
+                # "step=10, skipped=0" lines): it belongs to the last step.
                 # A training line without one (a cut last line) is left out.
+                new = set(r) - stepped - set(EPOCH_KEYS)
                 if last_step is None or (not all(
-                        k.startswith(VAL_PREFIXES) for k in r if k not in EPOCH_KEYS)
-                        and not set(r) - stepped - set(EPOCH_KEYS)):
-                    continue
+                        k.startswith(VAL_PREFIXES) for k in r if k not in EPOCH_KEYS) and (
+                        not any("loss" in k for k in new) or "train_runtime" in r)):
+                    continue  # (nor the Trainer's end-of-run summary: run averages)
                 v = last_step
                 carried += 1
             last_step = v

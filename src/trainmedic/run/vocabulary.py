@@ -309,8 +309,9 @@ def _singular(word: str) -> str:
     return word[:-2] if word.endswith("losses") else word
 
 
-#: camelCase / PascalCase word boundaries ("CurrSamplesPerSec", "valLoss", "GPUMem").
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+#: camelCase / PascalCase word boundaries ("CurrSamplesPerSec", "valLoss", "GPUMem"), before a
+#: capital that starts a word of >= 3 letters ("mIoU", "TFLOPs", "mAP" stay whole).
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z]{2,})|(?<=[A-Z])(?=[A-Z][a-z]{2,})")
 
 
 def read_name(raw: str) -> NameReading | None:
@@ -344,6 +345,8 @@ def _read_name(raw: str) -> NameReading | None:
     ns = parts[:-1]
     if any(p in _PER_MODULE_NS for p in ns) or any(re.search(r"\.\d", p) for p in ns):
         return None  # "layer/encoder.0/grad_norm": one module's, not the run's
+    if leaf == "norm" and any(p not in ("train", "grad", "grads", "gradient") for p in ns):
+        return None  # "update/norm", "weight/norm": a bare norm is the gradient's only alone
     # "loss/total", "losses/train/total": the total under a loss namespace is the loss
     if ns and leaf in _TOTAL_WORDS and any(p in ("loss", "losses") for p in ns):
         leaf = "loss"

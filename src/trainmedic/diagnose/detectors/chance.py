@@ -216,8 +216,8 @@ def collapsed_to_mean(run: Run, train: Trace) -> ChanceEvent | None:
     regressor at a loss of 0.25 by coincidence still has batch-to-batch noise."""
     n = len(train)
     late = train.values[-max(7, n // 4):]
-    if n < 12 or late.size < 7:
-        return None
+    if n < 12 or late.size < 7 or _per_epoch(run, train):
+        return None  # (an epoch's mean is quiet to under 1% whatever the model does)
     level = median(late)
     if abs(level - MEAN_PREDICTOR_MSE) > MEAN_TOL * MEAN_PREDICTOR_MSE or \
             float(late.max() - late.min()) > MEAN_QUIET_SPREAD * MEAN_PREDICTOR_MSE:
@@ -230,6 +230,18 @@ def collapsed_to_mean(run: Run, train: Trace) -> ChanceEvent | None:
     return ChanceEvent(kind="mean", metric="loss", k=2, landmark=MEAN_PREDICTOR_MSE,
                        level=level, lowest=lowest,
                        onset_step=int(train.steps[min(start, n - 1)]))
+
+
+def _per_epoch(run: Run, tr: Trace) -> bool:
+    """Whether ``tr`` is logged once per epoch: the importer took the epoch for the step, or
+    an ``epoch`` series equals the steps."""
+    if any(n.kind == "step_is_epoch" for n in run.notes):
+        return True
+    ep = Trace.of(run, "epoch", tr.rank) or Trace.of(run, "epoch", None)
+    if ep is None or len(ep) < 2:
+        return False
+    common, i, j = np.intersect1d(ep.steps, tr.steps, return_indices=True)
+    return common.size >= 2 and bool(np.all(ep.values[i] == common))
 
 
 def _floor_classes(tr: Trace, level: float) -> int | None:

@@ -143,8 +143,8 @@ class OverfitEvent:
     """When every evaluation after the best is at least the one before it (>= 3 of them):
     the last one's relative rise over the best; 0.0 otherwise."""
     trend_z: float = 0.0
-    """z-score of a robust (Theil-Sen) line through the evaluations from the best on (>= 7
-    of them; 0.0 with fewer): a rise shown by its trend, whatever the point-to-point noise."""
+    """z-score of a robust (Theil-Sen) line through the evaluations after the best (>= 7 of
+    them; 0.0 with fewer): a rise shown by its trend, whatever the point-to-point noise."""
     segment: int | None = None
     """In a log of several runs appended one after another (the step restarts): which run,
     from 1 (None for an ordinary log)."""

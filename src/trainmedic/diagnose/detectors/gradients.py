@@ -166,12 +166,13 @@ def _short_jump(run: Run, g: Trace) -> Finding | None:
     """grad_norm that jumped >= 10x above every earlier point of a short log (5-9 points) and
     stayed there to its end (+inf counts): warning, info when the loss fell >= 20% over the
     same steps (a model leaving its flat start), as for sustained growth."""
-    v = g.values
+    keep = ~np.isnan(g.all_values)  # +inf stays: an overflowed norm is high
+    v, st = g.all_values[keep], g.all_steps[keep]
     k = jumped_tail(v, GRAD_GROWTH_RATIO)
     if k < 2:
         return None
     before = float(v[:-k].max())
-    onset = int(g.steps[len(v) - k])
+    onset = int(st[len(v) - k])
     learning = loss_fell_since(run, g.rank, onset)
     sev: Severity = "info" if learning is not None and learning >= GROWTH_LEARNING_FALL \
         else "warning"
@@ -179,9 +180,11 @@ def _short_jump(run: Run, g: Trace) -> Finding | None:
     return Finding(
         symptom="exploding_gradients", severity=sev, confidence=0.6, onset_step=onset,
         rank=g.rank, metric="grad_norm",
-        summary=(f"grad_norm jumped {high / before:.3g}x at step {onset} ({fmt(before)} -> "
+        summary=(f"grad_norm jumped "
+                 f"{f'{high / before:.3g}x' if math.isfinite(high) else 'to inf'} at step "
+                 f"{onset} ({fmt(before)} -> "
                  f"{fmt(high)}) and stayed there for the last {k} of {len(v)} logged points"),
-        evidence=(Evidence("grad_norm", int(g.steps[-1]), high, before,
+        evidence=(Evidence("grad_norm", int(st[-1]), high, before,
                            note=f"median of the last {k} points vs the highest before them "
                                 f"(a log of {len(v)} points: judged by its shape)"),))
 
@@ -197,7 +200,7 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
     for g in traces(run, "grad_norm"):
         pos = g.values[g.values > 0]
         if len(g) < 10 or pos.size < 10:
-            short = _short_jump(run, g) if len(g.values) >= SHORT_MIN_POINTS else None
+            short = _short_jump(run, g) if len(g.all_values) >= SHORT_MIN_POINTS else None
             if short is not None:
                 ran = True
                 out.append(short)

@@ -246,6 +246,9 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
         >= 4 logged losses are bit-identical after the loss had varied - unless that value is
         at the logging resolution after losses already < 0.01 (a converged loss rounded to 4
         decimals), or grad_norm is finite at those steps.
+    (c)-(e), any logger: isolated exact zeros, a fall to exactly 0 that stays, and a loss
+        that stops being logged while the run's other per-step metrics go on (see the
+        helpers; not for the watcher's own unfiltered store).
     """
     out: list[Finding] = []
     hf = _filter_known(run)

@@ -47,8 +47,9 @@ def _few_scale_points(ls: Trace) -> Finding | None:
 
 
 #: Overflows on this many consecutive optimizer steps (the scale halved at each) are no
-#: start-up search when they begin after step 100 or from a scale <= 2^10: the gradients
-#: overflow whatever the scale (DeepSpeed stops the run at its minimum scale, 1).
+#: start-up search when they begin after step 100 or from a scale <= 2^10, and they collapse
+#: the scale when it ends <= 2^10 and never climbs back: the gradients overflow whatever the
+#: scale (DeepSpeed stops the run at its minimum scale, 1).
 EVERY_STEP_DROPS = 4
 STARTUP_STEPS = 100
 STARTUP_SCALE = 2.0 ** 10
@@ -56,8 +57,8 @@ STARTUP_SCALE = 2.0 ** 10
 
 def _every_step_overflow(ls: Trace) -> Finding | None:
     """The longest run of loss_scale points on consecutive steps, each half the one before
-    (or less): warning when it holds >= 4 halvings and is no start-up search; error when it
-    ends under 1."""
+    (or less): warning when it holds >= 4 halvings, is no start-up search, ends <= 2^10 and
+    the scale never climbs back above where it ended; error when it ends under 1."""
     v, st = ls.values, ls.steps
     halved = (np.diff(st) == 1) & (v[1:] > 0) & (v[1:] <= 0.5 * v[:-1] * (1 + 1e-9))
     best_a, best_n, a = 0, 0, 0
@@ -70,6 +71,10 @@ def _every_step_overflow(ls: Trace) -> Finding | None:
         return None
     first, last = float(v[best_a]), float(v[best_a + best_n])
     if int(st[best_a]) < STARTUP_STEPS and first > STARTUP_SCALE:
+        return None
+    # A burst a working scaler climbs back from (doubling every growth interval), or one that
+    # ends inside the working range, is an overflow episode, not a collapse.
+    if last > STARTUP_SCALE or float(v[best_a + best_n:].max()) > last:
         return None
     onset = int(st[best_a + 1])
     return Finding(

@@ -41,7 +41,8 @@ def jumped_tail(values: np.ndarray, ratio: float, min_before: int = 3) -> int:
 def short_divergence(tr: Trace) -> Finding | None:
     """A loss log of 5-7 points whose last >= 2 points are each >= 10x every earlier point:
     the run blew up and did not come back (error; onset at the first of them)."""
-    v = tr.values
+    keep = ~np.isnan(tr.all_values)  # +inf stays: a loss that overflowed is high
+    v, st = tr.all_values[keep], tr.all_steps[keep]
     if not SHORT_MIN_POINTS <= len(v) < 8:
         return None
     k = jumped_tail(v, SHORT_RISE_RATIO)
@@ -49,14 +50,14 @@ def short_divergence(tr: Trace) -> Finding | None:
         return None
     before = float(v[:-k].max())
     peak = float(v[-k:].max())
-    onset = int(tr.steps[len(v) - k])
+    onset = int(st[len(v) - k])
     times = f"{peak / before:.3g}x" if math.isfinite(peak) else "to inf"
     return Finding(
         symptom="divergence", severity="error", confidence=0.7, onset_step=onset,
-        end_step=int(tr.steps[-1]), rank=tr.rank, metric=tr.metric,
+        end_step=int(st[-1]), rank=tr.rank, metric=tr.metric,
         summary=(f"{tr.metric} jumped {times} at step {onset} ({fmt(before)} -> {fmt(peak)}) "
                  f"and stayed >= {SHORT_RISE_RATIO:.0f}x above every earlier point for the "
                  f"last {k} of {len(v)} logged points"),
-        evidence=(Evidence(tr.metric, int(tr.steps[-1]), float(v[-1]), before,
+        evidence=(Evidence(tr.metric, int(st[-1]), float(v[-1]), before,
                            note=f"last point vs the highest of the {len(v) - k} before the "
                                 f"jump (a log of {len(v)} points: judged by its shape)"),))
