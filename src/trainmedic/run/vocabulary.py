@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["NameReading", "read_name", "WORDS", "LOSS_WORDS", "VAL_SIDE", "TRAIN_SIDE",
-           "GEN_LOSS", "DISC_LOSS", "CUMULATIVE_TIME", "EPOCH_TIME", "unit_factor",
+           "GEN_LOSS", "DISC_LOSS", "GAN_GEN_HINTS", "GAN_DISC_HINTS", "TOP1_ACC_WORDS",
+           "ACC_WORDS", "CUMULATIVE_TIME", "EPOCH_TIME", "unit_factor",
            "unit_label", "time_unit_of"]
 
 VAL_SIDE = frozenset({"val", "valid", "validation", "eval", "evaluation", "dev"})
@@ -61,6 +62,15 @@ GEN_LOSS = frozenset({"g_loss", "loss_g", "gen_loss", "loss_gen", "generator_los
 DISC_LOSS = frozenset({"d_loss", "loss_d", "disc_loss", "loss_disc", "discriminator_loss",
                        "loss_discriminator", "d_total_loss", "loss_d_total", "errd", "err_d",
                        "lossd", "d_total", "gan_d_loss"})
+
+#: Fragments that mark a GAN's generator / discriminator loss in any metric name (matched as
+#: substrings: "loss_disc", "discriminator", "critic_loss"): their losses rise and fall
+#: against each other, and a discriminator at 50% is at equilibrium, not at chance.
+GAN_GEN_HINTS = ("g_loss", "loss_g", "gen_loss", "loss_gen", "generator")
+GAN_DISC_HINTS = ("d_loss", "loss_d", "disc", "critic")
+#: Words of a top-1 accuracy name (split on non-alphanumerics); ACC_WORDS adds top-5.
+TOP1_ACC_WORDS = frozenset({"acc", "accuracy", "top1", "acc1"})
+ACC_WORDS = TOP1_ACC_WORDS | {"top5", "acc5"}
 
 CUMULATIVE_TIME = frozenset({"time", "elapsed", "elapsed_time", "wall_time", "walltime",
                              "time_elapsed", "total_time", "wall", "train_wall",

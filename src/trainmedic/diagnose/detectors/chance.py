@@ -28,6 +28,7 @@ from trainmedic.diagnose.finding import Evidence, Finding
 from trainmedic.diagnose.stats import blocks, diff_sigma, median, theil_sen_z
 from trainmedic.diagnose.trace import Trace, fmt
 from trainmedic.run.series import Run
+from trainmedic.run.vocabulary import GAN_DISC_HINTS, GAN_GEN_HINTS, TOP1_ACC_WORDS
 
 __all__ = ["ChanceEvent", "chance_finding", "never_beats_chance", "collapsed_to_chance",
            "collapsed_to_mean",
@@ -286,7 +287,6 @@ def double_softmax_floor(tr: Trace, onset: int) -> ChanceEvent | None:
 
 
 #: Name words of a top-1 accuracy (a top-5 accuracy's chance is 5/k, not 1/k).
-_ACC_WORDS = frozenset({"acc", "accuracy", "top1", "acc1"})
 #: A logged accuracy at chance: the median of its second half within this share of 1/k ...
 ACC_CHANCE_TOL = 0.2
 #: ... and no point of its second half more than this share above 1/k.
@@ -299,7 +299,7 @@ ACC_K_TOL = 0.1
 #: predicts one class confidently is above ln k; far above, the loss is not that k's CE).
 ACC_LOSS_MAX = 1.5
 #: Name fragments of a GAN: a discriminator at 50% accuracy is at equilibrium, not broken.
-_GAN_HINTS = ("d_loss", "loss_d", "disc", "critic", "g_loss", "loss_g", "gen_loss")
+_GAN_HINTS = GAN_GEN_HINTS + GAN_DISC_HINTS
 
 
 def _accuracies(run: Run, rank: int | None) -> list[tuple[str, np.ndarray]]:
@@ -308,7 +308,7 @@ def _accuracies(run: Run, rank: int | None) -> list[tuple[str, np.ndarray]]:
     out = []
     for m in run.metrics():
         words = set(re.split(r"[^a-z0-9]+", m.lower()))
-        if not _ACC_WORDS & words or words & {"5", "top5", "acc5"}:
+        if not TOP1_ACC_WORDS & words or words & {"5", "top5", "acc5"}:
             continue  # (top-5: its chance is 5/k)
         t = Trace.of(run, m, rank) or Trace.of(run, m, None)
         if t is None or len(t) < 5:

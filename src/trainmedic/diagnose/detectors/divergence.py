@@ -30,6 +30,7 @@ from trainmedic.diagnose.stats import (
 )
 from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
+from trainmedic.run.vocabulary import ACC_WORDS, GAN_DISC_HINTS, GAN_GEN_HINTS
 
 __all__ = ["DIVERGE_RATIO", "DIVERGE_ERROR_RATIO", "find_creep"]
 
@@ -56,9 +57,6 @@ DIVERGE_TREND_MIN_FRACTION = 0.2
 
 #: Metric-name fragments of a reward/return (RL): a loss may rise while the policy improves.
 _REWARD_HINTS = ("reward", "return", "ep_rew", "episode_rew", "ep_ret")
-#: Generator / discriminator loss names: a GAN's losses rise and fall against each other.
-_GEN_HINTS = ("g_loss", "loss_g", "gen_loss", "loss_gen", "generator")
-_DISC_HINTS = ("d_loss", "loss_d", "disc_loss", "loss_disc", "discriminator", "critic")
 
 
 def _rise_expected(run: Run) -> str:
@@ -67,8 +65,8 @@ def _rise_expected(run: Run) -> str:
     function follows the data the policy now collects), or both generator- and
     discriminator-like losses are logged (a GAN's losses trade off)."""
     names = [m.lower() for m in run.metrics()]
-    if any(h in m for m in names for h in _GEN_HINTS) and \
-            any(h in m for m in names for h in _DISC_HINTS):
+    if any(h in m for m in names for h in GAN_GEN_HINTS) and \
+            any(h in m for m in names for h in GAN_DISC_HINTS):
         return "generator and discriminator losses are logged (a GAN: they trade off)"
     for m in run.metrics():
         if not any(h in m.lower() for h in _REWARD_HINTS) or "loss" in m.lower():
@@ -212,7 +210,6 @@ CE_ABOVE_UNIFORM_NATS = math.log(262144)
 _CE_HINTS = ("ppl", "perplexity")
 #: ... and name words that say the run is a classifier (an accuracy is logged), whose loss is
 #: a cross-entropy in practice (label smoothing and focal loss stay within it).
-_ACC_WORDS = frozenset({"acc", "accuracy", "top1", "top5", "acc1", "acc5"})
 
 
 def _ce_reason(run: Run) -> str | None:
@@ -221,7 +218,7 @@ def _ce_reason(run: Run) -> str | None:
         low = m.lower()
         if any(h in low for h in _CE_HINTS):
             return "a perplexity"
-        if _ACC_WORDS & set(re.split(r"[^a-z0-9]+", low)):
+        if ACC_WORDS & set(re.split(r"[^a-z0-9]+", low)):
             return "an accuracy"
     return None
 
