@@ -214,3 +214,23 @@ def test_a_reader_that_goes_away_is_exit_141_not_findings(tmp_path: Path) -> Non
     err = p.stderr.read().decode()
     assert rc in (0, 141), err
     assert "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_the_command_logs_the_library_s_warnings_as_one_prefixed_line(
+        tmp_path, capsys, monkeypatch) -> None:
+    """The library only calls logging.getLogger(__name__); the command sets a prefixed
+    handler on the ``trainmedic`` loggers (WARNING, or TRAINMEDIC_LOG_LEVEL)."""
+    import logging
+
+    monkeypatch.setenv("TRAINMEDIC_LOG_LEVEL", "info")
+    f = tmp_path / "m.csv"
+    f.write_text("step,loss\n" + "".join(f"{i},{2 - i / 100}\n" for i in range(20)))
+    assert main(["diagnose", str(f)]) == 0
+    log = logging.getLogger("trainmedic")
+    assert log.level == logging.INFO
+    logging.getLogger("trainmedic.run.textlog").info("hello from the library")
+    assert "trainmedic: INFO: hello from the library" in capsys.readouterr().err
+    monkeypatch.setenv("TRAINMEDIC_LOG_LEVEL", "nonsense")
+    assert main(["diagnose", str(f)]) == 0
+    assert log.level == logging.WARNING
+    assert sum(getattr(h, "_trainmedic_cli", False) for h in log.handlers) == 1

@@ -4,11 +4,13 @@ Exit codes (DESIGN.md): 0 ran and nothing at or above ``--fail-on``; 1 findings 
 2 bad usage or unreadable input (a ``UsageError``), with one line on stderr naming the file and
 what was expected; 3 any other error (a run that failed, or a bug: one line too);
 141 when the reader of stdout went away (``trainmedic diagnose ... | head``).
-Set ``TRAINMEDIC_DEBUG=1`` to see the traceback of an error.
+Set ``TRAINMEDIC_DEBUG=1`` to see the traceback of an error (and debug log lines);
+``TRAINMEDIC_LOG_LEVEL=INFO`` (or DEBUG, WARNING, ERROR) sets what the library logs to stderr.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -56,9 +58,35 @@ def _register() -> None:
 _register()
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of the record (a test runner or a
+    caller may swap it after the handler was made)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def _configure_logging(debug: bool) -> None:
+    """The library logs through ``logging.getLogger(__name__)`` and never configures it; the
+    command does, for the ``trainmedic`` loggers only: one prefixed line per record on stderr,
+    at WARNING unless ``TRAINMEDIC_LOG_LEVEL`` (or ``TRAINMEDIC_DEBUG``) says otherwise."""
+    log = logging.getLogger("trainmedic")
+    if not any(getattr(h, "_trainmedic_cli", False) for h in log.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("trainmedic: %(levelname)s: %(message)s"))
+        handler._trainmedic_cli = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+        log.propagate = False
+    wanted = os.environ.get("TRAINMEDIC_LOG_LEVEL", "DEBUG" if debug else "WARNING").upper()
+    level = logging.getLevelName(wanted)
+    log.setLevel(level if isinstance(level, int) else logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the CLI and turn errors into one line and an exit code."""
     debug = os.environ.get("TRAINMEDIC_DEBUG", "") not in ("", "0")
+    _configure_logging(debug)
     try:
         # With standalone_mode=False click returns a command's Exit code instead of exiting.
         rc = cli.main(args=argv, prog_name="trainmedic", standalone_mode=False)
