@@ -16,6 +16,7 @@ from typing import Any
 
 from trainmedic.run.counters import EPOCH_KEYS
 from trainmedic.run.table import cell_float
+from trainmedic.run.vocabulary import split_camel
 
 __all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "STEP_KEYS", "VAL_PREFIXES"]
 
@@ -45,14 +46,9 @@ _FILLER = frozenset({"and", "the", "an", "is", "was", "are", "were", "has", "hav
                      "with"})
 
 
-#: camelCase word boundaries ("CurrSamplesPerSec" is curr_samples_per_sec, "valLoss"
-#: val_loss): kept apart as the name's words before the case goes; only before a capital
-#: that starts a word of >= 3 letters ("mIoU", "TFLOPs", "mAP" stay whole).
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z]{2,})|(?<=[A-Z])(?=[A-Z][a-z]{2,})")
-
-
 def _norm_key(words: list[str]) -> str:
-    parts = [_CAMEL.sub("_", w.strip(":=[]")).lower() for w in words]
+    # camelCase words kept apart before the case goes ("CurrSamplesPerSec", "valLoss")
+    parts = [split_camel(w.strip(":=[]")).lower() for w in words]
     key = "_".join(w for w in parts if w and w not in _FILLER)
     return key.strip("_")
 

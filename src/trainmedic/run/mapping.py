@@ -58,15 +58,18 @@ _FIRST_GRAD = re.compile(r"(?:.*/)?(?:grad(?:ient)?(?:_norm)?[_/]first(?:_layer)
 FIRST_LAYER = "first_layer"
 
 
-def _model_stat(raw: str) -> str | None:
+def _per_layer_name(raw: str) -> tuple[str, str] | None:
+    """(per-layer name, how it was read) of a whole-model activation stat or a first layer's
+    grad norm; None for any other column."""
     if raw.lower().startswith("layer/"):
         return None
     if _FIRST_GRAD.fullmatch(raw):
-        return f"layer/{FIRST_LAYER}/grad_norm"
+        return f"layer/{FIRST_LAYER}/grad_norm", "per-layer (the first layer's grad norm)"
     m = _MODEL_STAT.fullmatch(raw)
     if m is None:
         return None
-    return "layer/model/" + ("dead_frac" if m.group("dead") else "saturated_frac")
+    return ("layer/model/" + ("dead_frac" if m.group("dead") else "saturated_frac"),
+            "per-layer (the whole model's units)")
 
 
 def table_to_run(table: LogTable, mapping: dict[str, str] | None = None) -> Run:
@@ -85,9 +88,10 @@ def table_to_run(table: LogTable, mapping: dict[str, str] | None = None) -> Run:
             # stands for the module, as trainmedic.watch's per-layer stats do
             name = f"layer/{pm.group('module')}/grad_norm"
             records[raw] = entry(table.path, raw, name, "per-layer (the module's weight)")
-        elif name is None and (ms := _model_stat(raw)) is not None and ms not in targets:
-            name = ms
-            records[raw] = entry(table.path, raw, name, "per-layer (the whole model's units)")
+        elif name is None and (pl := _per_layer_name(raw)) is not None and \
+                pl[0] not in targets:
+            name = pl[0]
+            records[raw] = entry(table.path, raw, name, pl[1])
         elif name is None:
             # An unmapped column whose raw name is a canonical name taken by another source
             # (the user mapped "loss" elsewhere) stays, as "raw/<name>".

@@ -9,8 +9,6 @@ import re
 
 __all__ = ["rank_lines"]
 
-#: Lines of several ranks in one file: torchrun's ``[rank1]:`` and ``[default1]:`` prefixes
-#: (``--tee``, ``--log-line-prefix-template``), srun -l's ``1: ``.
 _RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)\s*(?P<a>\d+)\]:?|(?P<b>\d{1,4}):\s)")
 
 

@@ -197,8 +197,10 @@ class _Reader:
             of = int(bar.group("of"))
             self.bars[of] = int(bar.group("pos"))
             self.bar_draws[of] = self.bar_draws.get(of, 0) + 1
-            raw = raw[:bar.start()] + " | " + raw[bar.end():] + bar_step_time(bar)
-            if not _TOKEN_WORDS.search(raw[:len(raw) - len(bar_step_time(bar))]):
+            raw = raw[:bar.start()] + " | " + raw[bar.end():]
+            words = _TOKEN_WORDS.search(raw)
+            raw += bar_step_time(bar)
+            if not words:
                 self.recognized += 1
                 return
         d = dict_in_line(raw)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 __all__ = ["NameReading", "read_name", "WORDS", "LOSS_WORDS", "VAL_SIDE", "TRAIN_SIDE",
            "GEN_LOSS", "DISC_LOSS", "GAN_GEN_HINTS", "GAN_DISC_HINTS", "TOP1_ACC_WORDS",
-           "ACC_WORDS", "CUMULATIVE_TIME", "EPOCH_TIME", "unit_factor",
+           "ACC_WORDS", "split_camel", "CUMULATIVE_TIME", "EPOCH_TIME", "unit_factor",
            "unit_label", "time_unit_of"]
 
 VAL_SIDE = frozenset({"val", "valid", "validation", "eval", "evaluation", "dev"})
@@ -324,13 +324,19 @@ def _singular(word: str) -> str:
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z]{2,})|(?<=[A-Z])(?=[A-Z][a-z]{2,})")
 
 
+def split_camel(word: str) -> str:
+    """``word`` with "_" between its camelCase words ("CurrSamplesPerSec" ->
+    "Curr_Samples_Per_Sec"); unchanged when it has none."""
+    return _CAMEL.sub("_", word)
+
+
 def read_name(raw: str) -> NameReading | None:
     """Read a raw column name as a canonical metric, or None when no rule reads it; a
     camelCase name no rule reads is read again with its words apart (DeepSpeed's
     "CurrSamplesPerSec", "MaxMemAllocated"; a script's "valLoss")."""
     got = _read_name(raw)
-    if got is None and _CAMEL.search(raw.strip()):
-        got = _read_name(_CAMEL.sub("_", raw.strip()))
+    if got is None and (split := split_camel(raw.strip())) != raw.strip():
+        got = _read_name(split)
     return got
 
 

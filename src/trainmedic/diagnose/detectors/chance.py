@@ -28,7 +28,7 @@ from trainmedic.diagnose.finding import Evidence, Finding
 from trainmedic.diagnose.stats import blocks, diff_sigma, median, theil_sen_z
 from trainmedic.diagnose.trace import Trace, fmt
 from trainmedic.run.series import Run
-from trainmedic.run.vocabulary import GAN_DISC_HINTS, GAN_GEN_HINTS, TOP1_ACC_WORDS
+from trainmedic.run.vocabulary import ACC_WORDS, GAN_DISC_HINTS, GAN_GEN_HINTS, TOP1_ACC_WORDS
 
 __all__ = ["ChanceEvent", "chance_finding", "never_beats_chance", "collapsed_to_chance",
            "collapsed_to_mean",
@@ -286,7 +286,6 @@ def double_softmax_floor(tr: Trace, onset: int) -> ChanceEvent | None:
 
 
 
-#: Name words of a top-1 accuracy (a top-5 accuracy's chance is 5/k, not 1/k).
 #: A logged accuracy at chance: the median of its second half within this share of 1/k ...
 ACC_CHANCE_TOL = 0.2
 #: ... and no point of its second half more than this share above 1/k.
@@ -308,8 +307,8 @@ def _accuracies(run: Run, rank: int | None) -> list[tuple[str, np.ndarray]]:
     out = []
     for m in run.metrics():
         words = set(re.split(r"[^a-z0-9]+", m.lower()))
-        if not TOP1_ACC_WORDS & words or words & {"5", "top5", "acc5"}:
-            continue  # (top-5: its chance is 5/k)
+        if not TOP1_ACC_WORDS & words or words & (ACC_WORDS - TOP1_ACC_WORDS | {"5"}):
+            continue  # (top-5: its chance is 5/k, not 1/k)
         t = Trace.of(run, m, rank) or Trace.of(run, m, None)
         if t is None or len(t) < 5:
             continue

@@ -208,8 +208,6 @@ def _creep_finding(run: Run, tr: Trace, lv: np.ndarray, bl_first: np.ndarray, c:
 CE_ABOVE_UNIFORM_NATS = math.log(262144)
 #: Metric-name fragments that say the loss is a cross-entropy (its exp is a perplexity) ...
 _CE_HINTS = ("ppl", "perplexity")
-#: ... and name words that say the run is a classifier (an accuracy is logged), whose loss is
-#: a cross-entropy in practice (label smoothing and focal loss stay within it).
 
 
 def _ce_reason(run: Run) -> str | None:
@@ -218,6 +216,8 @@ def _ce_reason(run: Run) -> str | None:
         low = m.lower()
         if any(h in low for h in _CE_HINTS):
             return "a perplexity"
+        # an accuracy says the run is a classifier, whose loss is a cross-entropy in practice
+        # (label smoothing and focal loss stay within it)
         if ACC_WORDS & set(re.split(r"[^a-z0-9]+", low)):
             return "an accuracy"
     return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.short_log import SHORT_MIN_POINTS
 from trainmedic.diagnose.detectors.timing import _THIN, warmup_skip
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
@@ -352,9 +353,8 @@ def detect_step_time_outliers(run: Run) -> list[Finding] | NotRun:
     return [_outlier_finding(e) for e in events if e.reported]
 
 
-#: A log too short for the rule above (5-11 timed points, an issue excerpt) ...
-SHORT_MIN_POINTS = 5
-#: ... shows a stall when a point is >= this many times the median of all (the rule above uses
+#: A log too short for the rule above (SHORT_MIN_POINTS-11 timed points, an issue excerpt)
+#: shows a stall when a point is >= this many times the median of all (the rule above uses
 #: 2x on short per-epoch series too) ...
 SHORT_RATIO = 2.0
 #: ... while the rest agree with each other (their max within this factor of their min).

@@ -381,11 +381,11 @@ def detect_straggler(run: Run) -> list[Finding] | NotRun:
     steps, more often than chance (binomial tail <= 1% with each rank slowest at 1/R).
     A rank that *becomes* slow (over the same thresholds in >= 80% of the blocks of a
     stretch covering >= 20% of the run, after being slow in <= 20% of the blocks before it)
-    is reported with that onset. Warning at >= 20%. step_time_s is used only when neither is
-    logged, with a 5 ms floor and lower confidence. A rank whose forward is slower only by
-    about another rank's extra data wait is waiting for it in a collective inside the forward
-    (DDP ``broadcast_buffers``, FSDP all-gathers): that rank is not reported, the data
-    straggler is.
+    is reported with that onset. Warning at >= 20%. step_time_s is used only when neither
+    names a rank (or neither is logged), with a 5 ms floor and lower confidence. A rank
+    whose forward is slower only by about another rank's extra data wait is waiting for it in
+    a collective inside the forward (DDP ``broadcast_buffers``, FSDP all-gathers): that rank
+    is not reported, the data straggler is.
 
     A single-process run has nothing to compare: no finding and no "check not run". A
     multi-rank run without per-rank timings is a check not run."""

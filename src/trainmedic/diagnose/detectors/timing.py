@@ -225,10 +225,10 @@ def _stall_event(rank: int | None, steps: np.ndarray, d: np.ndarray, o: np.ndarr
     gap = np.diff(steps, append=steps[-1] + (np.median(np.diff(steps)) if steps.size > 1
                                              else 1)).astype(np.float64)
     w = np.where(hit, 1.0, np.maximum(gap, 1.0))
-    rest_d, rest_o = median(d[~hit]) if (~hit).any() else 0.0, median(whole[~hit]) if (
-        ~hit).any() else 0.0
-    wd = float(np.sum(d * w) + np.sum((gap[hit] - 1).clip(0)) * rest_d)
-    wo = float(np.sum(whole * w) + np.sum((gap[hit] - 1).clip(0)) * rest_o)
+    # (>= a quarter of the points wait no more than the lower quartile: never all stalls)
+    filled = float(np.sum((gap[hit] - 1).clip(0)))  # steps a stall's window holds besides it
+    wd = float(np.sum(d * w)) + filled * median(d[~hit])
+    wo = float(np.sum(whole * w)) + filled * median(whole[~hit])
     total = float(np.sum(whole))
     tot = min(float(np.sum(d)) / total if total > 0 else 0.0, wd / wo if wo > 0 else 0.0)
     if tot < INPUT_WARN_SHARE:
