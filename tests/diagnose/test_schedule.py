@@ -181,3 +181,47 @@ def test_a_resume_to_an_older_checkpoint_before_a_step_decay_is_not_a_reset() ->
     run.add("lr", steps, lr)
     run.add("loss", steps, loss)
     assert not [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
+
+
+def _zero_lr_run(steps: np.ndarray, lr: np.ndarray, loss: np.ndarray) -> Run:
+    run = Run(source="t")
+    run.add("lr", steps, lr)
+    run.add("loss", steps, loss)
+    return run
+
+
+def _schedule_findings(run: Run):
+    return [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
+
+
+def test_an_lr_of_zero_in_a_log_that_starts_mid_run_is_an_anomaly_even_when_short() -> None:
+    # Seven points from step 5310, lr printed 0.00000000, the loss noisy and not falling.
+    steps = np.arange(5310, 5317)
+    loss = np.array([16.03, 15.38, 17.14, 16.35, 12.68, 15.48, 16.02])
+    f = _schedule_findings(_zero_lr_run(steps, np.zeros(7), loss))
+    assert len(f) == 1 and f[0].severity == "warning" and f[0].onset_step == 5310
+    assert "exactly 0" in f[0].summary
+    assert any(c.checked_against_data and "all 7 lr values" in c.note for c in f[0].causes)
+
+
+def test_an_lr_that_reaches_zero_and_stays_there_for_the_rest_of_the_run() -> None:
+    # A linear decay whose total steps (600) are shorter than the run (1000): 40% at lr 0.
+    steps = np.arange(0, 1000, 10)
+    lr = np.maximum(0.0, 1e-3 * (1 - steps / 600))
+    rng = np.random.default_rng(3)
+    loss = np.where(steps < 600, 3.0 - 2.0 * steps / 600, 1.0) + rng.normal(0, 0.02, steps.size)
+    f = _schedule_findings(_zero_lr_run(steps, lr, loss))
+    assert len(f) == 1 and f[0].onset_step == 600 and "39% of the run" in f[0].summary
+
+
+@pytest.mark.parametrize("case", ["falling_loss", "zero_at_last_point", "zero_from_start"])
+def test_a_zero_lr_that_costs_nothing_or_is_a_setting_is_not_a_schedule_anomaly(case) -> None:
+    steps = np.arange(5310, 5330)
+    lr, loss = np.zeros(20), np.linspace(3.0, 1.0, 20)  # printed rounded: the loss still fell
+    if case == "zero_at_last_point":  # a linear decay ending at 0 on the last step
+        steps = np.arange(0, 200, 10)
+        lr, loss = np.linspace(1e-3, 0.0, 20), np.full(20, 2.0)
+    if case == "zero_from_start":  # lr 0 from step 5: flat_loss's cause, not a schedule
+        steps = np.arange(5, 105, 5)
+        loss = np.full(20, 3.74) + np.random.default_rng(0).normal(0, 0.01, 20)
+    assert _schedule_findings(_zero_lr_run(steps, lr, loss)) == []

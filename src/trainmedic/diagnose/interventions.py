@@ -164,6 +164,14 @@ INTERVENTIONS: dict[str, InterventionRule] = {
                "called after backward() and zero_grad() before it",
         displaced_cost="minutes; no change to the run",
         verify="update_ratio (|update| / |param|) ~1e-3 per step and param_norm changes"),
+    "fix_zero_lr": InterventionRule(
+        action="print optimizer.param_groups[0]['lr'] after the first scheduler.step(); make "
+               "the schedule's total steps >= the run's optimizer steps and its warm-up factor "
+               "> 0 at step 0; on resume, load the scheduler's state_dict with the optimizer's",
+        displaced_cost="minutes; the steps run at lr 0 since step {onset} trained nothing and "
+                       "must be rerun",
+        verify="the logged lr is > 0 at every step until the schedule's planned end",
+        changes_semantics=True),
     "raise_lr": InterventionRule(
         action="run a short LR range test and raise the learning rate (e.g. 1e-4..1e-3 for "
                "AdamW on transformers)",

@@ -139,6 +139,17 @@ def _lr_zero(f: Finding, run: Run) -> tuple[Verdict, str]:
     return "contradicts", f"lr is non-zero (max {fmt(float(lr.values.max()))})"
 
 
+def _lr_zero_from_onset(f: Finding, run: Run) -> tuple[Verdict, str]:
+    lr = _need(run, "lr", f.rank)
+    tail = lr.values[lr.steps >= (f.onset_step or 0)]
+    if tail.size and bool(np.all(tail == 0)):
+        return "supports", f"all {tail.size} lr values logged from step {f.onset_step} are 0"
+    if not tail.size:
+        return "contradicts", "no lr logged after the onset"
+    return "contradicts", f"lr is non-zero after step {f.onset_step} " \
+                          f"(max {fmt(float(tail.max()))})"
+
+
 def _lr_tiny(f: Finding, run: Run) -> tuple[Verdict, str]:
     lr = _need(run, "lr", f.rank)
     peak = float(np.abs(lr.values).max())
@@ -410,6 +421,7 @@ CHECKS: dict[str, CheckFn] = {
     "lr_rising_at_end": _lr_rising_at_end,
     "lr_collapsed": _lr_collapsed,
     "lr_zero": _lr_zero,
+    "lr_zero_from_onset": _lr_zero_from_onset,
     "lr_tiny": _lr_tiny,
     "lr_annealed": _lr_annealed,
     "lr_not_decayed": _lr_not_decayed,

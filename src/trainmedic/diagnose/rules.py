@@ -126,6 +126,9 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
         CauseRule(cause="a warm-up given in the wrong unit, or longer than the run, so the lr "
                         "never stops rising", likelihood="high", metric="lr",
                   check="lr_rising_at_end", interventions=("end_warmup",)),
+        CauseRule(cause="the lr is 0: an lr factor of 0 (LambdaLR or warm-up), a schedule "
+                        "shorter than the run, or the lr lost at a resume", likelihood="high",
+                  metric="lr", check="lr_zero_from_onset", interventions=("fix_zero_lr",)),
     ),
     "plateau": (
         CauseRule(cause="the learning-rate schedule has annealed: the plateau is the end of "

@@ -22,7 +22,7 @@ import numpy as np
 
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
-from trainmedic.diagnose.stats import log_if_positive, median
+from trainmedic.diagnose.stats import log_if_positive, median, theil_sen_z
 from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
 
@@ -266,6 +266,66 @@ def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
                                            f"{ev.onset_step}")))
 
 
+#: An lr of exactly 0 over at least this many logged points ...
+ZERO_LR_MIN_POINTS = 3
+#: ... and, when the lr was above 0 before, over at least this share of the run's steps.
+ZERO_LR_MIN_FRACTION = 0.1
+
+
+def _zero_lr(run: Run, rank: int | None) -> Finding | None:
+    """The lr was logged as exactly 0 at every point from some step to the end (all of a log
+    that starts mid-run, or >= 10% of it after a positive lr) while the loss kept being
+    logged: the optimizer multiplies every update by 0, so those steps cost compute and change
+    nothing (a LambdaLR or warm-up factor of 0, a schedule whose total steps are shorter than
+    the run, an lr lost at a resume). Short logs count: three points at 0 are enough. A loss
+    that still fell significantly over that stretch means the lr was only printed rounded to
+    0 (e.g. "%.4f" of 5e-5), so that is not reported. Warning."""
+    tr = Trace.of(run, "lr", rank)
+    if tr is None or len(tr) < ZERO_LR_MIN_POINTS or bool(np.any(tr.values < 0)):
+        return None
+    k = _suffix_start(tr.values == 0)
+    n_zero = len(tr) - k
+    first, last = int(tr.steps[0]), int(tr.steps[-1])
+    start = int(tr.steps[k]) if k < len(tr) else last
+    if n_zero < ZERO_LR_MIN_POINTS or \
+            (k > 0 and (last - start) < ZERO_LR_MIN_FRACTION * max(1, last - first)):
+        return None
+    if k == 0 and first <= 10 * tr.interval:
+        # An lr of 0 from the run's first steps is a setting, not a schedule: the flat loss
+        # it causes is flat_loss's finding (its cause "learning rate is 0" checks the lr). A
+        # log that starts mid-run (an excerpt from step 5310) got there by the schedule.
+        return None
+    loss = Trace.of(run, "loss", rank) or Trace.of(run, "loss", None)
+    if loss is None:
+        return None
+    a, b = np.searchsorted(loss.steps, [start, last + 1])
+    lv = loss.values[a:b]
+    if lv.shape[0] < ZERO_LR_MIN_POINTS:
+        return None  # no training logged over the stretch
+    _, z = theil_sen_z(lv)
+    if z <= -3.0:
+        return None  # the loss still fell: the lr was printed rounded, not 0
+    head = median(lv[: max(1, lv.shape[0] // 2)])
+    tail = median(lv[-max(1, lv.shape[0] // 2):])
+    change = (tail - head) / abs(head) if head else 0.0
+    where = (f"at all {n_zero} logged points (steps {start}-{last})" if k == 0 else
+             f"from step {start} to the last logged step {last} ({n_zero} points, "
+             f"{100 * (last - start) / max(1, last - first):.0f}% of the run; it was "
+             f"{fmt(float(tr.values[k - 1]))} at step {int(tr.steps[k - 1])})")
+    return Finding(
+        symptom="lr_schedule_anomaly", severity="warning", confidence=0.8,
+        onset_step=start, end_step=last, rank=rank, metric="lr",
+        summary=(f"the lr was exactly 0 {where} while the loss was still computed (it moved "
+                 f"{100 * change:+.1f}% over that stretch): every update is multiplied by 0, "
+                 f"so these steps change nothing (an lr factor of 0 from a LambdaLR or warm-up, "
+                 f"a schedule shorter than the run, or an lr lost at a resume)"),
+        evidence=(Evidence("lr", start, 0.0, None,
+                           note=f"lr = 0 at each of the {n_zero} logged points from here"),
+                  Evidence("loss", last, float(tail), float(head),
+                           note="loss median over the second half of the zero-lr stretch vs "
+                                "the first half")))
+
+
 #: At a resume, an lr this many times the lr logged just before the step went back ...
 RESET_RATIO = 10.0
 
@@ -316,14 +376,18 @@ def detect_lr_schedule_anomaly(run: Run) -> list[Finding] | NotRun:
     (warning when the loss improved < 5% over the last 40% of the run; info when it still
     fell, or when the log is known to end before the run's planned end)."""
     out: list[Finding] = [f for r in run.ranks() if (f := _reset_at_resume(run, r))]
+    zeros = [f for r in run.ranks() if (f := _zero_lr(run, r))]
     trs = traces(run, "lr", min_points=10)
     if not trs:
-        return out or NotRun("needs at least 10 lr points")
+        return out + zeros or NotRun("needs at least 10 lr points")
     seen_ranks: set[int | None] = set()
     for tr in trs:
         if tr.rank in seen_ranks:
             continue
         seen_ranks.add(tr.rank)
         partial = unfinished(run, int(tr.steps[-1]))
-        out.extend(_finding(ev, tr, partial) for ev in schedule_events(run, tr))
+        events = schedule_events(run, tr)
+        out.extend(_finding(ev, tr, partial) for ev in events)
+        if not any(ev.kind == "collapse" for ev in events):
+            out.extend(f for f in zeros if f.rank == tr.rank)
     return out
