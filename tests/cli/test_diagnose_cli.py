@@ -181,6 +181,17 @@ def test_no_recognised_loss_is_never_green(tmp_path: Path,
     assert "No problems found" in capsys.readouterr().out
 
 
+def test_a_timing_only_log_is_not_judged_and_no_timing_column_is_offered_as_the_loss(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text("step,data_time,step_time,lr\n" + "".join(
+        f"{s},{19.6 if s == 4 else 0.0001},0.66,0.001\n" for s in range(1, 8)))
+    assert main(["diagnose", str(f)]) == 2
+    cap = capsys.readouterr()
+    assert "--map loss=COLUMN" in cap.err and "loss='data_time'" not in cap.err
+    assert "input_bound" in cap.out  # the timing was still judged
+
+
 def test_map_to_an_unknown_canonical_name_is_refused_listing_the_known_ones(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = write_csv(tmp_path / "metrics.csv", healthy_rows(), header="step,my_objective")

@@ -152,7 +152,7 @@ def test_every_symptom_is_documented() -> None:
         assert f"`{code}`" in doc, code
 
 
-def test_hf_nan_filter_is_the_root_over_nonfinite_grad() -> None:
+def _hf_nan_filter_run(nan_loss_at: int | None = None) -> tuple[Run, np.ndarray]:
     run = Run("hf")
     run.meta["framework"] = "hf_trainer"
     steps = np.arange(1, 201) * 50
@@ -160,15 +160,29 @@ def test_hf_nan_filter_is_the_root_over_nonfinite_grad() -> None:
     g = np.full(200, 1.5)
     g[150:] = np.nan
     loss[150:] = loss[149]  # the filtered average stays put
+    if nan_loss_at is not None:
+        loss[nan_loss_at] = np.nan
     run.add("loss", steps, loss)
     run.add("grad_norm", steps, g)
+    return run, steps
+
+
+def test_hf_nan_filter_and_the_measured_nan_gradient_are_both_reported() -> None:
+    # The masked loss is inferred; the NaN grad norm is measured: two findings.
+    run, steps = _hf_nan_filter_run()
     d = diagnose(run)
     roots = [f for f in d.findings if f.symptom in ("nan_masked_in_logs", "nonfinite_grad")]
-    assert [f.symptom for f in roots] == ["nan_masked_in_logs"]
-    f = roots[0]
-    assert f.severity == "error" and f.onset_step == int(steps[150])
-    assert any("nonfinite_grad" in e.note for e in f.evidence)
+    assert sorted(f.symptom for f in roots) == ["nan_masked_in_logs", "nonfinite_grad"]
+    assert all(f.onset_step == int(steps[150]) for f in roots)
+    f = next(f for f in roots if f.symptom == "nan_masked_in_logs")
+    assert f.severity == "error"
     assert "logging_nan_inf_filter=False" in f.interventions[0].action
+
+
+def test_a_nan_gradient_folds_into_the_incident_when_the_log_shows_a_nan_loss() -> None:
+    run, _ = _hf_nan_filter_run(nan_loss_at=160)
+    d = diagnose(run)
+    assert "nonfinite_grad" not in {f.symptom for f in d.findings}
 
 
 def test_no_curve_shape_findings_on_nan_masked_losses() -> None:

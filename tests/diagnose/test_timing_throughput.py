@@ -228,3 +228,25 @@ def test_a_worker_start_up_stall_at_each_logged_epoch_start_is_no_input_stall() 
     run.add("data_time_s", steps, data)
     run.add("step_time_s", steps, 0.05 + data)
     assert not [e for e in input_events(run)[0] if e.severity == "warning"]
+
+
+def test_step_times_twice_their_running_average_are_a_slowdown() -> None:
+    # pytorch/examples' AverageMeter: "Time 7.259 (3.692)" at iterations 85-91 of an epoch.
+    def run_of(cur: list[float], avg: list[float]) -> Run:
+        run = Run(source="t")
+        steps = np.arange(85, 85 + len(cur))
+        run.add("step_time_s", steps, np.asarray(cur))
+        run.add("time_avg", steps, np.asarray(avg))
+        run.meta["mapping"] = [{"file": "t", "column": "time", "canonical": "step_time_s",
+                                "how": "alias"}]
+        return run
+
+    cur = [7.259, 7.593, 7.179, 7.576, 7.820, 7.744, 7.555]
+    avg = [3.692, 3.737, 3.776, 3.818, 3.863, 3.905, 3.945]
+    f = [x for x in diagnose(run_of(cur, avg)).findings
+         if x.symptom == "throughput_regression"]
+    assert len(f) == 1 and f[0].severity == "warning" and f[0].onset_step == 85
+    # start-up: a slow first step keeps the average above the current steps
+    slow_start = [x for x in diagnose(run_of([0.5] * 7, [3.0, 2.6, 2.3, 2.0, 1.8, 1.6, 1.5]))
+                  .findings if x.symptom == "throughput_regression"]
+    assert slow_start == []

@@ -170,3 +170,14 @@ def test_hand_written_step_counter_names():
     for name in ("n_iter", "global_iter", "train_step", "updates"):
         assert find_step_column(["loss", name, "lr"]) == name
     assert find_step_column(["step", "n_iter", "loss"]) == "step"
+
+
+@pytest.mark.parametrize(("columns", "loss"), [
+    (["multi_logistic_loss", "epoch", "time"], "multi_logistic_loss"),  # MXNet's metric name
+    (["focal_loss", "speed"], "focal_loss"),
+    (["box_loss", "obj_loss", "cls_loss"], None),  # terms of the objective: none is it
+    (["valid_loss", "best_loss", "valid_length_loss"], None),  # a running best is not it
+    (["test_loss", "acc"], None),
+])
+def test_the_only_column_named_as_a_loss_is_the_loss(columns, loss):
+    assert resolve_names(columns).aliases.get("loss") == loss

@@ -324,7 +324,9 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
             lead = 3 * w if (f.symptom == "exploding_gradients" and f.end_step is None
                              and any(g.symptom == "divergence" for g in (root, *folded))) \
                 else w
-            if _own_phase(root, f, w):
+            if _own_phase(root, f, w, any(
+                    g.symptom == "nonfinite_loss" and _same_rank(g, f)
+                    and not is_eval_metric(g.metric or "loss") for g in findings)):
                 continue
             if lo <= rhi + w and hi >= rlo - lead:
                 folded.append(f)
@@ -338,14 +340,22 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
     return out
 
 
-def _own_phase(root: Finding, f: Finding, w: int) -> bool:
+def _own_phase(root: Finding, f: Finding, w: int, nan_loss_seen: bool = False) -> bool:
     """A real divergence (warning or worse) that began at least an incident window before the
     first non-finite loss is a phase of its own (the loss visibly climbed for a while before
     it broke): both are reported, each at its own onset, instead of the climb folded into the
     NaN. (Public logs are labelled the NaN; injected lr faults the divergence.) So is an
     exploding_gradients finding (warning or worse) that began before the NaN: the explosion
-    has its own fix (clipping), the NaN is its consequence."""
+    has its own fix (clipping), the NaN is its consequence. A NaN gradient norm beside a
+    loss the logger masked is not folded either, unless the log shows a non-finite training
+    loss (``nan_loss_seen``): then the NaN is seen directly, and the gradient's is part of it."""
     pair = {root.symptom, f.symptom}
+    if pair == {"nan_masked_in_logs", "nonfinite_grad"}:
+        # Two readings of two metrics: the loss's NaN hidden by the logger is inferred, the
+        # grad norm's NaN measured - the one direct sight of the NaN, unless the log shows a
+        # non-finite training loss too. Then both are reported (public logs are labelled the
+        # NaN gradient, injected logger filters the masked loss).
+        return not nan_loss_seen
     if pair == {"nonfinite_loss", "exploding_gradients"}:
         nan, ex = (root, f) if root.symptom == "nonfinite_loss" else (f, root)
         return (not is_eval_metric(nan.metric or "loss")

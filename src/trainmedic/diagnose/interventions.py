@@ -153,6 +153,14 @@ INTERVENTIONS: dict[str, InterventionRule] = {
         displaced_cost="more data-loading CPU time per step",
         verify="validation loss keeps falling past step {best}",
         changes_semantics=True),
+    "balance_classes": InterventionRule(
+        action="weight the loss by inverse class frequency (CrossEntropyLoss(weight=...), "
+               "Keras class_weight) or resample with WeightedRandomSampler; judge the model by "
+               "per-class recall or balanced accuracy, not accuracy",
+        displaced_cost="none in time; the decision threshold moves, so the run restarts",
+        verify="the validation accuracy leaves the majority share and the minority classes' "
+               "recall rises above 0",
+        changes_semantics=True),
     "check_labels": InterventionRule(
         action="check that labels line up with inputs: overfit one small batch "
                "(loss should reach ~0 in a few hundred steps)",

@@ -23,6 +23,7 @@ from trainmedic.diagnose.finding import Cause, Finding, Intervention, Likelihood
 from trainmedic.diagnose.localization import finding_event, localized_kind, module_label
 from trainmedic.diagnose.rules import (
     CAUSES,
+    FROZEN_PREDICTION_CAUSES,
     INFO_INTERVENTIONS,
     INTERVENTIONS,
     LOCALIZED_CAUSES,
@@ -525,6 +526,8 @@ def _rules(finding: Finding, run: Run) -> tuple[CauseRule, ...]:
         if kind is not None:
             return LOCALIZED_CAUSES[kind]
     rules = CAUSES.get(finding.symptom, ())
+    if finding.symptom == "plateau" and finding.metric not in (None, "loss", "val_loss"):
+        return FROZEN_PREDICTION_CAUSES  # frozen predictions, not a loss that levelled off
     if finding.symptom == "nonfinite_loss" and is_eval_metric(finding.metric or "loss"):
         # A non-finite evaluation is computed by the eval: the training-side causes (an lr
         # too high, a training loss that rose into the NaN) do not apply to it.

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from trainmedic.diagnose.finding import Likelihood
 from trainmedic.diagnose.interventions import INFO_INTERVENTIONS, INTERVENTIONS, InterventionRule
 
-__all__ = ["CauseRule", "InterventionRule", "CAUSES", "INTERVENTIONS", "INFO_INTERVENTIONS",
-           "LOCALIZED_CAUSES", "LOCALIZED_SYMPTOMS"]
+__all__ = ["CauseRule", "InterventionRule", "CAUSES", "FROZEN_PREDICTION_CAUSES", "INTERVENTIONS",
+           "INFO_INTERVENTIONS", "LOCALIZED_CAUSES", "LOCALIZED_SYMPTOMS"]
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -345,6 +345,20 @@ _ROSE = CauseRule(cause="the loss diverged before it overflowed (the step before
 #: (``diagnose.localization.localized_kind``), replacing CAUSES[symptom]: the guard's replay
 #: is the data check ("nan_guard_localized"), and only the logged-metric causes that can
 #: explain that kind of break stay. Action strings may also use {module}.
+#: Causes of a plateau seen as frozen predictions (detectors/majority.py: a validation accuracy
+#: that repeats one value while the validation loss moves), instead of the loss plateau's.
+FROZEN_PREDICTION_CAUSES: tuple[CauseRule, ...] = (
+    CauseRule(cause="the model predicts the majority class for every input: the classes are "
+                    "imbalanced and the loss does not weight them", likelihood="high",
+              to_check="compare the accuracy with the share of the largest class in the "
+                       "validation set", interventions=("balance_classes",)),
+    CauseRule(cause="labels misaligned with the inputs: only the class prior can be learned",
+              likelihood="medium", to_check="overfit one batch to check",
+              interventions=("check_labels",)),
+    CauseRule(cause="learning rate too low to leave the prior", likelihood="low",
+              to_check="log lr and try a 3-10x larger one", interventions=("raise_lr",)),
+)
+
 LOCALIZED_CAUSES: dict[str, tuple[CauseRule, ...]] = {
     "forward": (
         CauseRule(cause="an overflow in the forward of the module the NaN guard named: "

@@ -254,13 +254,22 @@ def _canonical_first(metrics: list[str]) -> list[str]:
     return sorted(metrics, key=lambda m: rank.get(m, len(rank)))  # stable: the rest keep order
 
 
+#: Canonical metrics a column read by name cannot be the training loss under.
+_NOT_A_LOSS = frozenset({
+    "step_time_s", "data_time_s", "compute_time_s", "comm_time_s", "gc_time_s", "lr",
+    "grad_norm", "loss_scale", "param_norm", "update_ratio", "tokens_per_s", "samples_per_s",
+    "mem_alloc_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb", "epoch"})
+
+
 def loss_candidates(diagnosis: Diagnosis, limit: int = 3) -> list[str]:
     """Columns that could be the training loss, best first: names holding a loss word, then
-    any other column that was read (not the step)."""
+    any other column that was read (not the step, and not one already read as a metric that
+    cannot be a loss: a step time, an lr, a memory reading)."""
     cols = [m["column"] for m in diagnosis.mapping if not str(m.get("how", "")).startswith(
-        ("step", "row index"))]
-    if not cols:
-        cols = [m for m in diagnosis.metrics_seen if m not in ("epoch", "step")]
+        ("step", "row index")) and m.get("canonical") not in _NOT_A_LOSS]
+    if not diagnosis.mapping:
+        cols = [m for m in diagnosis.metrics_seen if m not in ("epoch", "step")
+                and m not in _NOT_A_LOSS]
     words = ("loss", "nll", "mse", "objective", "cost", "err")
     lossy = [c for c in cols if any(w in c.lower() for w in words)
              and not c.lower().startswith(("val", "eval", "test", "valid"))]

@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 __all__ = ["guess_names"]
 
 
+#: A name starting with one of these is an evaluation's or a running record ("best_loss",
+#: fairseq's best validation loss so far), never the training loss.
+_NOT_TRAIN = ("val", "valid", "eval", "test", "dev", "best", "min", "lowest", "target")
+
+
 def _leaf(key: str) -> str:
     return key.replace(".", "/").split("/")[-1].replace(" ", "_").replace("-", "_")
 
@@ -148,4 +153,14 @@ def _train_loss(res: NameResolution, readings: list[tuple[str, str, NameReading]
         res.families[name] = "vocabulary"
         res.how[name] = f"namespace (model {g})"
         first = False
+    if first and "loss" not in res.aliases:
+        # One column named "<something>_loss" and no other loss at all (MXNet's
+        # "MultiLogisticLoss", a script's "focal_loss"): the objective, whatever its name.
+        # Several ("box_loss", "obj_loss", "loss_cls") are terms of it: none is taken.
+        lossy = [(k, raw) for k, raw in free.items() if raw not in res.aliases.values()
+                 and "loss" in _leaf(k) and not _leaf(k).startswith(_NOT_TRAIN)]
+        if len(lossy) == 1 and _leaf(lossy[0][0]).endswith("loss"):
+            res.aliases["loss"] = lossy[0][1]
+            res.families["loss"] = "vocabulary"
+            res.how["loss"] = "the only column named as a loss"
 

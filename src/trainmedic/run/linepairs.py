@@ -16,7 +16,7 @@ from typing import Any
 
 from trainmedic.run.counters import EPOCH_KEYS
 from trainmedic.run.table import cell_float
-from trainmedic.run.vocabulary import split_camel
+from trainmedic.run.vocabulary import split_camel, translate_cjk
 
 __all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "STEP_KEYS", "VAL_PREFIXES"]
 
@@ -71,9 +71,13 @@ _CAFFE_OUTPUT = re.compile(r"\b(Test|Train) net output #\d+:\s*([A-Za-z_][\w.-]*
                            r"(?:\s*\(\*[^)]*\))?")
 
 
+#: A path to a source file in a warning or traceback ("functional.py:718", "TensorImpl.h:1156").
+_SOURCE_FILE = re.compile(r"\w\.(?:py|pyx|h|hpp|c|cc|cpp|cu|cuh)$")
+
+
 def line_pairs(line: str) -> tuple[dict[str, float], bool]:
     """``{key: value}`` of one line cut into pairs, and whether a value had no key."""
-    line = _LOG_PREFIX.sub(" ", line)
+    line = _LOG_PREFIX.sub(" ", translate_cjk(line))
     if "net output #" in line:
         line = _CAFFE_OUTPUT.sub(lambda m: ("val_" if m.group(1) == "Test" else "net_")
                                  + f"{m.group(2)} = {m.group(3)}", line)
@@ -88,15 +92,25 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
     last_key = ""
     in_paren = False
     orphan = False
+    after_value = False  # the token before was a named value
+    avg_slot = False  # inside "(...)" right after a named value: its running average
     for m in _TOKEN.finditer(line):
+        if not m.group("open"):
+            after_value = False
         if m.group("word"):
-            words.append(m.group("word"))
+            if not _SOURCE_FILE.search(m.group("word")):
+                words.append(m.group("word"))
+            else:  # "/usr/lib/python3.8/.../functional.py:718: UserWarning": not a name
+                words = []
+                in_paren = True  # its line number is not a value without a name either
             continue
         if m.group("open"):
             in_paren = True
+            avg_slot = after_value and not words
+            after_value = False
             continue
         if m.group("close"):
-            in_paren = False
+            in_paren = avg_slot = False
             words = []
             continue
         if m.group("sep"):
@@ -136,6 +150,9 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
                 key = "step_time"
             elif in_paren and unit == "%" and last_key:
                 key = last_key
+            elif avg_slot and not unit and last_key:
+                # AverageMeter's "Time 7.259 (3.692)": the value, then its running average
+                key = f"{last_key}_avg"
             elif unit in ("s", "ms", "min") and not out:
                 key = "line_time"  # Keras "67s - loss: ...": the time of the epoch
             else:
@@ -148,6 +165,7 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
             out[key] = v
         last_key = key.rsplit("_", 1)[0] if unit else key
         words = []
+        after_value, avg_slot = not in_paren, False
     return out, orphan
 
 

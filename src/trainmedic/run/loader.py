@@ -21,11 +21,12 @@ from typing import Any
 
 from trainmedic.errors import InputError, UnreadableInputError, UnrecognizedInputError
 from trainmedic.run import names as names_mod
+from trainmedic.run.detection import WHAT_WE_READ, detect_format, names_look_like_log
 from trainmedic.run.mapping import table_to_run
 from trainmedic.run.merge import drop_superseded_hf_states, merge_into, repeats
 from trainmedic.run.rank_column import split_by_rank_column
 from trainmedic.run.series import ImportNote, Run
-from trainmedic.run.table import UTF16_BOMS, LogTable
+from trainmedic.run.table import LogTable
 
 __all__ = ["load_paths", "detect_format", "rank_of", "table_to_run", "read_file",
            "MAX_DEPTH", "MAX_FILES"]
@@ -37,9 +38,6 @@ MAX_DEPTH = 6
 MAX_FILES = 5000
 """Files looked at in one folder tree before the walk stops (with a note)."""
 
-_SNIFF_BYTES = 65536
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_GZIP_MAGIC = b"\x1f\x8b"
 # Never logs, and often huge: skipped without opening.
 _SKIP_SUFFIXES = frozenset({
     ".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".pkl", ".pickle", ".npy", ".npz",
@@ -49,6 +47,8 @@ _SKIP_SUFFIXES = frozenset({
     ".py", ".sh", ".c", ".cc", ".cpp", ".h", ".js", ".ts", ".css", ".toml", ".ini", ".cfg",
     ".ipynb", ".rst", ".tex", ".pdf",
 })
+#: Skipped suffixes that can still hold a console log saved under a log's name.
+_TEXT_SUFFIXES = frozenset({".py", ".md", ".rst", ".sh"})
 #: Files in a folder that hold a run's last values, not its history: read as rows they would
 #: add a point at another step's numbering (W&B's summary at its _step beside a history read
 #: at HF's global step made a spike and a resume that never happened).
@@ -58,10 +58,6 @@ _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?!\d)", re.IGNORECASE)
 # Keras' TensorBoard callback writes train/ and validation/ sub-folders with the same tags.
 _ATTEMPT_RE = re.compile(r"attempt_\d+")
 _SPLIT_DIRS = frozenset({"train", "training", "validation", "val", "eval", "evaluation", "test"})
-
-WHAT_WE_READ = ("CSV logs with a header row, JSON Lines, HF trainer_state.json, Keras "
-                "history JSON, TensorBoard event files, MLflow file stores, training console "
-                "logs, trainmedic run stores (SQLite)")
 
 
 def rank_of(path: Path, root: Path | None = None) -> int | None:
@@ -94,124 +90,6 @@ class _Found:
     """Named on the command line (an error in it is the user's error, not a skip)."""
 
 
-def detect_format(path: Path) -> str | None:
-    """``csv``, ``jsonl``, ``json``, ``tensorboard``, ``store``, or None (not a log we read).
-
-    Reads at most the first 64 KiB. Raises UnreadableInputError when the file cannot be opened.
-    """
-    try:
-        with path.open("rb") as f:
-            head = f.read(_SNIFF_BYTES)
-    except OSError as exc:
-        raise UnreadableInputError(str(path), f"cannot open the file ({exc.strerror}); expected "
-                                   f"a readable log ({WHAT_WE_READ})") from exc
-    if head.startswith(_SQLITE_MAGIC):
-        return "store"
-    if "tfevents" in path.name:
-        return "tensorboard"
-    if len(head) >= 12:
-        from trainmedic.run.tbevents import looks_like_tfrecord
-
-        if looks_like_tfrecord(head):
-            return "tensorboard"
-    if head.startswith(UTF16_BOMS):
-        # UTF-16 text (PowerShell's redirect): only a console log is read that way
-        text16 = head[:len(head) // 2 * 2].decode("utf-16", errors="ignore")
-        return "text" if text16.strip() and _is_text_log(text16) else None
-    if head.startswith(_GZIP_MAGIC) or b"\x00" in head:
-        return None
-    text_head = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
-    stripped = text_head.lstrip()
-    if not stripped:
-        return "empty"
-    try:
-        text = stripped.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.start >= len(stripped) - 4:  # a character cut at the 64 KiB boundary
-            text = stripped[:exc.start].decode("utf-8")
-        else:  # a Latin-1 CSV can still be a log; random bytes fail the printable test below
-            text = stripped.decode("latin-1")
-            first_line = text.split("\n", 1)[0]
-            if any(d in first_line for d in (",", "\t", ";")) and _printable(text[:4096]):
-                return "csv"
-            return None
-    if text[0] in "{[":
-        first = text.split("\n", 1)[0].strip()
-        try:
-            obj = json.loads(first)
-        except ValueError as exc:
-            if str(exc).startswith("Extra data") and _is_text_log(text):
-                # "[1,  2000] loss: 2.187" (PyTorch's CIFAR-10 tutorial): a whole bracketed
-                # value and then words is a console line; no JSON document starts like that
-                return "text"
-            # "[rank0]:[titan] ..." or printed dicts "{'loss': 0.5}" are console logs; a
-            # pretty-printed JSON document ("{", '{"a": ...', "[{") is JSON
-            # ("[2024-01-01 10:00:00] iteration 100/ ..." - Megatron, DeepSpeed, OpenNMT - is
-            # a console line: a JSON array's first element is a whole number before , or ])
-            jsonish = first in ("{", "[") or first[:2] in ('{"', '["', "[{", "[[") or \
-                bool(_JSON_NUMBER_ARRAY.match(first))
-            return "text" if not jsonish and _is_text_log(text) else "json"
-        if isinstance(obj, dict) and "log_history" not in obj and not any(
-                isinstance(v, list) and len(v) > 1 for v in obj.values()) and not any(
-                isinstance(v, dict) and isinstance(v.get("values"), list)
-                for v in obj.values()):
-            return "jsonl"
-        return "json"
-    # the first line that is not a "# note" comment (a CSV's preamble)
-    first_line = next((ln for ln in text.split("\n", 64) if not ln.lstrip().startswith("#")),
-                      "")
-    if any(d in first_line for d in (",", "\t", ";")) and _printable(text[:4096]):
-        # "2019-12-31 00:21:04,166 - INFO - Epoch [1][50/100] lr: ..." has a comma too; a
-        # header of column names cannot be such a line, and skips the line reader's sniff.
-        if _header_like(first_line):
-            return "csv"
-        return "text" if _is_text_log(text) else "csv"
-    if _printable(text[:4096]) and _is_text_log(
-            text, whole=text_head.decode("utf-8", errors="ignore")):
-        return "text"
-    from trainmedic.run.aligned import bare_numbers
-
-    if bare_numbers(text) and _names_look_like_log([path.stem]):
-        return "text"  # "loss.txt": one number per line, named by the file
-    return None
-
-
-_JSON_NUMBER_ARRAY = re.compile(r"\[\s*-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\s*(?:,|\]|$)")
-_NOT_A_NAME = re.compile(r"^\s*[-+.\d]|[:=]\s*[-+]?\.?\d|\S\s+[-+]?\.?\d")
-
-
-def _header_like(first_line: str) -> bool:
-    """Whether a delimited first line reads as column names: no cell starts with a number
-    and none holds ``name: 1.5``, ``name=1.5`` or ``name 1.5`` (a console line that happens
-    to hold a delimiter)."""
-    delim = next(d for d in (",", "\t", ";") if d in first_line)
-    cells = first_line.rstrip("\r").split(delim)
-    return all(c.strip() and not _NOT_A_NAME.search(c) for c in cells)
-
-
-def _is_text_log(text: str, whole: str | None = None) -> bool:
-    """Whether ``text`` (the sniffed head, leading blanks stripped) reads as a console log;
-    ``whole`` is the same head with its leading blanks, for the aligned-table check (an
-    indented header is pandas' index)."""
-    from trainmedic.run.aligned import aligned_rows, is_single_column
-    from trainmedic.run.textlog import MIN_SHARE, recognized_share
-
-    if is_single_column(text) or recognized_share(text) >= MIN_SHARE:
-        return True
-    # A table of space-aligned columns is a log when its names say so (step, loss, ...): a
-    # whitespace-separated dataset ("x y" over numbers) is not.
-    rows = aligned_rows(whole if whole is not None else text, limit=400)
-    return rows is not None and _names_look_like_log(list(dict.fromkeys(
-        k for _, r in rows[:50] for k in r)))
-
-
-def _printable(text: str) -> bool:
-    # ESC (colours: ANSI sequences) and backspace (Keras' progress bar redrawing itself) are
-    # what terminals print; the line reader drops them
-    bad = sum(1 for ch in text if ord(ch) < 32 and ch not in "\r\n\t\x1b\b")
-    return bad == 0
-
-
 def _csv_header_is_log(path: Path) -> bool:
     """Inside a folder, a CSV is read only when its header names a step or a known metric
     (a predictions.csv or a dataset next to the logs is not a training log)."""
@@ -230,7 +108,7 @@ def _csv_header_is_log(path: Path) -> bool:
     if d is None:
         return False
     cols = split_header(line, d)
-    return _names_look_like_log(cols)
+    return names_look_like_log(cols)
 
 
 def _jsonl_first_row_is_log(path: Path) -> bool:
@@ -246,7 +124,7 @@ def _jsonl_first_row_is_log(path: Path) -> bool:
         return False
     # The first line may be a header record (mmdetection's env_info): look at a second too.
     keys = list(flatten(obj)) if isinstance(obj, dict) else []
-    if not _names_look_like_log(keys):
+    if not names_look_like_log(keys):
         with path.open("rb") as f:
             f.readline(1 << 20)
             second = f.readline(1 << 20)
@@ -255,14 +133,7 @@ def _jsonl_first_row_is_log(path: Path) -> bool:
         except ValueError:
             return False
         keys = list(flatten(obj2)) if isinstance(obj2, dict) else []
-    return _names_look_like_log(keys)
-
-
-def _names_look_like_log(cols: list[str]) -> bool:
-    if names_mod.find_step_column(cols) is not None:
-        return True
-    res = names_mod.resolve_names(cols)
-    return bool(res.aliases or res.derived)
+    return names_look_like_log(keys)
 
 
 def read_file(path: Path, fmt: str | None = None,
@@ -389,8 +260,11 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
     mlruns = find_mlflow_runs(root, MAX_DEPTH)
     for d in mlruns:
         found.append(_Found(d, "mlflow", rank_of(d, root)))
+    misnamed: list[Path] = []
     for p, _depth in _walk(root, frozenset(mlruns)):
         if p.suffix.lower() in _SKIP_SUFFIXES and "tfevents" not in p.name:
+            if p.suffix.lower() in _TEXT_SUFFIXES and "log" in p.stem.lower():
+                misnamed.append(p)
             continue
         if p.name in _SUMMARY_FILES:
             summaries.append(str(p.relative_to(root)))
@@ -420,6 +294,13 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
         if fmt == "tensorboard" and p.parent != root and p.parent.name.lower() in _SPLIT_DIRS:
             prefix = p.parent.name
         found.append(_Found(p, fmt, rank_of(p, root), prefix))
+    if not found:
+        found = [_Found(p, "text", rank_of(p, root)) for p in misnamed if _log_not_code(p)]
+        if found:
+            notes.append(ImportNote("misnamed_log", "no log file under its usual names; read "
+                                    f"{', '.join(str(f.path.relative_to(root)) for f in found)}"
+                                    " by its content (named like a log, not valid source code)",
+                                    path=str(root)))
     if summaries:
         notes.append(ImportNote("skipped_file", "run summaries (each metric's last value, not "
                                 f"a history) were not read: {', '.join(summaries[:5])}",
@@ -433,6 +314,26 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
         notes.append(ImportNote("unreadable_file", f"could not open: {', '.join(unreadable[:5])}",
                                 path=str(root)))
     return found
+
+
+def _log_not_code(p: Path) -> bool:
+    """A file with a source or document suffix but a log's name ("training_log.py", a console
+    log saved from an editor) that holds a console log, not code: it does not parse as Python
+    and reads as a text log."""
+    try:
+        if p.stat().st_size > 50_000_000 or detect_format(p) != "text":
+            return False
+        if p.suffix.lower() == ".py":
+            import ast
+
+            try:
+                ast.parse(p.read_text(encoding="utf-8", errors="replace"))
+                return False
+            except (SyntaxError, ValueError):
+                return True
+        return True
+    except (OSError, UnreadableInputError):
+        return False
 
 
 def _check_mapping(mapping: dict[str, str], tables: list[LogTable], runs: list[Run]) -> None:
@@ -513,7 +414,7 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
         elif isinstance(got, list):
             tables.extend(got)
         elif got.format in ("json_rows", "json_history") and not f.explicit and \
-                not _names_look_like_log(
+                not names_look_like_log(
                 list(got.columns) + ([got.step_column] if got.step_column else [])):
             # A JSON document of numbers found in a folder (a config, a results table) is a
             # log only if it names a step or a metric.

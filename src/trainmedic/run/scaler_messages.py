@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["scale_message", "with_scale_rows"]
+__all__ = ["scale_message", "scale_rows_alone", "with_scale_rows"]
 
 _MESSAGE = re.compile(
     r"(?:overflow.*?(?:loss scale to|reducing to)|dynamic loss scale from \S+ to)\s*:?\s*"
@@ -58,3 +58,11 @@ def with_scale_rows(rows: list[tuple[int | None, dict[str, Any]]], step_name: st
     added: list[tuple[int | None, dict[str, Any]]] = [
         (no, {step_name: step, "loss_scale": v}) for step, (no, v) in at.items()]
     return sorted(rows + added, key=lambda nr: nr[0] if nr[0] is not None else -1), len(added)
+
+
+def scale_rows_alone(messages: list[tuple[int, float, int | None]]
+                     ) -> list[tuple[int | None, dict[str, Any]]]:
+    """Rows for a log of overflow messages and nothing else (an excerpt of apex's or
+    DeepSpeed's "reducing loss scale to ..." lines): each message is one skipped step,
+    numbered in order from 0."""
+    return [(no, {"step": i, "loss_scale": v}) for i, (no, v, _) in enumerate(messages)]

@@ -55,7 +55,7 @@ from trainmedic.run.counters import (
 )
 from trainmedic.run.linepairs import STEP_KEYS, VAL_PREFIXES, dict_in_line, sectioned_pairs
 from trainmedic.run.rank_prefix import rank_lines
-from trainmedic.run.scaler_messages import scale_message, with_scale_rows
+from trainmedic.run.scaler_messages import scale_message, scale_rows_alone, with_scale_rows
 from trainmedic.run.series import Series
 from trainmedic.run.table import LogTable, cell_float
 
@@ -415,15 +415,20 @@ def _scan(text: str | list[tuple[int, str]], limit: int | None = None) -> _Reade
     epoch_positions(reader.rows)
     if not reader.rows and len(reader.stepless) >= 3:
         # "Loss: 2.30" printed once per step with no counter: the lines are the steps, when
-        # a loss key repeats on them (a config dump names its keys once).
+        # a loss key repeats on them (a config dump names its keys once). A log of known
+        # metrics alone, two or more and nothing else repeated ("load_data_time: 0.0001,
+        # train_step_time: 0.665"), counts too: its timing is judged, and the report says no
+        # loss was recognised (a tqdm bar's "4.27s/it" beside a table's cells does not).
         from trainmedic.run.names import resolve_names
 
         counts: dict[str, int] = {}
         for _, r in reader.stepless:
             for k in r:
                 counts[k] = counts.get(k, 0) + 1
-        res = resolve_names([k for k, c in counts.items() if c >= 3])
-        if "loss" in res.aliases or "val_loss" in res.aliases:
+        repeated = [k for k, c in counts.items() if c >= 3]
+        res = resolve_names(repeated)
+        if "loss" in res.aliases or "val_loss" in res.aliases or (
+                len(res.aliases) >= 2 and len(res.aliases) == len(repeated)):
             reader.rows = reader.stepless
             reader.recognized += len(reader.stepless)
             reader.stepless = []
@@ -506,6 +511,11 @@ def read_text_log(path: Path, text: str | None = None) -> LogTable:
 def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
     from trainmedic.run.jsonlog import rows_to_table
 
+    if len(reader.rows) < 1 and len(reader.scales) >= 2:  # overflow messages alone
+        table.note("loss_scale_from_messages", f"{len(reader.scales)} overflow messages of the "
+                   "fp16 loss scaler and no metric lines: each message is one skipped step, "
+                   "numbered in order from 0")
+        return rows_to_table(table, scale_rows_alone(reader.scales))
     if len(reader.rows) < 1:
         raise UnrecognizedInputError(str(path), "is text, but no line reads as a training "
                                      "log line; expected lines such as 'step 100: loss 2.31' "

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["NameReading", "read_name", "WORDS", "LOSS_WORDS", "VAL_SIDE", "TRAIN_SIDE",
+__all__ = ["translate_cjk", "NameReading", "read_name", "WORDS", "LOSS_WORDS", "VAL_SIDE",
+           "TRAIN_SIDE",
            "GEN_LOSS", "DISC_LOSS", "GAN_GEN_HINTS", "GAN_DISC_HINTS", "TOP1_ACC_WORDS",
            "ACC_WORDS", "split_camel", "CUMULATIVE_TIME", "EPOCH_TIME", "unit_factor",
            "unit_label", "time_unit_of"]
@@ -118,7 +119,9 @@ WORDS: dict[str, _Word] = {
     **_words("data_time_s", "time", "data_time", "data_load_time", "data_loading_time",
              "dataloader_time", "data_wait", "data_wait_time", "load_time", "data_loading",
              "input_time", "fetch_time", "data", "dataload", "data_load", "dataloader",
-             "loader_time", "io_time", "reader_cost", "data_cost", "avg_reader_cost"),
+             "loader_time", "io_time", "reader_cost", "data_cost", "avg_reader_cost",
+             # the same words in the other order
+             "load_data_time", "load_data", "data_loader_time", "dataloading_time"),
     **_words("compute_time_s", "time", "compute_time", "fwd_bwd_time", "forward_backward_time",
              "fwd_bwd", "forward_backward", "fwdbwd", "fwd_bwd_step", "compute"),
     **_words("comm_time_s", "time", "comm_time", "communication_time", "allreduce_time",
@@ -441,3 +444,35 @@ def time_unit_of(raw: str) -> tuple[str, float, str] | None:
         return base, 1.0, ""
     f = _TIME_UNITS.get(unit)
     return None if f is None else (base, f, unit)
+
+
+# --------------------------------------------------------------------------- CJK words
+#: Chinese words for a training log's names, in the order they are replaced (longest first),
+#: so a script that prints "训练次数：100, Loss：1.98" and "整体测试集上的Loss: 262.6" (test
+#: set) reads as "train step: 100, Loss: 1.98" and "test Loss: 262.6": the test loss on the
+#: validation side, not a spike in the training loss.
+_CJK_WORDS: tuple[tuple[str, str], ...] = (
+    ("测试集", "test"), ("验证集", "val"), ("训练集", "train"), ("测试", "test"),
+    ("验证", "val"), ("评估", "eval"), ("训练", "train"), ("损失值", "loss"),
+    ("损失", "loss"), ("准确率", "acc"), ("正确率", "acc"), ("准确度", "acc"),
+    ("精度", "acc"), ("学习率", "lr"), ("迭代次数", "iter"), ("迭代", "iter"),
+    ("次数", "step"), ("步数", "step"), ("轮次", "epoch"), ("耗时", "time"), ("用时", "time"),
+    ("时间", "time"), ("：", ":"), ("，", ","), ("；", ";"), ("（", "("), ("）", ")"),
+)
+#: "第 3 轮" (round 3) / "第 120 步" (step 120): an ordinal counter.
+_CJK_ORDINAL = re.compile(r"第\s*(\d+)\s*(轮|个?epoch|周期|步|次|批)")
+#: Any other CJK character (or fullwidth form) is prose around the names: a space.
+_CJK_OTHER = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]+")
+
+
+def translate_cjk(line: str) -> str:
+    """``line`` with its Chinese names in English and other CJK characters as spaces (a line
+    without any is returned as it is)."""
+    if not _CJK_OTHER.search(line):
+        return line
+    line = _CJK_ORDINAL.sub(
+        lambda m: f" {'step' if m.group(2) in ('步', '次', '批') else 'epoch'} {m.group(1)} ", line)
+    for zh, en in _CJK_WORDS:
+        if zh in line:
+            line = line.replace(zh, en if len(en) == 1 else f" {en} ")
+    return _CJK_OTHER.sub(" ", line)

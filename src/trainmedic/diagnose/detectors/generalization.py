@@ -14,6 +14,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.gap import gap_event, gap_finding
 from trainmedic.diagnose.finding import SEVERITY_ORDER, Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -582,6 +583,8 @@ def detect_overfitting(run: Run) -> list[Finding] | NotRun:
         events = rank_events(run, rank)
         if events:
             out.append(_finding(events))
+        elif (gap := gap_event(run, rank)) is not None:
+            out.append(gap_finding(gap, rank))
     if not seen:
         return NotRun("needs at least 3 finite val_loss points")
     return out

@@ -13,6 +13,11 @@ import math
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.short_log import (
+    SHORT_MIN_POINTS,
+    TOWER_RATIO,
+    towering_points,
+)
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -22,7 +27,7 @@ from trainmedic.diagnose.stats import (
     trailing_reference,
     true_runs,
 )
-from trainmedic.diagnose.trace import traces
+from trainmedic.diagnose.trace import fmt, traces
 from trainmedic.run.series import Run
 
 __all__ = ["SPIKE_RATIO", "SPIKE_Z"]
@@ -224,8 +229,41 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
                 summary=(f"{tr.metric} jumped {ratio:.3g}x its running median at step {onset}"
                          f"{back_txt}{more}"),
                 evidence=tuple(ev)))
-    if not trs:
+    out.extend(_towering(run, {f.onset_step for f in out}))
+    if not trs and not out:
         return NotRun("needs at least 10 finite loss points")
+    return out
+
+
+def _towering(run: Run, seen: set[int | None]) -> list[Finding]:
+    """Training-loss points >= 10x every other point of the log (``towering_points``) that
+    the running-median rule did not report: a warning each, whatever the log's length (>= 5
+    points) and noise."""
+    out: list[Finding] = []
+    for tr in traces(run, "loss", min_points=SHORT_MIN_POINTS):
+        idx = towering_points(tr.values)
+        for i in idx:
+            step = int(tr.steps[i])
+            if any(s is not None and abs(s - step) <= tr.interval for s in seen):
+                continue
+            others = np.delete(tr.values, idx)
+            rest = float(others.max())
+            back = i + 1 < len(tr) and float(tr.values[i + 1]) < TOWER_RATIO * rest
+            out.append(Finding(
+                symptom="loss_spike", severity="warning", confidence=0.7, onset_step=step,
+                end_step=int(tr.steps[i + 1]) if back else None, rank=tr.rank,
+                metric="loss",
+                summary=(f"loss jumped to {fmt(float(tr.values[i]))} at step {step}, "
+                         f"{float(tr.values[i]) / rest:.3g}x the highest of every other "
+                         f"logged point ({fmt(rest)})"
+                         + (f" and was back at the next one (step {int(tr.steps[i + 1])})"
+                            if back else
+                            " at the last logged point (recovery not seen)"
+                            if i + 1 == len(tr) else " and stayed up")),
+                evidence=(Evidence("loss", step, float(tr.values[i]), rest,
+                                   note=f"reference = the highest of the other {others.size} "
+                                        f"logged points (a log this noisy hides a spike from "
+                                        f"the running median's z-score)"),)))
     return out
 
 

@@ -24,6 +24,8 @@ from trainmedic.diagnose.detectors.chance import (
     start_classes,
 )
 from trainmedic.diagnose.detectors.loss_nonfinite import zero_loss_without_gradient
+from trainmedic.diagnose.detectors.majority import FrozenAccuracy, frozen_accuracy
+from trainmedic.diagnose.detectors.stuck import StuckTail, stuck_tail
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -108,6 +110,29 @@ def _rel(a: float, b: float, is_log: bool) -> float:
 
 
 # --------------------------------------------------------------------------- flat_loss
+def _stuck_finding(t: StuckTail, tr: Trace) -> Finding:
+    """flat_loss for a loss identical from ``t.onset_step`` to the end (error when that is
+    half the log or more, else warning)."""
+    share = t.points / len(tr)
+    k = chance_classes(t.value) if t.value > 0 else None
+    what = (f"the level of predicting uniformly over {k} classes, ln({k}) = "
+            f"{math.log(k):.4f}: the outputs saturated or the updates stopped" if k else
+            "the model is not updated any more (updates skipped, outputs saturated)")
+    return Finding(
+        symptom="flat_loss", severity="error" if share >= 0.5 else "warning",
+        confidence=0.85, onset_step=t.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank,
+        metric="loss",
+        summary=(f"from step {t.onset_step} the loss is {fmt(t.value)} at every one of the "
+                 f"last {t.points} logged points ({100 * share:.0f}% of the log), after "
+                 f"{fmt(t.before)} just before: {what}"),
+        evidence=(Evidence("loss", t.onset_step, t.value, t.before,
+                           note=f"the same value to 6 digits at each of the {t.points} points "
+                                f"from here to the end (the logger's rounding: "
+                                f"{fmt(t.resolution) if t.resolution else 'full precision'})"
+                                f"; reference = the value just before"),))
+
+
+
 #: A peak lr under this cannot train (flat_loss waives its noise bound, as for lr = 0).
 LR_TINY = 1e-6
 #: A fall of the loss is "significant" at this many standard errors.
@@ -149,6 +174,9 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
     for tr in trs:
         if not bool(np.any(tr.values)):  # exactly 0: below rounding, unless no gradient
             out.extend(f for f in [zero_loss_without_gradient(run, tr)] if f)
+            continue
+        if (tail := stuck_tail(tr)) is not None:
+            out.append(_stuck_finding(tail, tr))
             continue
         lv, _, is_log, bsize = _levels(tr, max_blocks=min(100, max(4, len(tr) // 2)))
         nb = len(lv)
@@ -422,9 +450,9 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
             summary=(f"loss stopped improving at step {onset} (level {fmt(inv(best))}) and "
                      f"stayed there for {100 * share:.0f}% of the run{why}"),
             evidence=tuple(ev)))
-    if not trs:
+    if not trs and not any(frozen_accuracy(run, r) for r in run.ranks()):
         return NotRun("needs at least 12 finite loss points")
-    if not out:
+    if not out and trs:
         frozen = _pinned_eval(run, None)
         if frozen_from_start(run, None) is not None:
             frozen = None  # never learned: flat_loss says so
@@ -443,7 +471,33 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
                     evidence=(Evidence("val_loss", frozen[0], frozen[1], None,
                                        note="the same value, to 6 digits, at every later "
                                             "evaluation"),)))
+    for rank in run.ranks():
+        fa = frozen_accuracy(run, rank)
+        if fa is not None and not any(f.rank == rank and f.level >= 1 for f in out):
+            out = [f for f in out if f.rank != rank]  # (an info plateau of the same run)
+            out.append(_frozen_accuracy_finding(fa, rank))
     return out
+
+
+def _frozen_accuracy_finding(fa: FrozenAccuracy, rank: int | None) -> Finding:
+    train = ("" if fa.train_max is None else
+             f" and the training accuracy ({fa.train_metric}) never rose above it (max "
+             f"{fmt(fa.train_max)})")
+    return Finding(
+        symptom="plateau", severity="warning", confidence=0.75, onset_step=fa.onset_step,
+        rank=rank, metric=fa.metric,
+        summary=(f"{fa.metric} is {fmt(fa.value)} at every one of the last {fa.evals} "
+                 f"evaluations (from step {fa.onset_step}) while val_loss still moved "
+                 f"{100 * fa.loss_move:.0f}% ({fmt(fa.loss_first)} -> {fmt(fa.loss_last)})"
+                 f"{train}: the probabilities change but no prediction does - the model "
+                 f"predicts one class for every input (on imbalanced data, the majority class: "
+                 f"{fmt(fa.value)} of the validation set); weight or resample the classes, "
+                 f"check the labels, or raise the lr"),
+        evidence=(Evidence(fa.metric, fa.onset_step, fa.value, None,
+                           note=f"the same value at each of the {fa.evals} evaluations from "
+                                f"here to the last"),
+                  Evidence("val_loss", fa.onset_step, fa.loss_last, fa.loss_first,
+                           note="last vs first validation loss over the same evaluations")))
 
 
 def _plateau_cost(run: Run, tr: Trace, onset: int, share: float) -> tuple[Severity, str]:

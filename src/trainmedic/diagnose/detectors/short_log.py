@@ -11,9 +11,11 @@ import math
 import numpy as np
 
 from trainmedic.diagnose.finding import Evidence, Finding
+from trainmedic.diagnose.stats import median
 from trainmedic.diagnose.trace import Trace, fmt
 
-__all__ = ["jumped_tail", "short_divergence", "SHORT_MIN_POINTS", "SHORT_RISE_RATIO"]
+__all__ = ["jumped_tail", "short_divergence", "towering_points", "SHORT_MIN_POINTS",
+           "SHORT_RISE_RATIO", "TOWER_RATIO"]
 
 #: Fewer points than this are not judged at all; the level rules start at 8-10.
 SHORT_MIN_POINTS = 5
@@ -61,3 +63,28 @@ def short_divergence(tr: Trace) -> Finding | None:
         evidence=(Evidence(tr.metric, int(st[-1]), float(v[-1]), before,
                            note=f"last point vs the highest of the {len(v) - k} before the "
                                 f"jump (a log of {len(v)} points: judged by its shape)"),))
+
+
+#: A point this many times above every other point of the log (but at most two such) is a
+#: spike whatever the noise: the robust z of a short, noisy batch loss (0.12-0.83 per step)
+#: cannot reach 8 for a 14x jump, yet no batch of a healthy run lands 10x above the highest
+#: of all the others.
+TOWER_RATIO = 10.0
+#: At most this many such points: more are the log's own heavy tail, not isolated events.
+TOWER_MAX = 2
+
+
+def towering_points(values: np.ndarray) -> list[int]:
+    """Indices of the (at most 2) points >= 10x every other point, each after >= 2 others
+    (a log's first points are its start, high by nature). Positive finite values only; [] for
+    fewer than 5 points or when more than 2 points stand that high."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size < SHORT_MIN_POINTS or not bool(np.all(np.isfinite(v) & (v > 0))):
+        return []
+    high = v >= TOWER_RATIO * median(v)
+    if not 0 < int(high.sum()) <= TOWER_MAX:
+        return []
+    rest_max = float(v[~high].max())
+    before = np.cumsum(~high)
+    return [int(i) for i in np.flatnonzero(high)
+            if v[i] >= TOWER_RATIO * rest_max and before[i] >= 2]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.averages import slower_than_average
 from trainmedic.diagnose.finding import SEVERITY_ORDER, Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -469,11 +470,14 @@ def detect_throughput_regression(run: Run) -> list[Finding] | NotRun:
     the later segment is >= 10% of the blocks (>= 3) and the drop is >= 4 block sigmas. Uses
     samples_per_s or tokens_per_s, else step_time_s; >= 12 points (per-epoch logs: each
     point is a block). A drop that a straggler or a data-wait rise explains (same onset) is
-    is folded into that finding and reported here at info only, naming the root."""
+    is folded into that finding and reported here at info only, naming the root. A step time
+    printed beside its running average is judged against it too (``averages.py``), at any
+    length."""
     roots, ran = _roots(run)
+    lagging = slower_than_average(run)
     if not ran:
-        return NotRun("needs at least 12 throughput or step-time points")
-    out = []
+        return lagging or NotRun("needs at least 12 throughput or step-time points")
+    out = [f for f in lagging if not any(ev.rank == f.rank for ev, _ in roots)]
     for ev, root in roots:
         summary = _throughput_phrase(ev)
         evidence: tuple[Evidence, ...] = (_throughput_evidence(ev),)

@@ -1,0 +1,52 @@
+"""flat_loss for a loss that stops moving partway: identical to 6 digits from a step to the
+end (detectors/stuck.py), with the printed precision and short tails as controls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainmedic.diagnose import diagnose
+from trainmedic.diagnose.detectors.stuck import stuck_tail
+from trainmedic.diagnose.trace import Trace
+from trainmedic.run.series import Run
+
+
+def _run(values: list[float] | np.ndarray) -> Run:
+    run = Run(source="t")
+    v = np.asarray(values, dtype=np.float64)
+    run.add("loss", np.arange(v.size), v)
+    return run
+
+
+def _flat(run: Run):
+    return [f for f in diagnose(run).findings if f.symptom == "flat_loss"]
+
+
+def test_a_loss_pinned_at_ln2_after_a_noisy_start_is_a_flat_loss_from_there() -> None:
+    # A sigmoid output scaled too far: noisy losses, then exactly 0.6931 on every line.
+    run = _run([0.6773, 2.4587, 5.3353, 1.0234, 10.6901, 1.9899, 3.5713, 0.6869] + [0.6931] * 20)
+    f = _flat(run)
+    assert len(f) == 1 and f[0].severity == "error" and f[0].onset_step == 8
+    assert "ln(2)" in f[0].summary
+    tail = stuck_tail(Trace.of(run, "loss"))
+    assert tail is not None and tail.points == 20 and tail.before == 0.6869
+
+
+def test_a_shorter_stuck_tail_is_a_warning() -> None:
+    rng = np.random.default_rng(0)
+    v = list(np.round(2.0 * np.exp(-np.arange(30) / 15) + rng.normal(0, 0.02, 30), 5))
+    f = _flat(_run(v + [1.23456] * 14))
+    assert len(f) == 1 and f[0].severity == "warning" and f[0].onset_step == 30
+
+
+@pytest.mark.parametrize("case", ["short_tail", "coarse_print", "zeros", "healthy"])
+def test_no_stuck_tail(case: str) -> None:
+    rng = np.random.default_rng(1)
+    healthy = np.round(2.0 * np.exp(-np.arange(40) / 15) + 0.3 + rng.normal(0, 0.02, 40), 4)
+    v = {"short_tail": list(healthy[:30]) + [0.5432] * 4,  # 4 points: not enough
+         # 2 decimals at 0.05: the print cannot show a change of a converged loss
+         "coarse_print": list(np.round(np.linspace(1.0, 0.05, 20), 2)) + [0.05] * 20,
+         "zeros": list(healthy[:20]) + [0.0] * 20,  # exact zeros: loss_nonfinite's reading
+         "healthy": list(healthy)}[case]
+    assert stuck_tail(Trace.of(_run(v), "loss")) is None

@@ -1,0 +1,115 @@
+"""Text logs that hold no step counter or no usual metric lines: timing-only lines, the fp16
+scaler's overflow messages alone, Chinese names, warnings with source paths, and a console log
+saved under a source file's suffix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainmedic.errors import UnrecognizedInputError
+from trainmedic.run import load_run
+from trainmedic.run.vocabulary import translate_cjk
+
+
+def write(p: Path, text: str) -> Path:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_timing_only_lines_without_a_counter_are_read_over_line_order(tmp_path):
+    text = "".join(f"load_data_time: {d}, train_step_time: {t}. \n" for d, t in
+                   [(0.0001, 0.665), (0.0001, 0.652), (19.6173, 0.686), (0.0002, 0.664)])
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert run.get("data_time_s").values.tolist() == [0.0001, 0.0001, 19.6173, 0.0002]
+    assert run.get("step_time_s").steps.tolist() == [0, 1, 2, 3]
+    assert not run.has("loss")
+
+
+def test_a_progress_bar_rate_beside_table_cells_is_not_a_timing_log(tmp_path):
+    # YOLOv7's epoch rows end in a tqdm bar ("4.27s/it"): one known name among the table's
+    # cells, so the rows are read as the aligned table they are, not as timing lines.
+    head = "     Epoch   gpu_mem       box       obj       cls     total    labels  img_size\n"
+    text = "".join(
+        head + f"    {e}/299     65.1G       nan   0.0152         0       nan      1869       "
+        f"320: 100%|####| 729/729 [51:52<00:00,  4.27s/it]\n\n" for e in (41, 42, 43))
+    run = load_run(str(write(tmp_path / "train_output.log", text)))
+    assert run.has("loss") and np.isnan(run.get("loss").values).all()
+    assert run.get("loss").steps.tolist() == [41, 42, 43]
+
+
+def test_overflow_messages_alone_are_a_loss_scale_series(tmp_path):
+    scales = [8.165126103939127e-202 / 2 ** i for i in range(6)]
+    text = "".join("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to "
+                   f"{s!r}\n" for s in scales)
+    run = load_run(str(write(tmp_path / "train_output.log", text)))
+    ls = run.get("loss_scale")
+    assert ls.steps.tolist() == list(range(6))
+    assert np.allclose(ls.values, scales, rtol=1e-12, atol=0)
+
+
+def test_one_overflow_message_is_still_not_a_log(tmp_path):
+    p = write(tmp_path / "x.log", "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss "
+                                   "scale: 65536, reducing to 32768\nsome other text\n")
+    with pytest.raises(UnrecognizedInputError):
+        load_run(str(p))
+
+
+def test_chinese_names_put_the_test_loss_on_the_validation_side(tmp_path):
+    text = ("-------第 1 轮训练开始------\n"
+            + "".join(f"训练次数：{s}, Loss：{v}\n" for s, v in
+                      [(100, 1.98), (200, 1.91), (300, 1.73), (400, 1.55)])
+            + "整体测试集上的Loss: 262.62\n整体测试集上的正确率: 0.389\n")
+    run = load_run(str(write(tmp_path / "train_output.log", text)))
+    assert run.get("loss").steps.tolist() == [100, 200, 300, 400]
+    assert run.get("loss").values.tolist() == [1.98, 1.91, 1.73, 1.55]
+    assert run.get("val_loss").values.tolist() == [262.62]
+
+
+@pytest.mark.parametrize(("zh", "en"), [
+    ("训练次数：100, Loss：1.98", "train step :100, Loss:1.98"),
+    ("第 3 轮", "epoch 3"),
+    ("第120步 损失: 0.5", "step 120 loss : 0.5"),
+    ("epoch 3 loss 0.5", "epoch 3 loss 0.5"),
+])
+def test_translate_cjk(zh, en):
+    assert " ".join(translate_cjk(zh).split()) == en
+
+
+def test_a_warning_with_a_source_path_adds_no_metric(tmp_path):
+    text = ("/opt/envs/lib/python3.8/site-packages/torch/nn/functional.py:718: UserWarning: x\n"
+            + "".join(f"step {s} loss {v}\n" for s, v in [(1, 2.0), (2, 1.9), (3, 1.8)]))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert sorted(run.metrics()) == ["loss"]
+
+
+def test_a_console_log_saved_with_a_py_suffix_is_read_when_nothing_else_is(tmp_path):
+    lines = "".join(f"Epoch {e}/3\n30s - loss: {v} - acc: 0.5 - val_loss: {v + 0.1}\n"
+                    for e, v in [(1, 1.5), (2, 1.2), (3, 1.0)])
+    write(tmp_path / "run" / "training_log.py", "Train on 400 samples\n" + lines)
+    write(tmp_path / "run" / "train.py", "import torch\nloss = 1.5\nprint('loss', loss)\n")
+    run = load_run(str(tmp_path / "run"))
+    assert run.get("loss").values.tolist() == [1.5, 1.2, 1.0]
+    assert any(n.kind == "misnamed_log" for n in run.notes)
+
+
+def test_a_python_script_named_like_a_log_is_not_read(tmp_path):
+    write(tmp_path / "run" / "log_utils.py", "def log(step, loss):\n    print('step', step, "
+                                              "'loss', loss)\n")
+    with pytest.raises(UnrecognizedInputError):
+        load_run(str(tmp_path / "run"))
+
+
+def test_an_average_meter_value_in_parentheses_is_its_running_average():
+    from trainmedic.run.linepairs import line_pairs
+
+    pairs, _ = line_pairs("Epoch: [0][85/190]\tTime 7.259 (3.692)\tData 0.003 (0.004)\t"
+                          "Loss 0.6710 (2.5391)")
+    assert pairs["time"] == 7.259 and pairs["time_avg"] == 3.692
+    assert pairs["loss"] == 0.671 and pairs["loss_avg"] == 2.5391
+    # a unit or words inside the parentheses are not an average
+    assert "step_avg" not in line_pairs("step 10 (of 100) loss 2.0")[0]
+    assert line_pairs("Time: 0.312s (0.315s)")[0].get("time_s") == 0.312
