@@ -51,7 +51,7 @@ def test_an_accuracy_frozen_at_the_majority_share_is_a_plateau_warning() -> None
 
 
 @pytest.mark.parametrize("case", ["discriminates", "fits_train", "perfect", "loss_still",
-                                  "short"])
+                                  "short", "small_val_set"])
 def test_no_frozen_accuracy(case: str) -> None:
     acc, loss, train = list(VAL_ACC), list(VAL_LOSS), list(TRAIN_ACC)
     if case == "discriminates":  # 99% with a loss far under the 0.056-nat prior entropy
@@ -67,4 +67,7 @@ def test_no_frozen_accuracy(case: str) -> None:
         loss = [0.6] * 15
     elif case == "short":
         acc, loss, train = acc[-6:], loss[-6:], train[-6:]
+    elif case == "small_val_set":  # 100 samples: accuracies move in steps of 0.01
+        acc = [0.93, 0.94, 0.96, 0.94] + [0.95] * 11
+        train = [0.95] * 15
     assert frozen_accuracy(_run(acc, loss, train), None) is None

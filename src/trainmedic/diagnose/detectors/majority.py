@@ -40,6 +40,11 @@ FROZEN_ACC_TRAIN_MARGIN = 0.01
 #: discriminates; a 0.056-nat prior entropy is above its loss).
 FROZEN_ACC_ENTROPY_SLACK = 0.9
 
+#: The smallest change between the logged accuracies must be at most this (a validation set
+#: of ~500 samples or more, where a model that still learns flips some prediction at every
+#: evaluation; 0.95, 0.96, 0.94 on 100 samples repeat by granularity alone).
+FROZEN_ACC_MAX_GRANULARITY = 0.002
+
 _VAL = ("val", "valid", "validation", "eval", "test", "dev")
 
 
@@ -79,7 +84,8 @@ def _is_val(name: str) -> bool:
 
 def frozen_accuracy(run: Run, rank: int | None) -> FrozenAccuracy | None:
     """The validation top-1 accuracy that repeats one value (to 1e-9) at every evaluation from
-    some step to the end, over >= 6 evaluations and >= half of them, after another value,
+    some step to the end, over >= 6 evaluations and >= half of them, after another value
+    that differed from some logged value by <= 0.002 (a validation set of hundreds or more),
     while ``val_loss`` moved >= 5% of its level over the same evaluations, stayed at >= 0.9x
     the entropy of a class prior with that majority share (a cross-entropy under it means the
     model discriminates), the value is under 0.999, and no logged training accuracy rose more
@@ -99,6 +105,11 @@ def frozen_accuracy(run: Run, rank: int | None) -> FrozenAccuracy | None:
             continue
         k = int(differ[-1]) + 1
         evals = len(v) - k
+        steps_seen = np.diff(np.unique(v))
+        if float(steps_seen.min()) / (100.0 if float(v.max()) > 1.0 else 1.0) > \
+                FROZEN_ACC_MAX_GRANULARITY:
+            continue  # a small validation set: its accuracy moves in coarse steps, and a
+            # converged model can repeat one of them for many evaluations
         if evals < max(FROZEN_ACC_MIN_EVALS, FROZEN_ACC_MIN_SHARE * len(v)):
             continue
         onset = int(acc.steps[k])
