@@ -50,3 +50,18 @@ def test_no_stuck_tail(case: str) -> None:
          "zeros": list(healthy[:20]) + [0.0] * 20,  # exact zeros: loss_nonfinite's reading
          "healthy": list(healthy)}[case]
     assert stuck_tail(Trace.of(_run(v), "loss")) is None
+
+
+def test_a_repeated_loss_over_nan_gradients_is_a_masked_nan_not_a_stuck_model() -> None:
+    # Any logger: the last finite loss written again at every step whose grad norm is NaN.
+    rng = np.random.default_rng(2)
+    v = list(np.round(2.0 * np.exp(-np.arange(20) / 6) + 0.03 + rng.normal(0, 0.005, 20), 8))
+    loss = np.asarray(v + [v[-1]] * 30)
+    g = np.concatenate([np.full(20, 0.07), np.full(30, np.nan)])
+    run = Run(source="t")
+    steps = np.arange(5, 255, 5)
+    run.add("loss", steps, loss)
+    run.add("grad_norm", steps, g)
+    syms = {f.symptom: f for f in diagnose(run).findings if f.level >= 1}
+    assert "nan_masked_in_logs" in syms and syms["nan_masked_in_logs"].onset_step == 100
+    assert "flat_loss" not in syms

@@ -113,3 +113,35 @@ def test_an_average_meter_value_in_parentheses_is_its_running_average():
     # a unit or words inside the parentheses are not an average
     assert "step_avg" not in line_pairs("step 10 (of 100) loss 2.0")[0]
     assert line_pairs("Time: 0.312s (0.315s)")[0].get("time_s") == 0.312
+
+
+def test_a_prose_first_line_with_commas_is_not_a_csv_header(tmp_path):
+    # Megatron-LM's log opens with "> building train, validation, and test datasets ...".
+    line = (" [2026-11-20 10:00:00] iteration {i:8d}/     200 | consumed samples: {s:12d} | "
+            "elapsed time per iteration (ms): 34.6 | learning rate: 7.500000E-04 | lm loss: "
+            "{v:E} | loss scale: 65536.0 | grad norm: 1.168 |\n")
+    text = ("> building train, validation, and test datasets ...\ntraining ...\n"
+            + "".join(line.format(i=i, s=32 * i, v=3.4 - 0.1 * k)
+                      for k, i in enumerate(range(5, 30, 5))))
+    run = load_run(str(write(tmp_path / "megatron_train.log", text)))
+    assert run.get("loss").steps.tolist() == [5, 10, 15, 20, 25]
+    assert run.has("loss_scale") and run.has("grad_norm") and run.has("step_time_s")
+
+
+def test_timm_lines_give_step_time_rate_lr_and_data_time(tmp_path):
+    text = "".join(f"Train: 0 [  {b}/75 ( {b}%)]  Loss: 0.95 (1.05)  Time: 0.014s, 1136.29/s  "
+                   f"LR: 1.000e-02  Data: 0.012 (0.012)\n" for b in range(0, 50, 10))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    assert run.get("step_time_s").values[0] == 0.014
+    assert run.get("data_time_s").values[0] == 0.012
+    assert run.get("samples_per_s").values[0] == 1136.29 and run.get("lr").values[0] == 0.01
+
+
+def test_an_it_column_is_the_step_and_a_bare_dead_column_the_models_dead_fraction(tmp_path):
+    import json
+
+    rows = [{"it": i, "loss": 1.6 - 0.001 * i, "dead": 1.0} for i in range(10, 110, 10)]
+    p = write(tmp_path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    run = load_run(str(p))
+    assert run.get("loss").steps.tolist() == list(range(10, 110, 10))
+    assert run.get("layer/model/dead_frac").values.tolist() == [1.0] * 10

@@ -101,6 +101,9 @@ CONSEQUENCES: dict[str, frozenset[str]] = {
     "nonfinite_loss": frozenset({"plateau", "oscillation", "flat_loss"}),
     "input_bound": frozenset({"throughput_regression", "step_time_outliers"}),
     "straggler": frozenset({"throughput_regression"}),
+    # A training loss that changed scale (the validation loss did not follow) is not a
+    # divergence or a spike of the model.
+    "grad_accum_misnormalization": frozenset({"divergence", "loss_spike"}),
     # A collapsed fp16 loss scale skips every update: the gradients the scaler found
     # non-finite, a logger that averaged only finite losses, and the frozen weights' plateau
     # are how the collapse shows.
@@ -129,6 +132,10 @@ def _fold_consequences(findings: list[Finding], run: Run) -> list[Finding]:
 
     def near(f: Finding, root: Finding) -> bool:
         loud = _loud_from(f)
+        if root.symptom == "grad_accum_misnormalization" and root.onset_step is not None and \
+                loud is not None and loud <= root.onset_step and \
+                (f.end_step is None or f.end_step >= root.onset_step):
+            return True  # a rise whose foot is earlier but that spans the scale step
         return loud is None or root.onset_step is None or loud >= root.onset_step - w
 
     taken: set[int] = set()

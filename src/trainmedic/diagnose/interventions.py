@@ -153,6 +153,15 @@ INTERVENTIONS: dict[str, InterventionRule] = {
         displaced_cost="more data-loading CPU time per step",
         verify="validation loss keeps falling past step {best}",
         changes_semantics=True),
+    "divide_accumulated_loss": InterventionRule(
+        action="divide each micro-batch loss by the accumulation count before backward() "
+               "(loss = loss / accum_steps), or use accelerate's accumulate(); log the mean, "
+               "not the sum",
+        displaced_cost="none in time; each update shrinks by the accumulation count, so keep "
+                       "or retune the lr and restart",
+        verify="the logged training loss is at the validation loss's level at the first "
+               "evaluations, and trainmedic check's k-micro-batch test passes",
+        changes_semantics=True),
     "balance_classes": InterventionRule(
         action="weight the loss by inverse class frequency (CrossEntropyLoss(weight=...), "
                "Keras class_weight) or resample with WeightedRandomSampler; judge the model by "

@@ -119,6 +119,16 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
         CauseRule(cause="labels shuffled or misaligned with inputs", likelihood="medium",
                   to_check="overfit one batch to check", interventions=("check_labels",)),
     ),
+    "grad_accum_misnormalization": (
+        CauseRule(cause="micro-batch losses added (and logged) without dividing each by the "
+                        "accumulation count", likelihood="high",
+                  to_check="compare with one step at accumulation 1 and the same global batch",
+                  interventions=("divide_accumulated_loss",)),
+        CauseRule(cause="the training and validation losses are computed differently (a "
+                        "reduction='sum', an extra term, label smoothing)", likelihood="medium",
+                  to_check="evaluate the training loss on a validation batch in eval mode",
+                  interventions=()),
+    ),
     "lr_schedule_anomaly": (
         CauseRule(cause="a per-epoch scheduler stepped every batch (the lr collapsed early)",
                   likelihood="high", metric="lr", check="lr_collapsed",

@@ -92,7 +92,7 @@ def detect_format(path: Path) -> str | None:
     if any(d in first_line for d in (",", "\t", ";")) and _printable(text[:4096]):
         # "2019-12-31 00:21:04,166 - INFO - Epoch [1][50/100] lr: ..." has a comma too; a
         # header of column names cannot be such a line, and skips the line reader's sniff.
-        if _header_like(first_line):
+        if _header_like(first_line) and _rows_follow(text, first_line):
             return "csv"
         return "text" if _is_text_log(text) else "csv"
     if _printable(text[:4096]) and _is_text_log(
@@ -116,6 +116,16 @@ def _header_like(first_line: str) -> bool:
     delim = next(d for d in (",", "\t", ";") if d in first_line)
     cells = first_line.rstrip("\r").split(delim)
     return all(c.strip() and not _NOT_A_NAME.search(c) for c in cells)
+
+
+def _rows_follow(text: str, first_line: str) -> bool:
+    """Whether a row with as many cells as the header follows it within 5 lines (Megatron's
+    "> building train, validation, and test datasets ..." reads as three names, but no row of
+    three cells comes after it)."""
+    delim = next(d for d in (",", "\t", ";") if d in first_line)
+    n = first_line.rstrip("\r").count(delim)
+    lines = [ln for ln in text.split("\n", 64)[1:] if ln.strip() and not ln.startswith("#")]
+    return not lines or any(ln.rstrip("\r").count(delim) == n for ln in lines[:5])
 
 
 def _is_text_log(text: str, whole: str | None = None) -> bool:

@@ -22,8 +22,9 @@ __all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "STEP_KEYS", "VAL_PR
 
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+|" \
        r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
-_RATE = r"(?:samples?|imgs?|images?|tokens?|toks?|seqs?|sequences?|it|its|steps?|batches?)" \
-        r"\s?/\s?s(?:ec)?(?!\w|\s*[:=])"  # (not a name: "samples/sec: 250.1")
+_RATE = r"(?:(?:samples?|imgs?|images?|tokens?|toks?|seqs?|sequences?|it|its|steps?|batches?)" \
+        r"\s?)?/\s?s(?:ec)?(?!\w|\s*[:=])"  # (not a name: "samples/sec: 250.1")
+# (a bare "929.35/s" after a number is timm's samples per second)
 _TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>s/\d+ iters?\b|"
                     r"\s?(?:ms|s|us)/(?:step|it|iter|batch)\b|"
                     r"\s?" + _RATE + r"|\s?(?:ms|us|sec|s)|%|"
@@ -92,7 +93,8 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
     last_key = ""
     in_paren = False
     orphan = False
-    after_value = False  # the token before was a named value
+    after_value = False  # the token before was a named value (in ``last_unit``)
+    last_unit = ""
     avg_slot = False  # inside "(...)" right after a named value: its running average
     for m in _TOKEN.finditer(line):
         if not m.group("open"):
@@ -145,14 +147,18 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
             else:
                 v *= {"k": 1e3, "m": 1e6, "g": 1e9}[unit]
                 unit = ""
+        if not key and avg_slot and last_key and unit == last_unit:
+            # AverageMeter's "Time 7.259 (3.692)": the value, then its running average (in
+            # the same unit; TF-slim's "loss = 0.83 (1.17 sec/step)" is the step's time)
+            key = f"{last_key}_avg"
         if not key:
-            if in_paren and unit in ("s", "ms", "us", "sec", "min"):
+            timed = next((k for k in out if k.split("_")[0] == "time"), None)
+            if in_paren and unit in ("s", "ms", "us", "sec", "min") and timed:
+                key = "time_avg"  # timm's "Time: 0.30s, 742/s (0.35s, 731/s)": its average
+            elif in_paren and unit in ("s", "ms", "us", "sec", "min"):
                 key = "step_time"
             elif in_paren and unit == "%" and last_key:
                 key = last_key
-            elif avg_slot and not unit and last_key:
-                # AverageMeter's "Time 7.259 (3.692)": the value, then its running average
-                key = f"{last_key}_avg"
             elif unit in ("s", "ms", "min") and not out:
                 key = "line_time"  # Keras "67s - loss: ...": the time of the epoch
             else:
@@ -164,6 +170,7 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         if key.split("_")[-1] not in _DROP_KEYS and key not in out:
             out[key] = v
         last_key = key.rsplit("_", 1)[0] if unit else key
+        last_unit = unit
         words = []
         after_value, avg_slot = not in_paren, False
     return out, orphan

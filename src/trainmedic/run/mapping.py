@@ -45,7 +45,8 @@ _PARAM_GRAD_NORM = re.compile(r"grad_(?:\d+(?:\.\d+)?|inf)_norm[/_](?P<module>.+
 #: sigmoid) units: read as one layer named "model" (``layer/model/dead_frac``), so the
 #: per-layer detectors judge it.
 _MODEL_STAT = re.compile(r"(?:.*/)?(?:(?P<dead>dead_frac(?:tion)?|frac(?:tion)?_dead|dead_units?_"
-                         r"frac|dead_relu_frac|dead_neurons?_frac)|(?P<sat>sat(?:urated|uration)?"
+                         r"frac|dead_relu_frac|dead_neurons?_frac|dead(?:_relus?|_units?|"
+                         r"_neurons?)?(?:_ratio|_share)?)|(?P<sat>sat(?:urated|uration)?"
                          r"_frac(?:tion)?|frac(?:tion)?_saturated))", re.I)
 
 

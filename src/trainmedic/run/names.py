@@ -52,7 +52,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "_step",                # W&B history export (counts log calls, so after the above)
     # hand-written loggers' own spellings of the same counter
     "n_iter", "niter", "global_iter", "train_step", "train_iter", "opt_step",
-    "optimizer_step", "n_updates", "updates",
+    "optimizer_step", "n_updates", "updates", "it",
 )
 """Columns that carry the optimizer step, best first (matched case-insensitively)."""
 
@@ -158,6 +158,7 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("data_time_s", "data", {"requires": ("time",)}),
         # timm's train.py: "Time: 0.501s,  512/s  ...  Data: 0.010 (0.010)"
         ("data_time_s", "data", {"requires": ("time_s",)}),
+        ("step_time_s", "time_s", {"requires": ("data",)}),
     )
     # Ultralytics YOLO results.csv: one row per epoch, "lr/pg0..2" (YOLOv8+) or "x/lr0..2"
     # (YOLOv5); the loss is split into components (see DERIVED). Its "time" column is

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["translate_cjk", "NameReading", "read_name", "WORDS", "LOSS_WORDS", "VAL_SIDE",
-           "TRAIN_SIDE",
+__all__ = ["translate_cjk", "is_top1_accuracy", "NameReading", "read_name", "WORDS",
+           "LOSS_WORDS", "VAL_SIDE", "TRAIN_SIDE",
            "GEN_LOSS", "DISC_LOSS", "GAN_GEN_HINTS", "GAN_DISC_HINTS", "TOP1_ACC_WORDS",
            "ACC_WORDS", "split_camel", "CUMULATIVE_TIME", "EPOCH_TIME", "unit_factor",
            "unit_label", "time_unit_of"]
@@ -72,6 +72,13 @@ GAN_DISC_HINTS = ("d_loss", "loss_d", "disc", "critic")
 #: Words of a top-1 accuracy name (split on non-alphanumerics); ACC_WORDS adds top-5.
 TOP1_ACC_WORDS = frozenset({"acc", "accuracy", "top1", "acc1"})
 ACC_WORDS = TOP1_ACC_WORDS | {"top5", "acc5"}
+
+
+def is_top1_accuracy(name: str) -> bool:
+    """Whether a metric name is a top-1 accuracy (``acc``, ``val_accuracy``, ``acc1``), not a
+    top-5 one (its chance is 5/k, not 1/k)."""
+    words = set(re.split(r"[^a-z0-9]+", name.lower()))
+    return bool(TOP1_ACC_WORDS & words) and not words & (ACC_WORDS - TOP1_ACC_WORDS | {"5"})
 
 CUMULATIVE_TIME = frozenset({"time", "elapsed", "elapsed_time", "wall_time", "walltime",
                              "time_elapsed", "total_time", "wall", "train_wall",

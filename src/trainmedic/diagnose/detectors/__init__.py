@@ -7,6 +7,7 @@ detector is written in docs/symptoms.md.
 from __future__ import annotations
 
 from trainmedic.diagnose.detectors import (  # noqa: F401  (imported to register)
+    accumulation,
     continuity,
     divergence,
     generalization,

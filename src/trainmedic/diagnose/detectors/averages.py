@@ -31,9 +31,12 @@ def _average_of(run: Run, canonical: str) -> str | None:
     reader names it ``<column>_avg``), when that column was read without a unit change."""
     for m in run.meta.get("mapping", ()):
         if m.get("canonical") == canonical and m.get("how") in ("alias", "canonical"):
-            name = f"{str(m['column']).lower()}_avg"
-            if run.has(name):
-                return name
+            col = str(m["column"]).lower()
+            base, _, unit = col.rpartition("_")
+            # "time" -> "time_avg"; timm's "time_s" (a unit after the number) -> "time_avg_s"
+            for name in (f"{col}_avg", f"{base}_avg_{unit}" if base else ""):
+                if name and run.has(name):
+                    return name
     return None
 
 

@@ -19,7 +19,6 @@ findings.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +27,7 @@ from trainmedic.diagnose.finding import Evidence, Finding
 from trainmedic.diagnose.stats import blocks, diff_sigma, median, theil_sen_z
 from trainmedic.diagnose.trace import Trace, fmt
 from trainmedic.run.series import Run
-from trainmedic.run.vocabulary import ACC_WORDS, GAN_DISC_HINTS, GAN_GEN_HINTS, TOP1_ACC_WORDS
+from trainmedic.run.vocabulary import GAN_DISC_HINTS, GAN_GEN_HINTS, is_top1_accuracy
 
 __all__ = ["ChanceEvent", "chance_finding", "never_beats_chance", "collapsed_to_chance",
            "collapsed_to_mean",
@@ -306,8 +305,7 @@ def _accuracies(run: Run, rank: int | None) -> list[tuple[str, np.ndarray]]:
     finite points in [0, 1] (or in [0, 100]: a percentage)."""
     out = []
     for m in run.metrics():
-        words = set(re.split(r"[^a-z0-9]+", m.lower()))
-        if not TOP1_ACC_WORDS & words or words & (ACC_WORDS - TOP1_ACC_WORDS | {"5"}):
+        if not is_top1_accuracy(m):
             continue  # (top-5: its chance is 5/k, not 1/k)
         t = Trace.of(run, m, rank) or Trace.of(run, m, None)
         if t is None or len(t) < 5:

@@ -10,16 +10,16 @@ is written out in docs/symptoms.md (overfitting).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.loss_nonfinite import is_eval_metric
 from trainmedic.diagnose.finding import Evidence, Finding
 from trainmedic.diagnose.stats import median
 from trainmedic.diagnose.trace import Trace, fmt
 from trainmedic.run.series import Run
-from trainmedic.run.vocabulary import ACC_WORDS, TOP1_ACC_WORDS
+from trainmedic.run.vocabulary import is_top1_accuracy
 
 __all__ = ["GapEvent", "gap_event", "gap_finding", "GAP_MIN_EVALS", "GAP_ACC_POINTS",
            "GAP_LOSS_RATIO"]
@@ -33,7 +33,6 @@ GAP_ACC_POINTS = 0.25
 #: ... and the validation loss is >= this many times the training loss.
 GAP_LOSS_RATIO = 5.0
 
-_VAL = ("val", "valid", "validation", "eval", "test", "dev")
 
 
 @dataclass(frozen=True)
@@ -48,10 +47,6 @@ class GapEvent:
     acc_metrics: tuple[str, str]
 
 
-def _top1(name: str) -> bool:
-    words = set(re.split(r"[^a-z0-9]+", name.lower()))
-    return bool(TOP1_ACC_WORDS & words) and not words & (ACC_WORDS - TOP1_ACC_WORDS | {"5"})
-
 
 def _fraction(v: np.ndarray) -> np.ndarray:
     return v / 100.0 if float(np.nanmax(v)) > 1.0 else v
@@ -61,9 +56,9 @@ def gap_event(run: Run, rank: int | None) -> GapEvent | None:
     """The gap at every one of >= 5 evaluations where loss, val_loss and a training and a
     validation top-1 accuracy are all logged (at the same steps): training accuracy >= 0.9,
     validation accuracy >= 0.25 below it, validation loss >= 5x the training loss."""
-    accs = [m for m in run.metrics() if _top1(m)]
-    val_accs = [m for m in accs if m.lower().startswith(_VAL)]
-    train_accs = [m for m in accs if not m.lower().startswith(_VAL)]
+    accs = [m for m in run.metrics() if is_top1_accuracy(m)]
+    val_accs = [m for m in accs if is_eval_metric(m)]
+    train_accs = [m for m in accs if not is_eval_metric(m)]
     if not val_accs or not train_accs:
         return None
     series: list[Trace] = []

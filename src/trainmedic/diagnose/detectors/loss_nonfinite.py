@@ -23,7 +23,7 @@ from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
 
 __all__ = ["loss_like_metrics", "HF_FRAMEWORKS", "NonfiniteSeries", "nonfinite_series",
-           "is_eval_metric"]
+           "is_eval_metric", "nan_grads_under_tail", "identical_tail_start"]
 
 #: ``run.meta["framework"]`` values of a log written by the Hugging Face Trainer.
 HF_FRAMEWORKS = ("hf_trainer", "huggingface", "transformers", "hf")
@@ -248,7 +248,8 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
         decimals), or grad_norm is finite at those steps.
     (c)-(e), any logger: isolated exact zeros, a fall to exactly 0 that stays, and a loss
         that stops being logged while the run's other per-step metrics go on (see the
-        helpers; not for the watcher's own unfiltered store).
+        helpers; not for the watcher's own unfiltered store); (b') too when the grad norm
+        is NaN under the bit-identical tail.
     """
     out: list[Finding] = []
     hf = _filter_known(run)
@@ -302,6 +303,10 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
             # loss of weights that stopped changing repeats exactly too.)
             f = _isolated_zeros(tr) or _zeros_to_the_end(run, tr) or (
                 None if unfiltered else _loss_dropped(run, tr))
+            if f is None and not unfiltered and nan_grads_under_tail(tr, g):
+                # ... unless the grad norm logged over that tail is NaN/inf: then the logger
+                # repeats its last finite value over NaN steps.
+                f = _repeated_tail(tr, None)
             if f is not None:
                 out.append(f)
                 continue
@@ -322,6 +327,25 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
             continue
         out.extend(f for f in [_repeated_tail(tr, g) or _loss_dropped(run, tr)] if f)
     return out
+
+
+def identical_tail_start(v: np.ndarray) -> int:
+    """Index of the first of the bit-identical values that end ``v`` (len - 1 when the last
+    value differs from the one before)."""
+    differ = np.flatnonzero(v[1:] != v[:-1])
+    return int(differ[-1]) + 1 if differ.size else 0
+
+
+def nan_grads_under_tail(tr: Trace, g: Trace | None) -> bool:
+    """Whether grad_norm is NaN/inf at >= 80% of its logged points over the >= 4 bit-identical
+    logged losses that end ``tr`` (the logger repeats its last finite loss over NaN steps)."""
+    if g is None or len(tr) < 5:
+        return False
+    i = identical_tail_start(tr.values)
+    if len(tr) - i < 4:
+        return False
+    raw = g.all_values[g.all_steps >= int(tr.steps[i])]
+    return raw.size >= 3 and float(np.mean(~np.isfinite(raw))) >= 0.8
 
 
 def _repeated_tail(tr: Trace, g: Trace | None) -> Finding | None:

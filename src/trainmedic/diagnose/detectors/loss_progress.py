@@ -175,7 +175,8 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
         if not bool(np.any(tr.values)):  # exactly 0: below rounding, unless no gradient
             out.extend(f for f in [zero_loss_without_gradient(run, tr)] if f)
             continue
-        if (tail := stuck_tail(tr)) is not None:
+        grad = Trace.of(run, "grad_norm", tr.rank) or Trace.of(run, "grad_norm", None)
+        if (tail := stuck_tail(tr, grad)) is not None:
             out.append(_stuck_finding(tail, tr))
             continue
         lv, _, is_log, bsize = _levels(tr, max_blocks=min(100, max(4, len(tr) // 2)))

@@ -12,15 +12,15 @@ beyond the class prior. The evidence rule is written out in docs/symptoms.md (pl
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.loss_nonfinite import is_eval_metric
 from trainmedic.diagnose.stats import median
 from trainmedic.diagnose.trace import Trace
 from trainmedic.run.series import Run
-from trainmedic.run.vocabulary import ACC_WORDS, TOP1_ACC_WORDS
+from trainmedic.run.vocabulary import is_top1_accuracy
 
 __all__ = ["FrozenAccuracy", "frozen_accuracy", "prior_entropy_floor", "FROZEN_ACC_MIN_EVALS",
            "FROZEN_ACC_LOSS_MOVE"]
@@ -45,7 +45,6 @@ FROZEN_ACC_ENTROPY_SLACK = 0.9
 #: evaluation; 0.95, 0.96, 0.94 on 100 samples repeat by granularity alone).
 FROZEN_ACC_MAX_GRANULARITY = 0.002
 
-_VAL = ("val", "valid", "validation", "eval", "test", "dev")
 
 
 @dataclass(frozen=True)
@@ -73,14 +72,6 @@ def prior_entropy_floor(share: float) -> float:
     return h - rest * math.log(rest) if rest > 1e-12 else h
 
 
-def _top1(name: str) -> bool:
-    words = set(re.split(r"[^a-z0-9]+", name.lower()))
-    return bool(TOP1_ACC_WORDS & words) and not words & (ACC_WORDS - TOP1_ACC_WORDS | {"5"})
-
-
-def _is_val(name: str) -> bool:
-    return name.lower().startswith(_VAL)
-
 
 def frozen_accuracy(run: Run, rank: int | None) -> FrozenAccuracy | None:
     """The validation top-1 accuracy that repeats one value (to 1e-9) at every evaluation from
@@ -93,8 +84,8 @@ def frozen_accuracy(run: Run, rank: int | None) -> FrozenAccuracy | None:
     val = Trace.of(run, "val_loss", rank) or Trace.of(run, "val_loss", None)
     if val is None:
         return None
-    names = [m for m in run.metrics() if _top1(m)]
-    for m in (m for m in names if _is_val(m)):
+    names = [m for m in run.metrics() if is_top1_accuracy(m)]
+    for m in (m for m in names if is_eval_metric(m)):
         acc = Trace.of(run, m, rank) or Trace.of(run, m, None)
         if acc is None or len(acc) < FROZEN_ACC_MIN_EVALS + 1:
             continue
@@ -123,7 +114,7 @@ def frozen_accuracy(run: Run, rank: int | None) -> FrozenAccuracy | None:
                 lvl < FROZEN_ACC_ENTROPY_SLACK * prior_entropy_floor(share):
             continue  # (a loss under the prior's entropy: the model discriminates)
         train_name, train_max = None, None
-        for t in (t for t in names if not _is_val(t)):
+        for t in (t for t in names if not is_eval_metric(t)):
             tr = Trace.of(run, t, rank) or Trace.of(run, t, None)
             if tr is not None and len(tr):
                 train_name, train_max = t, float(tr.values.max())

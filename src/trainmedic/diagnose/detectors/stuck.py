@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.loss_nonfinite import nan_grads_under_tail
 from trainmedic.diagnose.trace import Trace
 
 __all__ = ["StuckTail", "stuck_tail", "STUCK_MIN_POINTS", "STUCK_MIN_SHARE"]
@@ -53,10 +54,11 @@ def _resolution(v: np.ndarray) -> float:
     return 0.0
 
 
-def stuck_tail(tr: Trace) -> StuckTail | None:
+def stuck_tail(tr: Trace, grad: Trace | None = None) -> StuckTail | None:
     """The tail of ``tr`` (finite points) that repeats one value to 6 significant digits to
     the end, when it holds >= 5 points and >= 30% of them, something differed before it, and
-    the digits could have shown a change (see the constants); None otherwise."""
+    the digits could have shown a change (see the constants), and ``grad`` (the grad norm) is
+    not NaN/inf under the tail; None otherwise."""
     v = tr.values
     n = v.shape[0]
     if n < STUCK_MIN_POINTS + 1:
@@ -76,5 +78,7 @@ def stuck_tail(tr: Trace) -> StuckTail | None:
     # exact zeros is loss_nonfinite's (a NaN written as 0, or a loss below the rounding).
     if last == 0.0 or res > STUCK_MAX_RESOLUTION * abs(last):
         return None
+    if nan_grads_under_tail(tr, grad):
+        return None  # a logger repeating its last finite loss over NaN steps: nan_masked
     return StuckTail(start=k, onset_step=int(tr.steps[k]), value=last, points=points,
                      before=before, resolution=res)
