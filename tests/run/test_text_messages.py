@@ -145,3 +145,26 @@ def test_an_it_column_is_the_step_and_a_bare_dead_column_the_models_dead_fractio
     run = load_run(str(p))
     assert run.get("loss").steps.tolist() == list(range(10, 110, 10))
     assert run.get("layer/model/dead_frac").values.tolist() == [1.0] * 10
+
+
+def test_nemo_progress_bar_step_timing_in_seconds(tmp_path):
+    text = "\r".join(f"Epoch 0: {i}%|#  | {i * 10}/1000 [01:00<09:00, 1.67it/s, v_num=0, "
+                     f"reduced_train_loss={3 - 0.01 * i:.3f}, global_step={i * 10 - 1}.0, "
+                     f"train_step_timing in s=0.6{i % 3}]" for i in range(1, 20)) + "\n"
+    run = load_run(str(write(tmp_path / "nemo.log", text)))
+    assert run.has("loss") and run.get("step_time_s").values[0] == 0.61
+
+
+@pytest.mark.parametrize("layout", ["markdown", "spaces"])
+def test_the_hf_notebook_table_pasted_as_markdown_or_text(tmp_path, layout):
+    rows = [(i, 2.3 - 0.1 * i, 2.2 - 0.08 * i, 0.5 + 0.02 * i) for i in range(1, 8)]
+    if layout == "markdown":
+        text = ("| Epoch | Training Loss | Validation Loss | Accuracy |\n|---|---|---|---|\n"
+                + "".join(f"| {e} | {a:.6f} | {b:.6f} | {c:.6f} |\n" for e, a, b, c in rows))
+    else:
+        text = ("Epoch  Training Loss  Validation Loss  Accuracy\n"
+                + "".join(f"{e}      {a:.6f}       {b:.6f}         {c:.6f}\n"
+                          for e, a, b, c in rows))
+    run = load_run(str(write(tmp_path / "train_output.log", text)))
+    assert run.get("loss").steps.tolist() == list(range(1, 8))
+    assert run.get("val_loss").values[0] == pytest.approx(2.12)

@@ -14,6 +14,11 @@ word saying "not logged" (``No log``, ``nan``, ``-``). Anything after the last v
 is ignored (Ultralytics' progress bar). The table is read when most non-empty lines are such
 rows or their headers.
 
+The same table pasted as markdown (``| Epoch | Training Loss | Validation Loss |`` over a
+``|---|---|`` rule: the HF Trainer's notebook table in an issue) is read through its pipes, and a
+header whose names hold a space (``Epoch  Training Loss  Validation Loss``, the notebook table
+copied as text) through its runs of two or more spaces, when the row below has that many values.
+
 The one-column shapes are here too: a header word over one number per line
 (``is_single_column``), and numbers alone, named by their file (``bare_numbers``).
 """
@@ -56,7 +61,34 @@ def _value(cell: str) -> float | None | str:
 
 
 def _header(cells: list[str]) -> bool:
-    return len(cells) >= 2 and all(_NAME.match(c) for c in cells)
+    return len(cells) >= 2 and all(_NAME.match(c) or (
+        " " in c and _HEADER_WORD.match(c) and cell_float(c) is None) for c in cells)
+
+
+_RULE = re.compile(r"^:?-{3,}:?$")
+
+
+def _cells(line: str) -> list[str] | None:
+    """The cells of a line: split on spaces, or on "|" for a markdown table row (people paste
+    the HF Trainer's notebook table as one: "| Epoch | Training Loss | Validation Loss |");
+    None for the table's |---|---| rule."""
+    if not line.lstrip().startswith("|"):
+        return line.split()
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if cells and all(_RULE.match(c) for c in cells):
+        return None
+    return [c for c in cells if c] if len(cells) >= 2 else line.split()
+
+
+def _wide_header(line: str, after: list[str]) -> list[str] | None:
+    """A header whose names hold one space ("Epoch  Training Loss  Validation Loss", the HF
+    notebook table copied as text): cells split on runs of >= 2 spaces or tabs, every one a
+    name, as many as the values of the next non-empty line."""
+    wide = [c for c in re.split(r"\s{2,}|\t", line.strip()) if c]
+    if len(wide) < 2 or not all(_HEADER_WORD.match(c) and cell_float(c) is None for c in wide):
+        return None
+    nxt = next((ln for ln in after if ln.strip()), "")
+    return wide if len(nxt.split()) == len(wide) else None
 
 
 def _row(cells: list[str], names: list[str], indexed: bool) -> dict[str, Any] | None:
@@ -104,12 +136,19 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
     before: list[tuple[int, list[str]]] = []
     for i, line in enumerate(lines):
         no = i + 1
-        cells = line.replace("No log", "-").split()  # HF notebooks' table cell
+        cells = _cells(line.replace("No log", "-"))  # (HF notebooks' table cell)
+        if cells is None:  # a markdown table's |---|---| rule
+            nonempty += 1
+            fitted += 1
+            continue
         if not cells:
             continue
         nonempty += 1
         if limit is not None and nonempty > limit:
             break
+        if names is None and (wide := _wide_header(line, lines[i + 1:])) and \
+                len(wide) != len(cells):
+            cells = wide  # names of two words: the rows below hold one value per wide cell
         if _header(cells) and (names is None or cells == names):
             # the first header, or the same one again (Ultralytics repeats it every epoch); a
             # line of other words inside the table ("Saving checkpoint") is not a header

@@ -56,7 +56,8 @@ def _norm_key(words: list[str]) -> str:
 
 #: A unit in parentheses after a name ("elapsed time per iteration (ms): 1234.5", DeepSpeed's
 #: "iter time (s): 0.51") joins the name, as a unit written after the number does.
-_NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB)\s*\)\s*(?=[:=])")
+_NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB)\s*\)\s*(?=[:=])|"
+                        r"\s+in\s+(ms|s|sec)\s*(?=[:=])")  # NeMo: "train_step_timing in s=0.6"
 
 
 #: A tensor printed as it is ("loss: tensor(2.3456, device='cuda:0', grad_fn=<...>)") is its
@@ -86,8 +87,9 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         line = _ELLIPSIS.sub(" | ", line)
     if "tensor(" in line:
         line = _TENSOR_REPR.sub(r"\1", line)
-    if ")" in line:
-        line = _NAME_UNIT.sub(lambda m: "_" + ("pct" if m.group(1) == "%" else m.group(1)), line)
+    if ")" in line or " in " in line:
+        line = _NAME_UNIT.sub(lambda m: "_" + ("pct" if m.group(1) == "%" else
+                                               m.group(1) or m.group(2)), line)
     out: dict[str, float] = {}
     words: list[str] = []
     last_key = ""

@@ -122,7 +122,9 @@ WORDS: dict[str, _Word] = {
              "train_step_time", "step_duration", "iteration_duration", "iter_duration",
              "per_step_time", "step_t", "elapsed_per_step", "time_step", "time_iter",
              # PaddleSeg / PaddleDetection / PaddleOCR: "batch_cost: 0.53, reader_cost: 0.07"
-             "batch_cost", "avg_batch_cost"),
+             "batch_cost", "avg_batch_cost",
+             # NeMo's progress bar: "train_step_timing in s=0.61"
+             "train_step_timing", "step_timing"),
     **_words("data_time_s", "time", "data_time", "data_load_time", "data_loading_time",
              "dataloader_time", "data_wait", "data_wait_time", "load_time", "data_loading",
              "input_time", "fetch_time", "data", "dataload", "data_load", "dataloader",
