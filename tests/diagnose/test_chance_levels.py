@@ -276,6 +276,19 @@ def test_a_short_log_pinned_at_ln_k_is_a_flat_loss() -> None:
     assert not [f for f in diagnose(run2).findings if f.symptom == "flat_loss"]
 
 
+def test_a_short_log_pinned_at_ln_1000_is_a_flat_loss_but_not_at_ln_500() -> None:
+    # Caffe, MobileNetV3 on ImageNet: smoothed loss 6.905-6.912 at iterations 0-80
+    run = Run(source="t")
+    run.add("loss", np.arange(0, 100, 20), np.array([6.91161, 6.90501, 6.90635, 6.90681,
+                                                     6.90704]))
+    f = [f for f in diagnose(run).findings if f.symptom == "flat_loss"]
+    assert f and f[0].severity == "error" and "ln(1000)" in f[0].summary
+    # the same stillness at ln 500 (no common dataset's class count) is not claimed
+    run2 = Run(source="t")
+    run2.add("loss", np.arange(0, 100, 20), np.array([6.2146, 6.2140, 6.2150, 6.2145, 6.2141]))
+    assert not [f for f in diagnose(run2).findings if f.symptom == "flat_loss"]
+
+
 def test_a_from_scratch_classifier_that_barely_leaves_chance_warns() -> None:
     # a frozen backbone: from ln 4 the loss creeps down 2% over the whole run, significantly
     rng = np.random.default_rng(11)

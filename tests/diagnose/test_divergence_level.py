@@ -283,3 +283,22 @@ def test_a_short_log_with_one_bad_point_or_a_mild_rise_is_quiet() -> None:
         run = Run(source="t")
         run.add("loss", np.arange(len(values)), np.array(values))
         assert _loud(run, "divergence") == [], values
+
+
+def test_a_fine_tune_worse_after_its_first_evaluation_is_a_divergence() -> None:
+    # Whisper at lr 3e-3: eval_loss 2.55 at its first evaluation, 3.1-4.5 at the 19 after it;
+    # the training loss (5 points) never below its first value.
+    val = [2.5529, 3.6152, 3.4914, 3.1947, 3.9588, 3.9837, 3.7197, 4.4566, 4.0028, 4.172,
+           3.6392, 3.6822, 3.934, 3.5459, 3.4527, 3.3234, 3.4189, 3.293, 3.1414, 3.4234]
+    run = Run(source="t")
+    run.add("val_loss", np.arange(1, 21) * 132, np.array(val))
+    run.add("loss", np.array([500, 1000, 1500, 2000, 2500]),
+            np.array([1.2366, 2.028, 2.157, 1.9848, 1.7866]))
+    f = [f for f in diagnose(run).findings if f.symptom == "divergence"]
+    assert len(f) == 1 and f[0].severity == "warning" and f[0].onset_step == 264
+    # with a training loss that falls meanwhile it is memorization, not this
+    run2 = Run(source="t")
+    run2.add("val_loss", np.arange(1, 21) * 132, np.array(val))
+    run2.add("loss", np.array([500, 1000, 1500, 2000, 2500]),
+             np.array([1.2366, 0.9, 0.6, 0.4, 0.3]))
+    assert not [f for f in diagnose(run2).findings if f.symptom == "divergence"]

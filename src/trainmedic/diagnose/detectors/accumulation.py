@@ -22,8 +22,8 @@ from trainmedic.diagnose.stats import blocks, level_split, median
 from trainmedic.diagnose.trace import Trace
 from trainmedic.run.series import Run
 
-__all__ = ["accumulation_ratio", "scale_step", "ACCUM_MIN_RATIO", "ACCUM_MAX_RATIO",
-           "ACCUM_MAX_SPREAD"]
+__all__ = ["accumulation_ratio", "scale_step", "val_did_not_follow", "ACCUM_MIN_RATIO",
+           "ACCUM_MAX_RATIO", "ACCUM_MAX_SPREAD"]
 
 #: The training loss is at least this many times the validation loss at every evaluation ...
 ACCUM_MIN_RATIO = 1.5
@@ -146,3 +146,11 @@ def _scale_step_finding(onset: int, factor: float, rank: int | None) -> Finding:
                   Evidence("val_loss", onset, None, None,
                            note=f">= 3 evaluations after the step, all under "
                                 f"{SCALE_STEP_VAL_MAX:g}x the evaluation before it")))
+
+
+def val_did_not_follow(run: Run, tr: Trace, onset: int) -> str:
+    """For divergence's rise of >= 3x: why it is not the model ("" when it may be) - the
+    rise is a scale step (``scale_step``) the validation loss did not follow."""
+    if tr.metric != "loss" or scale_step(run, tr.rank) is None:
+        return ""
+    return "the validation loss did not follow: the logged training loss changed scale"

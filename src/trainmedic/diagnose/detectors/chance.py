@@ -46,6 +46,9 @@ FLOOR_TOL = 0.004
 #: outputs saturate to one-hot, which the optimizer approaches slowly, so a plateau sits
 #: just above it (measured: 0.5-1.8% above on the trained double-softmax runs).
 FLOOR_ABOVE_TOL = 0.02
+#: Class counts past MAX_START_K that a short pinned log is matched to: CIFAR-100 and
+#: ImageNet-1k (a classifier stuck at ln 1000 = 6.9078 is the classic "loss stuck at 6.9").
+DATASET_CLASSES = (100, 1000)
 #: Largest class count considered.
 MAX_K = 1000
 #: Largest class count read from a run's first loss (the first losses are noisy).
@@ -371,8 +374,8 @@ PINNED_VAL_TOL = 0.005
 
 def pinned_at_chance(run: Run, train: Trace) -> ChanceEvent | None:
     """For a log too short for the level rules (< 8 points, e.g. 4 epochs): the last three
-    or more training losses all within 0.1% of the same ln k (k <= 30), and the last
-    validation loss, if any, within 0.5% of it. A loss that does not move by 0.1% from one
+    or more training losses all within 0.1% of the same ln k (k <= 30, or 100 or 1000), and
+    the last validation loss, if any, within 0.5% of it. A loss that does not move by 0.1% from one
     epoch to the next while sitting exactly at a chance level is a model that predicts
     uniformly (labels the model cannot see, an lr that killed it); a learning model's losses
     move more than that between epochs. The onset is the first point of that stretch."""
@@ -380,10 +383,10 @@ def pinned_at_chance(run: Run, train: Trace) -> ChanceEvent | None:
     if not 3 <= len(train) < 8 or any(h in m.lower() for m in run.metrics() for h in _GAN_HINTS):
         return None  # (a discriminator's BCE at equilibrium is 2 ln 2 = ln 4)
     level = median(v[-3:])
-    if not 0.6 < level < math.log(MAX_START_K + 0.5):
-        return None
-    k = round(math.exp(level))
-    if not 2 <= k <= MAX_START_K:
+    k = round(math.exp(level)) if 0.6 < level < math.log(MAX_START_K + 0.5) else next(
+        (c for c in DATASET_CLASSES if abs(level - math.log(c)) <= PINNED_TOL * math.log(c)),
+        0)
+    if not 2 <= k <= MAX_START_K and k not in DATASET_CLASSES:
         return None
     ln_k = math.log(k)
     near = np.abs(v - ln_k) <= PINNED_TOL * ln_k

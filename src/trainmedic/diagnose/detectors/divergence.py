@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.accumulation import val_did_not_follow
 from trainmedic.diagnose.detectors.chance import collapsed_to_chance
+from trainmedic.diagnose.detectors.evaluations import worse_than_first_eval
 from trainmedic.diagnose.detectors.short_log import short_divergence
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
@@ -352,17 +354,6 @@ def _val_kept_falling(run: Run, tr: Trace, onset: int) -> str:
             f"{fmt(last)})")
 
 
-def _val_did_not_follow(run: Run, tr: Trace, onset: int) -> str:
-    """For a rise of >= 3x: >= 3 evaluations after the onset, all under 1.1x the one before it.
-    A model whose batch loss tripled is worse on any set; a validation loss that stays put says
-    the logged training number changed scale (grad_accum_misnormalization's scale step)."""
-    from trainmedic.diagnose.detectors.accumulation import scale_step
-
-    if tr.metric != "loss" or scale_step(run, tr.rank) is None:
-        return ""
-    return "the validation loss did not follow: the logged training loss changed scale"
-
-
 def _revisited(lv: np.ndarray, k: int, theta: float) -> bool:
     """Whether the level of the elevated suffix ``lv[k:]`` was reached before it, after the
     loss had first fallen clearly below it (by ``theta``), and left again downwards: a new
@@ -402,7 +393,8 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
     for tr in trs:
         if tr.metric == "loss" and collapsed_to_chance(run, tr) is not None:
             continue  # a rise that ends at ln k is a collapse to chance: flat_loss reports it
-        level = _ce_above_uniform(run, tr) or _never_back_to_start(run, tr)
+        level = _ce_above_uniform(run, tr) or _never_back_to_start(run, tr) or \
+            worse_than_first_eval(run, tr)
         if level is not None:
             out.append(level)
             continue
@@ -514,7 +506,7 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
         legit = _rise_expected(run) or (
             _epoch_sawtooth(run, tr, t, onset) if trend_branch else "") or (
             _val_kept_falling(run, tr, onset) if ratio < DIVERGE_ERROR_RATIO else
-            _val_did_not_follow(run, tr, onset))
+            val_did_not_follow(run, tr, onset))
         if legit:
             sev = "info"
         conf = float(min(1.0, 0.55 + 0.1 * math.log2(max(ratio, 1.0)) + 0.02 * n_blocks))
