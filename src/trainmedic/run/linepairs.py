@@ -2,9 +2,12 @@
 
 Each number takes as its key the words before it (``iter 100: loss 2.3456, time 12.34ms`` ->
 iter, loss, time_ms); a unit written after the number joins the key; separators (``|``,
-``,``, `` - ``, tabs, ``...``) end a key; a bare duration in parentheses is the line's step
-time; ``[valid]`` sections put their keys on the validation side; a printed dict or JSON
-object in the line is read whole (``dict_in_line``). ``textlog`` builds rows from these.
+``,``, `` - ``, tabs, ``...``) end a key; a value in parentheses right after a named value, in
+its unit, is that value's running average (``<key>_avg``: AverageMeter's ``Time 7.259
+(3.692)``); any other bare duration in parentheses is the line's step time; ``[valid]``
+sections put their keys on the validation side; Chinese names are read in English
+(``vocabulary.translate_cjk``); a printed dict or JSON object in the line is read whole
+(``dict_in_line``). ``textlog`` builds rows from these.
 """
 
 from __future__ import annotations

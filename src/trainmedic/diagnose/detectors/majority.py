@@ -72,11 +72,10 @@ def prior_entropy_floor(share: float) -> float:
     return h - rest * math.log(rest) if rest > 1e-12 else h
 
 
-
 def frozen_accuracy(run: Run, rank: int | None) -> FrozenAccuracy | None:
     """The validation top-1 accuracy that repeats one value (to 1e-9) at every evaluation from
-    some step to the end, over >= 6 evaluations and >= half of them, after another value
-    that differed from some logged value by <= 0.002 (a validation set of hundreds or more),
+    some step to the end, over >= 6 evaluations and >= half of them, after another value, in
+    a log whose accuracies differ somewhere by <= 0.002 (a validation set of hundreds or more),
     while ``val_loss`` moved >= 5% of its level over the same evaluations, stayed at >= 0.9x
     the entropy of a class prior with that majority share (a cross-entropy under it means the
     model discriminates), the value is under 0.999, and no logged training accuracy rose more
