@@ -289,6 +289,9 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
     w = _window(run)
     prio: dict[str, float] = {s: i for i, s in enumerate(INCIDENT_ROOTS)}
     nan_grads = [f for f in findings if f.symptom == "nonfinite_grad"]
+    # training-loss NaNs the log shows (looked up once, not per pair of findings)
+    nan_losses = [g for g in findings if g.symptom == "nonfinite_loss"
+                  and not is_eval_metric(g.metric or "loss")]
     recovered = [f for f in findings if f.symptom == "loss_spike" and f.end_step is not None
                  and f.level >= SEVERITY_ORDER["warning"] and f.onset_step is not None]
 
@@ -331,9 +334,7 @@ def _fold_incidents(findings: list[Finding], run: Run) -> list[Finding]:
             lead = 3 * w if (f.symptom == "exploding_gradients" and f.end_step is None
                              and any(g.symptom == "divergence" for g in (root, *folded))) \
                 else w
-            if _own_phase(root, f, w, any(
-                    g.symptom == "nonfinite_loss" and _same_rank(g, f)
-                    and not is_eval_metric(g.metric or "loss") for g in findings)):
+            if _own_phase(root, f, w, any(_same_rank(g, f) for g in nan_losses)):
                 continue
             if lo <= rhi + w and hi >= rlo - lead:
                 folded.append(f)
