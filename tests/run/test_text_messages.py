@@ -168,3 +168,26 @@ def test_the_hf_notebook_table_pasted_as_markdown_or_text(tmp_path, layout):
     run = load_run(str(write(tmp_path / "train_output.log", text)))
     assert run.get("loss").steps.tolist() == list(range(1, 8))
     assert run.get("val_loss").values[0] == pytest.approx(2.12)
+
+
+def test_marian_abbreviated_names_read_the_update_count_as_the_step(tmp_path):
+    lines = "".join(
+        f"[2019-05-02 10:0{i}:01] Ep. 1 : Up. {500 * (i + 1)} : Sen. {64 * (i + 1)},000 : "
+        f"Cost {7.8 - 0.4 * i:.8f} : Time 60.{i}2s : 98{i}6.54 words/s : L.r. 3.0000e-04\n"
+        for i in range(6))
+    run = load_run(write(tmp_path / "train.log", lines))
+    loss = run.get("loss")
+    assert loss is not None and list(loss.steps) == [500, 1000, 1500, 2000, 2500, 3000]
+    assert loss.values[0] == pytest.approx(7.8)
+    assert run.get("lr").values[-1] == pytest.approx(3e-4)
+    assert run.get("tokens_per_s").values[0] == pytest.approx(9806.54)
+
+
+def test_a_bracketed_count_before_name_value_pairs_is_the_step(tmp_path):
+    # big_vision's train loop logs "[step] name=value, ..." behind an absl prefix
+    lines = "".join(f"I0502 10:00:{i}1.123 140000 train.py:300] [{100 * (i + 1)}] "
+                    f"train_loss={6.8 - 0.5 * i:.4f}, learning_rate=0.000{i + 1}\n"
+                    for i in range(6))
+    run = load_run(write(tmp_path / "train.log", lines))
+    assert list(run.get("loss").steps) == [100, 200, 300, 400, 500, 600]
+    assert run.get("lr").values[2] == pytest.approx(3e-4)

@@ -25,8 +25,9 @@ __all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "STEP_KEYS", "VAL_PR
 
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+|" \
        r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
-_RATE = r"(?:(?:samples?|imgs?|images?|tokens?|toks?|seqs?|sequences?|it|its|steps?|batches?)" \
-        r"\s?)?/\s?s(?:ec)?(?!\w|\s*[:=])"  # (not a name: "samples/sec: 250.1")
+_RATE = r"(?:(?:samples?|imgs?|images?|tokens?|toks?|words?|seqs?|sequences?|it|its|steps?|" \
+        r"batches?)\s?)?/\s?s(?:ec)?(?!\w|\s*=|\s?:\s*[-+.\d])"
+# (not a name: "samples/sec: 250.1"; Marian's "9876.54 words/s : L.r. 3e-04" is a unit)
 # (a bare "929.35/s" after a number is timm's samples per second)
 _TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>s/\d+ iters?\b|"
                     r"\s?(?:ms|s|us)/(?:step|it|iter|batch)\b|"
@@ -50,9 +51,15 @@ _FILLER = frozenset({"and", "the", "an", "is", "was", "are", "were", "has", "hav
                      "with"})
 
 
+#: Marian's abbreviated names ("Ep. 1 : Up. 1000 : Sen. 64,000 : Cost 5.12 : ... : L.r. 3e-04"):
+#: the update count is the step.
+_ABBREVIATIONS = {"up.": "updates", "ep.": "epoch", "l.r.": "lr", "sen.": "sentences"}
+
+
 def _norm_key(words: list[str]) -> str:
     # camelCase words kept apart before the case goes ("CurrSamplesPerSec", "valLoss")
-    parts = [split_camel(w.strip(":=[]")).lower() for w in words]
+    parts = [_ABBREVIATIONS.get(w.strip(":=[]").lower()) or split_camel(w.strip(":=[]")).lower()
+             for w in words]
     key = "_".join(w for w in parts if w and w not in _FILLER)
     return key.strip("_")
 
@@ -61,6 +68,11 @@ def _norm_key(words: list[str]) -> str:
 #: "iter time (s): 0.51") joins the name, as a unit written after the number does.
 _NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB)\s*\)\s*(?=[:=])|"
                         r"\s+in\s+(ms|s|sec)\s*(?=[:=])")  # NeMo: "train_step_timing in s=0.6"
+
+
+#: big_vision's "[100] train_loss=6.81, learning_rate=0.0001": a bracketed count before
+#: ``name=value`` pairs is the step.
+_BRACKET_STEP = re.compile(r"(?<![\w\]])\[(\d+)\]\s+(?=[A-Za-z_][\w/.-]*\s*=\s*[-+.\d])")
 
 
 #: A tensor printed as it is ("loss: tensor(2.3456, device='cuda:0', grad_fn=<...>)") is its
@@ -90,6 +102,8 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         line = _ELLIPSIS.sub(" | ", line)
     if "tensor(" in line:
         line = _TENSOR_REPR.sub(r"\1", line)
+    if "] " in line:
+        line = _BRACKET_STEP.sub(r" | step=\1 | ", line)
     if ")" in line or " in " in line:
         line = _NAME_UNIT.sub(lambda m: "_" + ("pct" if m.group(1) == "%" else
                                                m.group(1) or m.group(2)), line)
@@ -143,7 +157,7 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
             noun = unit.split("/")[0].strip()
             key, unit = ("it_per_s" if noun in ("it", "its", "step", "steps", "batch",
                                                  "batches")
-                         else "tokens_per_s" if noun.startswith("tok")
+                         else "tokens_per_s" if noun.startswith(("tok", "word"))
                          else "samples_per_s"), ""
         if unit in ("k", "m", "g"):
             # Detectron2's "max_mem: 3000M" is megabytes; "params: 125M" is a count
