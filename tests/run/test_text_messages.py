@@ -191,3 +191,46 @@ def test_a_bracketed_count_before_name_value_pairs_is_the_step(tmp_path):
     run = load_run(write(tmp_path / "train.log", lines))
     assert list(run.get("loss").steps) == [100, 200, 300, 400, 500, 600]
     assert run.get("lr").values[2] == pytest.approx(3e-4)
+
+
+def _sb3_block(i: int) -> str:
+    return "\n".join([
+        "-----------------------------------------",
+        "| rollout/                |             |",
+        f"|    ep_rew_mean          | {-1200 + 50 * i}    |",
+        "| time/                   |             |",
+        f"|    iterations           | {i + 1}          |",
+        f"|    total_timesteps      | {2048 * (i + 1)}       |",
+        "| train/                  |             |",
+        f"|    loss                 | {12.3 - i:.2f}        |",
+        "|    learning_rate        | 0.0003      |",
+        "-----------------------------------------"]) + "\n"
+
+
+def test_stable_baselines_console_tables_are_one_row_per_block(tmp_path):
+    text = "Using cpu device\n" + "".join(_sb3_block(i) for i in range(5))
+    run = load_run(write(tmp_path / "train.log", text))
+    loss = run.get("loss")
+    assert list(loss.steps) == [2048 * (i + 1) for i in range(5)]
+    assert list(loss.values) == pytest.approx([12.3 - i for i in range(5)])
+    assert "rollout/ep_rew_mean" in run.metrics()
+
+
+def test_tabulate_blocks_without_pipes_are_read_too(tmp_path):
+    # rlkit / garage dump each epoch's record with tabulate between rules of dashes
+    text = "".join("---------------------------  ----------\n"
+                   f"epoch                          {i}\n"
+                   f"trainer/QF1 Loss               {0.9 - 0.1 * i:.3f}\n"
+                   f"trainer/Policy Loss            {-1.0 - i:.3f}\n"
+                   "---------------------------  ----------\n" for i in range(4))
+    run = load_run(write(tmp_path / "progress.log", text))
+    # two losses of an actor-critic: neither is "the" loss, both are kept by name
+    assert sorted(run.metrics()) == ["trainer/Policy Loss", "trainer/QF1 Loss"]
+    assert list(run.get("trainer/QF1 Loss").steps) == [0, 1, 2, 3]
+
+
+def test_dashed_rules_in_an_ordinary_console_log_do_not_make_blocks(tmp_path):
+    text = "".join(f"{'-' * 40}\nstep {i * 10} | loss {2.0 - 0.1 * i:.3f} | lr 0.001\n"
+                   for i in range(6))
+    run = load_run(write(tmp_path / "train.log", text))
+    assert list(run.get("loss").steps) == [0, 10, 20, 30, 40, 50]

@@ -19,6 +19,11 @@ The same table pasted as markdown (``| Epoch | Training Loss | Validation Loss |
 header whose names hold a space (``Epoch  Training Loss  Validation Loss``, the notebook table
 copied as text) through its runs of two or more spaces, when the row below has that many values.
 
+A record printed as a block of ``name value`` lines between rules of dashes, one block per
+logging call, is read as one row per block: Stable-Baselines3's console table
+(``| train/ | |`` opens a section whose names follow, ``|    loss | 12.3 |``) and the tabulate
+dumps of rlkit and garage (``epoch  0`` / ``trainer/QF1 Loss  0.12`` between ``----  ----``).
+
 The one-column shapes are here too: a header word over one number per line
 (``is_single_column``), and numbers alone, named by their file (``bare_numbers``).
 """
@@ -30,7 +35,7 @@ from typing import Any
 
 from trainmedic.run.table import MISSING_TOKENS, cell_float
 
-__all__ = ["aligned_rows", "is_single_column", "bare_numbers", "MIN_ROWS"]
+__all__ = ["aligned_rows", "key_value_blocks", "is_single_column", "bare_numbers", "MIN_ROWS"]
 
 MIN_ROWS = 3
 """Rows of values a header must stand over for the text to be read as a table."""
@@ -175,6 +180,57 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
 
 
 _HEADER_WORD = re.compile(r"^\s*[A-Za-z_][\w./ ()%-]{0,60}\s*$")
+
+#: A rule of dashes (tabulate leaves gaps between its columns' rules).
+_BLOCK_RULE = re.compile(r"^\s*\|?-{5,}[-\s|]*$")
+#: ``name  value`` or ``| name | value |``: a name, then a value after a pipe or >= 2 spaces.
+_KV_LINE = re.compile(r"^\s*\|?\s*(?P<name>[A-Za-z_][\w./%()-]*(?: [\w./%()-]+)*?)\s*"
+                      r"(?:\|\s*|\s{2,})(?P<value>\S+)?\s*\|?\s*$")
+
+
+def key_value_blocks(text: str, limit: int | None = None
+                     ) -> list[tuple[int, dict[str, Any]]] | None:
+    """``[(line number, {name: value})]``, one row per block of ``name value`` lines between
+    rules of dashes, or None when ``text`` is not such a log (fewer than ``MIN_ROWS`` blocks
+    of >= 2 numbers, or under half of the non-empty lines inside them). A name with no value
+    that ends in "/" opens a section: the names under it are read as ``section/name``."""
+    if "-----" not in text:
+        return None
+    rows: list[tuple[int, dict[str, Any]]] = []
+    row: dict[str, Any] = {}
+    start = 0
+    section = ""
+    used = nonempty = 0
+    for i, line in enumerate(text.splitlines()):
+        if not line.strip():
+            continue
+        nonempty += 1
+        if limit is not None and nonempty > limit:
+            break
+        if _BLOCK_RULE.match(line):
+            used += 1
+            if sum(isinstance(v, float) for v in row.values()) >= 2:
+                rows.append((start, row))
+            row, section, start = {}, "", i + 1
+            continue
+        m = _KV_LINE.match(line)
+        if m is None:
+            continue
+        name, value = m.group("name").strip(), m.group("value")
+        if value is None or value == "|":
+            if name.endswith("/"):
+                section, used = name, used + 1
+            continue
+        v = _value(value)
+        if v == "":
+            continue
+        used += 1
+        row[section + name if not name.startswith(section) else name] = v
+    if sum(isinstance(v, float) for v in row.values()) >= 2:
+        rows.append((start, row))
+    if len(rows) < MIN_ROWS or used < 0.5 * nonempty:
+        return None
+    return rows
 
 
 def is_single_column(text: str) -> bool:

@@ -20,12 +20,10 @@ framework:
   that the metric lines right under it fill (Composer), and a printed dict right under a
   step line joins that line's row (TF Object Detection).
 
-The tokenizer that cuts a line into pairs is ``linepairs``; the progress-counter patterns are
-``counters``; tables printed with aligned spaces are read by ``aligned``.
-
+The tokenizer is ``linepairs``, the progress counters ``counters``; ``aligned`` reads tables
+with aligned spaces, blocks of ``name value`` lines (Stable-Baselines3) and one-column files.
 A row needs a step (or a printed dict); the file is a training log when enough of its lines
-are read (``recognized_share``). A file with a one-word header over a column of numbers
-(``loss`` then values) is read as that one series over row numbers counted from 1.
+are read (``recognized_share``).
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from trainmedic.errors import UnrecognizedInputError
-from trainmedic.run.aligned import bare_numbers, is_single_column
+from trainmedic.run.aligned import aligned_rows, bare_numbers, is_single_column, key_value_blocks
 from trainmedic.run.counters import (
     DARKNET,
     END_OF_EPOCH,
@@ -490,10 +488,13 @@ def read_text_log(path: Path, text: str | None = None) -> LogTable:
         table.note("metric_from_file_name", f"one number per line and no name: the series "
                    f"takes its name from the file: '{path.stem}'")
         return _single_column(table, f"{path.stem}\n{text}")
-    if recognized_share(text) < MIN_SHARE:
-        from trainmedic.run.aligned import aligned_rows
-        from trainmedic.run.jsonlog import rows_to_table
+    from trainmedic.run.jsonlog import rows_to_table
 
+    if (blocks := key_value_blocks(text)) is not None:  # Stable-Baselines3's console table
+        table.note("key_value_blocks", "read as blocks of 'name value' lines between rules "
+                   "of dashes, one row per block")
+        return rows_to_table(table, blocks)
+    if recognized_share(text) < MIN_SHARE:
         rows = aligned_rows(text)
         if rows is not None:
             table.note("aligned_table", "read as a table of space-aligned columns under a "
