@@ -460,6 +460,33 @@ def test_an_excerpt_cut_before_its_first_header_keeps_its_first_row(tmp_path):
     assert run.get("loss").steps.tolist() == [41, 42, 43, 44]
 
 
+def test_a_size_cell_keeps_its_unit(tmp_path):
+    """Ultralytics prints GPU_mem as "65.1G": 65.1 GB of memory, not 65.1 MB."""
+    run = load_run(str(write(tmp_path / "train.log", YOLO_CUT)))
+    assert run.get("mem_alloc_mb").values.tolist() == pytest.approx([65.1 * 1024] * 4)
+
+
+YOLO_RESULTS_TXT = "".join(
+    f"{e:>7}/89     5.61G   0.0{7 - e}745    0.0277   0.01785     {0.123 - 0.01 * e:.3f}"
+    f"         7       640"
+    f"    0.7966    0.3577    0.3942    0.1884   0.04{5 - e}24   0.01313  0.004035\n"
+    for e in range(5))
+
+
+def test_a_headerless_yolo_results_txt_is_read_by_its_column_order(tmp_path):
+    """YOLOv3/v5/v7 wrote results.txt without a header: epoch/last, gpu_mem, box, obj, cls,
+    total, labels, img_size, P, R, mAP@.5, mAP@.5:.95, then the validation box, obj, cls."""
+    run = load_run(str(write(tmp_path / "results.txt", YOLO_RESULTS_TXT)))
+    assert run.get("loss").steps.tolist() == [0, 1, 2, 3, 4]
+    assert run.get("loss").values.tolist() == pytest.approx([0.123, 0.113, 0.103, 0.093, 0.083])
+    # the validation loss is the sum of its three terms, as results.csv's is
+    assert run.get("val_loss").values[0] == pytest.approx(0.04524 + 0.01313 + 0.004035)
+    assert run.get("mem_alloc_mb").values[0] == pytest.approx(5.61 * 1024)
+    bad = YOLO_RESULTS_TXT + "     5/89     5.61G   0.0745\n"  # a row cut short: not this shape
+    with pytest.raises(UnrecognizedInputError):
+        load_run(str(write(tmp_path / "cut" / "results.txt", bad)))
+
+
 def test_caffe_test_net_outputs_are_the_validation_side(tmp_path):
     """Caffe: "Test net output #1: loss = 0.9 (* 1 = 0.9 loss)" is the evaluation's loss (not
     the training loss), and "(20 iter/s, 5.0s/100 iters)" is 0.05 s per iteration."""

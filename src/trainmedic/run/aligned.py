@@ -24,6 +24,9 @@ logging call, is read as one row per block: Stable-Baselines3's console table
 (``| train/ | |`` opens a section whose names follow, ``|    loss | 12.3 |``) and the tabulate
 dumps of rlkit and garage (``epoch  0`` / ``trainer/QF1 Loss  0.12`` between ``----  ----``).
 
+YOLOv3/v5/v7's ``results.txt`` (before ``results.csv``) has no header: 15 fixed columns per
+epoch, in the order their ``train.py`` writes them.
+
 The one-column shapes are here too: a header word over one number per line
 (``is_single_column``), and numbers alone, named by their file (``bare_numbers``).
 """
@@ -35,7 +38,8 @@ from typing import Any
 
 from trainmedic.run.table import MISSING_TOKENS, cell_float
 
-__all__ = ["aligned_rows", "key_value_blocks", "is_single_column", "bare_numbers", "MIN_ROWS"]
+__all__ = ["aligned_rows", "key_value_blocks", "yolo_results_rows", "record_rows",
+           "is_single_column", "bare_numbers", "MIN_ROWS"]
 
 MIN_ROWS = 3
 """Rows of values a header must stand over for the text to be read as a table."""
@@ -43,7 +47,14 @@ MIN_ROWS = 3
 _NAME = re.compile(r"^[A-Za-z_][\w./%()-]*$")
 _CLOCK = re.compile(r"^(?:(\d+):)?(\d{1,2}):(\d{2}(?:\.\d+)?)$")
 _COUNT = re.compile(r"^(\d+)/\d+$")
-_SIZE = re.compile(r"^([-+]?\d+(?:\.\d+)?)[KMGT]i?B?$")
+_SIZE = re.compile(r"^([-+]?\d+(?:\.\d+)?)([KMGT])i?B?$")
+_MB_PER = {"K": 1.0 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2}
+
+
+def _size_mb(cell: str) -> float | None:
+    """A size written with its unit letter (Ultralytics' GPU_mem "3.21G") in MB, else None."""
+    m = _SIZE.match(cell)
+    return float(m.group(1)) * _MB_PER[m.group(2)] if m else None
 _SAMPLE_LINES = 400
 
 
@@ -109,7 +120,10 @@ def _row(cells: list[str], names: list[str], indexed: bool) -> dict[str, Any] | 
         return None
     if len(vals) > n and vals[n] != "" and not cells[n - 1].endswith(":"):
         return None  # more values than names, and no "640:" before a progress bar
-    row = {name: v for name, v in zip(names, vals[:n], strict=True) if v is not None}
+    # a size keeps its unit: "3.21G" under GPU_mem is GPU_mem_mb = 3287.04
+    row = {(f"{name}_mb" if (mb := _size_mb(c)) is not None else name):
+           (mb if mb is not None else v)
+           for name, c, v in zip(names, cells[:n], vals[:n], strict=True) if v is not None}
     return row if any(isinstance(v, float) for v in row.values()) else None
 
 
@@ -180,6 +194,45 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
 
 
 _HEADER_WORD = re.compile(r"^\s*[A-Za-z_][\w./ ()%-]{0,60}\s*$")
+
+#: ``results.txt``'s columns (ultralytics/yolov5 v1-v5 train.py: "%10s" * 2 + "%10.4g" * 6 for
+#: epoch/epochs-1, gpu_mem ("3.21G"), the box/obj/cls losses, their total, labels, img_size, then
+#: "%10.4g" * 7 for P, R, mAP@.5, mAP@.5:.95 and the validation box/obj/cls losses).
+_YOLO_TXT_NAMES = ("gpu_mem", "train/box_loss", "train/obj_loss", "train/cls_loss", "loss",
+                   "labels", "img_size", "metrics/precision", "metrics/recall",
+                   "metrics/mAP_0.5", "metrics/mAP_0.5:0.95", "val/box_loss", "val/obj_loss",
+                   "val/cls_loss")
+_YOLO_TXT_ROW = re.compile(r"^\s*(\d+)/\d+\s+(\S+(?:\s+\S+){13})\s*$")
+
+
+def yolo_results_rows(text: str) -> list[tuple[int, dict[str, Any]]] | None:
+    """Rows of a headerless YOLO ``results.txt`` (every non-empty line ``epoch/last gpu_mem``
+    and 13 numbers), or None."""
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for i, line in enumerate(text.splitlines()):
+        if not line.strip():
+            continue
+        m = _YOLO_TXT_ROW.match(line)
+        vals = [_value(c) for c in m.group(2).split()] if m else [""]
+        if m is None or any(v == "" for v in vals):
+            return None
+        row = {k: v for k, v in zip(_YOLO_TXT_NAMES, vals, strict=True) if v is not None}
+        if (mb := _size_mb(m.group(2).split()[0])) is not None:
+            del row["gpu_mem"]
+            row["gpu_mem_mb"] = mb
+        rows.append((i + 1, {"epoch": float(m.group(1)), **row}))
+    return rows if len(rows) >= 2 else None
+
+
+def record_rows(text: str, limit: int | None = None
+                ) -> tuple[str, list[tuple[int, dict[str, Any]]]] | None:
+    """A log of one fixed shape per record, as (how it was read, rows): blocks of
+    ``name value`` lines, or YOLO's headerless ``results.txt``."""
+    if (rows := key_value_blocks(text, limit)) is not None:
+        return "blocks of 'name value' lines between rules of dashes, one row per block", rows
+    if (rows := yolo_results_rows(text)) is not None:
+        return "a headerless YOLO results.txt: 15 columns in the order its train.py writes", rows
+    return None
 
 #: A rule of dashes (tabulate leaves gaps between its columns' rules).
 _BLOCK_RULE = re.compile(r"^\s*\|?-{5,}[-\s|]*$")

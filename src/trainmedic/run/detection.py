@@ -132,15 +132,16 @@ def _is_text_log(text: str, whole: str | None = None) -> bool:
     """Whether ``text`` (the sniffed head, leading blanks stripped) reads as a console log;
     ``whole`` is the same head with its leading blanks, for the aligned-table check (an
     indented header is pandas' index)."""
-    from trainmedic.run.aligned import aligned_rows, is_single_column, key_value_blocks
+    from trainmedic.run.aligned import aligned_rows, is_single_column, record_rows
     from trainmedic.run.textlog import MIN_SHARE, recognized_share
 
     if is_single_column(text) or recognized_share(text) >= MIN_SHARE:
         return True
     # A table of space-aligned columns is a log when its names say so (step, loss, ...): a
     # whitespace-separated dataset ("x y" over numbers) is not.
+    records = record_rows(text, limit=400)
     rows = aligned_rows(whole if whole is not None else text, limit=400) or \
-        key_value_blocks(text, limit=400)
+        (records[1] if records else None)
     return rows is not None and names_look_like_log(list(dict.fromkeys(
         k for _, r in rows[:50] for k in r)))
 

@@ -287,7 +287,7 @@ DERIVED: tuple[Derivation, ...] = (
     # ("Epoch GPU_mem box_loss cls_loss dfl_loss Instances Size"; YOLOv5 before 7.0:
     # "Epoch gpu_mem box obj cls labels img_size").
     Derivation(canonical="loss", pattern=r"(?:box|obj|cls|dfl|seg|pose|kobj|rle)(?:_loss)?",
-               family="ultralytics", requires_any=("gpu_mem",)),
+               family="ultralytics", requires_any=("gpu_mem", "gpu_mem_mb")),
 )
 
 

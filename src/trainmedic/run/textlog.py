@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from trainmedic.errors import UnrecognizedInputError
-from trainmedic.run.aligned import aligned_rows, bare_numbers, is_single_column, key_value_blocks
+from trainmedic.run.aligned import aligned_rows, bare_numbers, is_single_column, record_rows
 from trainmedic.run.counters import (
     DARKNET,
     END_OF_EPOCH,
@@ -490,10 +490,9 @@ def read_text_log(path: Path, text: str | None = None) -> LogTable:
         return _single_column(table, f"{path.stem}\n{text}")
     from trainmedic.run.jsonlog import rows_to_table
 
-    if (blocks := key_value_blocks(text)) is not None:  # Stable-Baselines3's console table
-        table.note("key_value_blocks", "read as blocks of 'name value' lines between rules "
-                   "of dashes, one row per block")
-        return rows_to_table(table, blocks)
+    if (records := record_rows(text)) is not None:  # Stable-Baselines3's table, YOLO's .txt
+        table.note("record_rows", f"read as {records[0]}")
+        return rows_to_table(table, records[1])
     if recognized_share(text) < MIN_SHARE:
         rows = aligned_rows(text)
         if rows is not None:
