@@ -302,3 +302,26 @@ def test_a_fine_tune_worse_after_its_first_evaluation_is_a_divergence() -> None:
     run2.add("loss", np.array([500, 1000, 1500, 2000, 2500]),
              np.array([1.2366, 0.9, 0.6, 0.4, 0.3]))
     assert not [f for f in diagnose(run2).findings if f.symptom == "divergence"]
+
+
+def _negative_loss_run(rise_per_step: float, seed: int = 0) -> Run:
+    # nnU-Net's Dice + CE objective is negative once the Dice term dominates
+    rng = np.random.default_rng(seed)
+    s = np.arange(100)
+    base = -0.2 - 0.6 * (1 - np.exp(-np.minimum(s, 50) / 20))
+    base = base + rise_per_step * np.clip(s - 50, 0, None)
+    run = Run(source="t")
+    run.add("loss", s, base + rng.normal(0, 0.01, 100))
+    return run
+
+
+def test_a_negative_loss_that_rises_back_is_told_as_an_amount_not_a_ratio() -> None:
+    f = _loud(_negative_loss_run(0.03), "divergence")
+    assert len(f) == 1 and 40 <= f[0].onset_step <= 60
+    assert "x its best level" not in f[0].summary and "inf" not in f[0].summary
+    assert "above its best level" in f[0].summary
+
+
+def test_a_negative_loss_that_converges_is_no_divergence() -> None:
+    for seed in range(3):
+        assert not _loud(_negative_loss_run(0.0, seed), "divergence")

@@ -105,7 +105,8 @@ def _words(canonical: str, kind: str, *names: str) -> dict[str, _Word]:
 
 WORDS: dict[str, _Word] = {
     **{w: _Word("loss") for w in LOSS_WORDS},
-    **_words("lr", "", "lr", "learning_rate", "learningrate", "current_lr", "lr_0", "base_lr"),
+    **_words("lr", "", "lr", "learning_rate", "learningrate", "current_lr", "lr_0", "base_lr",
+             "current_learning_rate"),  # nnU-Net: "Current learning rate: 0.00995"
     **_words("grad_norm", "", "grad_norm", "gnorm", "gradient_norm", "grad_norm_total",
              "total_grad_norm", "global_grad_norm", "grad_l2_norm", "grad_total_norm",
              "grads_norm", "grad_norm_2", "gradnorm", "global_norm", "total_norm",

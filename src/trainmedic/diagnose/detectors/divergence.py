@@ -500,7 +500,10 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             ratio = math.exp(end_lv - best)
             undone = end_lv >= float(lv[0]) and float(lv[0]) - best > math.log(1.2)
         else:
-            ratio = (end_lv / best) if best > 0 else math.inf
+            # a loss that can be negative (nnU-Net's Dice + CE, a continuous NLL): the rise
+            # over the best level's magnitude, as end / best is for a positive loss
+            ratio = (end_lv / best) if best > 0 else \
+                1.0 + (end_lv - best) / abs(best) if best < 0 else math.inf
             undone = end_lv >= float(lv[0]) and float(lv[0]) > best
         sev: Severity = "error" if (ratio >= DIVERGE_ERROR_RATIO or undone) else "warning"
         legit = _rise_expected(run) or (
@@ -535,8 +538,10 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
         out.append(Finding(
             symptom="divergence", severity=sev, confidence=conf, onset_step=onset,
             end_step=None, rank=tr.rank, metric=tr.metric,
-            summary=(f"{tr.metric} {verb} from step {onset} to {ratio:.3g}x its best level "
-                     f"({fmt(inv(best))} -> {fmt(inv(end_lv))}) and stayed up to the last "
+            summary=(f"{tr.metric} {verb} from step {onset} " + (
+                     f"to {ratio:.3g}x its best level" if inv(best) > 0 else
+                     f"by {fmt(inv(end_lv) - inv(best))} above its best level") +
+                     f" ({fmt(inv(best))} -> {fmt(inv(end_lv))}) and stayed up to the last "
                      f"logged step {int(tr.steps[-1])}{tail}"),
             evidence=tuple(ev)))
     for rank in run.ranks():
