@@ -250,3 +250,29 @@ def test_step_times_twice_their_running_average_are_a_slowdown() -> None:
     slow_start = [x for x in diagnose(run_of([0.5] * 7, [3.0, 2.6, 2.3, 2.0, 1.8, 1.6, 1.5]))
                   .findings if x.symptom == "throughput_regression"]
     assert slow_start == []
+
+
+def _short(values: list[float], metric: str = "step_time_s") -> list[Finding]:
+    run = Run(source="t")
+    run.add(metric, np.arange(1, len(values) + 1), np.array(values))
+    res = get_detector("throughput_regression").fn(run)
+    return [f for f in res if f.level >= 1] if isinstance(res, list) else []
+
+
+def test_a_short_log_whose_epochs_keep_slowing_is_a_regression() -> None:
+    # five epochs of the same 4000 batches: 1354 s, then ~2085 s, then ~2700 s
+    f = _short([1354.0, 2083.0, 2090.0, 2644.0, 2746.0])
+    assert len(f) == 1 and f[0].onset_step == 2 and f[0].severity == "warning"
+    # the same slowdown read as a rate (it/s)
+    f = _short([2.95, 1.92, 1.91, 1.51, 1.46], metric="samples_per_s")
+    assert len(f) == 1 and f[0].onset_step == 2
+
+
+@pytest.mark.parametrize("values", [
+    [0.0004, 1.25, 1.09, 1.11],            # a timer read before any work, then steady
+    [1.0, 1.1, 0.95, 1.05, 4.0, 4.1],      # two slow summary records at the end
+    [1.0, 1.3, 0.9, 1.4, 1.2, 1.35, 1.1],  # noise on a shared host
+    [3.0, 1.0, 1.1, 0.9, 1.0],             # a slow first epoch (start-up), then steady
+])
+def test_short_logs_without_a_lasting_slowdown_stay_quiet(values: list[float]) -> None:
+    assert not _short(values)

@@ -7,7 +7,12 @@ A running average since the start of the epoch (or of the run) lags the current 
 every current step takes >= 1.5x the average while the average keeps rising towards it, the
 steps averaged before the excerpt were faster - the run slowed down. A slow first step pulls
 the average the other way (above the current steps), so start-up cannot trigger this.
-The evidence rule is written out in docs/symptoms.md (throughput_regression).
+An excerpt of 4-11 points (per-epoch times, a few pasted iterations) is too short for the
+change-point test in ``timing.py``; there a step time that rose to >= 1.8x its first value and
+stayed >= 1.4x it over >= 3 points to the end (the last two >= 1.5x) is the run slowing down
+(``short_slowdown``); when only the first point was fast, the slowdown must still grow (a timer
+read before any work is fast). A slow first point (start-up) only makes later ones look fast.
+The evidence rules are written out in docs/symptoms.md (throughput_regression).
 """
 
 from __future__ import annotations
@@ -15,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from trainmedic.diagnose.finding import Evidence, Finding
-from trainmedic.diagnose.trace import Trace, fmt
+from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
 
-__all__ = ["slower_than_average", "AVG_SLOWER_RATIO", "AVG_MIN_POINTS"]
+__all__ = ["slower_than_average", "short_slowdown", "AVG_SLOWER_RATIO", "AVG_MIN_POINTS"]
 
 #: Every current step time is at least this many times its running average ...
 AVG_SLOWER_RATIO = 1.5
@@ -71,4 +76,58 @@ def slower_than_average(run: Run) -> list[Finding]:
                                note=f"median current step time vs the first running average "
                                     f"({avg_name}); every one of the {steps.size} points is "
                                     f">= {AVG_SLOWER_RATIO:g}x its average"),)))
+    return out
+
+
+#: A short series (fewer points than the change-point test needs, and at least this many) ...
+SHORT_MIN_POINTS = 4
+#: ... slowed down when its step time ends >= this many times its first value, ...
+SHORT_END_RATIO = 1.8
+#: ... the point before the last >= this, and every point from the onset on >= SHORT_STAY.
+SHORT_LAST_RATIO = 1.5
+SHORT_STAY = 1.4
+#: When only the first point is fast, the slowdown must still grow: the last point >= this
+#: many times the second.
+SHORT_GROWING = 1.2
+
+
+def short_slowdown(run: Run, max_points: int) -> list[Finding]:
+    """throughput_regression findings for a step time (or a rate, inverted) with 4 to
+    ``max_points - 1`` points that ended >= 1.8x its first value, the point before >= 1.5x,
+    and stayed >= 1.4x it over >= 3 points from the onset on (still growing, the last >= 1.2x
+    the second, when the onset is the second point)."""
+    out: list[Finding] = []
+    for metric, rate in (("samples_per_s", True), ("tokens_per_s", True),
+                         ("step_time_s", False)):
+        for tr in traces(run, metric):
+            pos = tr.values > 0
+            v, st = tr.values[pos], tr.steps[pos]
+            if not SHORT_MIN_POINTS <= v.size < max_points:
+                continue
+            t = 1.0 / v if rate else v  # time per unit of work
+            r = t / t[0]
+            stay = np.flatnonzero(np.minimum.accumulate(r[::-1])[::-1] < SHORT_STAY)
+            i = int(stay[-1]) + 1 if stay.size else 1
+            # >= 3 points slow (one or two are an epoch summary, an eval step); after a lone
+            # fast first point (a timer read before any work) only a slowdown still growing
+            if r[-1] < SHORT_END_RATIO or r[-2] < SHORT_LAST_RATIO or i > v.size - 3 or \
+                    (i == 1 and r[-1] < SHORT_GROWING * r[1]):
+                continue
+            onset = int(st[i])
+            what = (f"{metric} fell {100 * (1 - 1 / r[-1]):.0f}%" if rate else
+                    f"step time rose {r[-1]:.2g}x")
+            out.append(Finding(
+                symptom="throughput_regression", severity="warning", confidence=0.6,
+                onset_step=onset, rank=tr.rank, metric=metric,
+                summary=(f"{what} over {v.size} logged points ({fmt(float(v[0]))} -> "
+                         f"{fmt(float(v[-1]))}), >= {SHORT_STAY:g}x slower than the first "
+                         f"from step {onset} to the end: the run slowed down and did not "
+                         f"recover"),
+                evidence=(Evidence(metric, int(st[-1]), float(v[-1]), float(v[0]),
+                                   note=f"last point vs the first of {v.size} (too few for "
+                                        f"the change-point test); every point from step "
+                                        f"{onset} is >= {SHORT_STAY:g}x slower than the "
+                                        f"first"),)))
+        if out:
+            break
     return out

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainmedic.diagnose.detectors.averages import slower_than_average
+from trainmedic.diagnose.detectors.averages import short_slowdown, slower_than_average
 from trainmedic.diagnose.finding import SEVERITY_ORDER, Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -56,6 +56,8 @@ THROUGHPUT_WARN = 1.0 / 3.0
 TINY_STEP_S = 0.005
 TINY_STEP_WARN = 0.5
 THROUGHPUT_INFO = 0.10
+#: Points the change-point test needs (fewer: ``averages.short_slowdown``).
+THROUGHPUT_MIN_POINTS = 12
 _THIN = 20_000
 
 
@@ -329,7 +331,7 @@ def throughput_events(run: Run) -> tuple[list[ThroughputEvent], bool]:
         for tr in traces(run, metric):
             pos = tr.values > 0
             v, s = tr.values[pos], tr.steps[pos]
-            if v.size < 12:
+            if v.size < THROUGHPUT_MIN_POINTS:
                 continue
             ran = True
             skip = warmup_skip(v.size)
@@ -476,7 +478,8 @@ def detect_throughput_regression(run: Run) -> list[Finding] | NotRun:
     roots, ran = _roots(run)
     lagging = slower_than_average(run)
     if not ran:
-        return lagging or NotRun("needs at least 12 throughput or step-time points")
+        return lagging or short_slowdown(run, THROUGHPUT_MIN_POINTS) or \
+            NotRun("needs at least 12 throughput or step-time points")
     out = [f for f in lagging if not any(ev.rank == f.rank for ev, _ in roots)]
     for ev, root in roots:
         summary = _throughput_phrase(ev)
