@@ -289,6 +289,21 @@ def test_a_short_log_pinned_at_ln_1000_is_a_flat_loss_but_not_at_ln_500() -> Non
     assert not [f for f in diagnose(run2).findings if f.symptom == "flat_loss"]
 
 
+def test_a_step_loss_frozen_a_hair_under_ln_100_is_a_flat_loss() -> None:
+    # Lightning's bar, batches 100-106 of a CIFAR-100 model: train_loss=4.600 every batch
+    # (ln 100 = 4.6052: a near-uniform predictor 0.11% under it, frozen to the printed digits)
+    def flat(values: list[float]) -> list:
+        run = Run(source="t")
+        run.add("loss", np.arange(100, 100 + len(values)), np.array(values))
+        return [f for f in diagnose(run).findings if f.symptom == "flat_loss" and f.level >= 1]
+
+    f = flat([4.600] * 7)
+    assert f and f[0].severity == "error" and "ln(100)" in f[0].summary and "0.11%" in f[0].summary
+    # moving values that far under ln 100 are not pinned, nor is a frozen 4.595 (0.22% under)
+    assert not flat([4.600, 4.598, 4.601, 4.599, 4.600, 4.597, 4.600])
+    assert not flat([4.595] * 7)
+
+
 def test_a_from_scratch_classifier_that_barely_leaves_chance_warns() -> None:
     # a frozen backbone: from ln 4 the loss creeps down 2% over the whole run, significantly
     rng = np.random.default_rng(11)

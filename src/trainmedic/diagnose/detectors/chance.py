@@ -370,11 +370,14 @@ def _at_chance(train: Trace, accs: list[tuple[str, np.ndarray]], k: int) -> Chan
 PINNED_TOL = 0.001
 #: ... and the last validation loss, when logged, within this share (often 3 decimals).
 PINNED_VAL_TOL = 0.005
+#: The share is this many times wider when the last >= 5 losses are identical.
+PINNED_FROZEN_WIDER = 2.0
 
 
 def pinned_at_chance(run: Run, train: Trace) -> ChanceEvent | None:
     """For a log too short for the level rules (< 8 points, e.g. 4 epochs): the last three
-    or more training losses all within 0.1% of the same ln k (k <= 30, or 100 or 1000), and
+    or more training losses all within 0.1% of the same ln k (k <= 30, or 100 or 1000; 0.2%
+    when the last >= 5 are identical), and
     the last validation loss, if any, within 0.5% of it. A loss that does not move by 0.1% from one
     epoch to the next while sitting exactly at a chance level is a model that predicts
     uniformly (labels the model cannot see, an lr that killed it); a learning model's losses
@@ -383,13 +386,16 @@ def pinned_at_chance(run: Run, train: Trace) -> ChanceEvent | None:
     if not 3 <= len(train) < 8 or any(h in m.lower() for m in run.metrics() for h in _GAN_HINTS):
         return None  # (a discriminator's BCE at equilibrium is 2 ln 2 = ln 4)
     level = median(v[-3:])
+    # Five or more identical last values (a step loss frozen to the printed digits) are a
+    # model whose output no longer moves: there a near-uniform one (a learned class prior a
+    # hair under ln k: "train_loss=4.600" at ln 100 = 4.605) counts as at chance.
+    tol = PINNED_TOL * (PINNED_FROZEN_WIDER if len(v) >= 5 and np.ptp(v[-5:]) == 0 else 1.0)
     k = round(math.exp(level)) if 0.6 < level < math.log(MAX_START_K + 0.5) else next(
-        (c for c in DATASET_CLASSES if abs(level - math.log(c)) <= PINNED_TOL * math.log(c)),
-        0)
+        (c for c in DATASET_CLASSES if abs(level - math.log(c)) <= tol * math.log(c)), 0)
     if not 2 <= k <= MAX_START_K and k not in DATASET_CLASSES:
         return None
     ln_k = math.log(k)
-    near = np.abs(v - ln_k) <= PINNED_TOL * ln_k
+    near = np.abs(v - ln_k) <= tol * ln_k
     start = len(v)
     while start > 0 and near[start - 1]:
         start -= 1
@@ -477,15 +483,17 @@ def _collapse_finding(ev: ChanceEvent, tr: Trace) -> Finding:
 def _pinned_finding(ev: ChanceEvent, tr: Trace) -> Finding:
     """A short log whose loss sits still at exactly ln k: a uniform predictor."""
     n = int(np.sum(tr.steps >= ev.onset_step))
+    share = max(abs(float(v) - ev.landmark) for v in tr.values[-n:]) / ev.landmark
+    within = f"{100 * max(share, 1e-4):.2g}%"
     return Finding(
         symptom="flat_loss", severity="error", confidence=0.7, onset_step=ev.onset_step,
         end_step=int(tr.steps[-1]), rank=tr.rank, metric="loss",
-        summary=(f"the loss sat at ln({ev.k}) = {ev.landmark:.4f}, to 0.1%, at its last {n} "
+        summary=(f"the loss sat at ln({ev.k}) = {ev.landmark:.4f}, to {within}, at its last {n} "
                  f"logged points (from step {ev.onset_step}): the loss of predicting uniformly "
                  f"over {ev.k} classes, and it does not move: the model is not learning "
                  f"(labels it cannot see, an lr that killed it, or a broken loss)"),
         evidence=(Evidence("loss", int(tr.steps[-1]), ev.level, ev.landmark,
-                           note=f"median of the last {n} points, each within 0.1% of "
+                           note=f"median of the last {n} points, each within {within} of "
                                 f"ln({ev.k}); the last validation loss, if logged, within "
                                 f"0.5%"),))
 
