@@ -198,6 +198,20 @@ def test_a_short_log_with_a_lone_grad_spike_or_a_3x_rise_is_quiet() -> None:
     assert _loud(_run(rise, loss), "exploding_gradients") == []
 
 
+def test_grad_norm_that_jumps_30x_and_stays_up_explodes_though_it_wobbles() -> None:
+    """HF dicts of a LLaMA fine-tune: grad_norm 0.24-0.27, then 1.3, then 4-23 to the end;
+    the last blocks wobble (no rising slope) but every one stays >= 10x the early level."""
+    g = np.array([0.244, 0.271, 1.356, 1.277, 17.22, 7.117, 21.81, 23.02, 3.769, 14.41])
+    loss = np.array([1.359, 0.483, 0.581, 0.700, 0.661, 1.035, 0.661, 0.685, 0.864, 0.825])
+    f = _loud(_run(g, loss), "exploding_gradients")
+    assert len(f) == 1 and f[0].severity in ("warning", "error")
+    # the same growth that falls back under 10x at the end is no sustained explosion
+    g2 = g.copy()
+    g2[-4:] = [0.9, 0.8, 0.7, 0.75]
+    assert not [x for x in _loud(_run(g2, loss), "exploding_gradients")
+                if "level grew" in x.summary]
+
+
 def _scale_run(steps: list[int], scales: list[float]) -> Run:
     run = Run(source="t")
     run.add("loss_scale", np.array(steps), np.array(scales, dtype=float))
