@@ -220,8 +220,9 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
             late = median(bl.median[-max(1, int(0.2 * nb)):])
             slope = theil_sen(bl.first_step[-max(3, nb // 3):].astype(np.float64),
                               bl.median[-max(3, nb // 3):])
-            # still rising, or held >= 10x over the last three blocks (a level that stays up)
-            held = bool(np.all(bl.median[-3:] - early >= math.log(GRAD_GROWTH_RATIO)))
+            # still rising; in a short log (< 10 blocks: a slope through three blocks is
+            # noise), or held >= 10x over the last three blocks (a level that stays up)
+            held = nb < 10 and bool(np.all(bl.median[-3:] - early >= math.log(GRAD_GROWTH_RATIO)))
             if late - early >= math.log(GRAD_GROWTH_RATIO) and (slope >= 0 or held):
                 # Onset: the start of the final stretch of blocks above the early level
                 # (by half the growth threshold, in log), walked back along its rising flank.
