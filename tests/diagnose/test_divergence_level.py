@@ -325,3 +325,21 @@ def test_a_negative_loss_that_rises_back_is_told_as_an_amount_not_a_ratio() -> N
 def test_a_negative_loss_that_converges_is_no_divergence() -> None:
     for seed in range(3):
         assert not _loud(_negative_loss_run(0.0, seed), "divergence")
+
+
+def _short(values: list[float]) -> list:
+    run = Run(source="t")
+    run.add("loss", np.arange(100, 100 * (len(values) + 1), 100), np.array(values))
+    return _loud(run, "divergence")
+
+
+def test_a_short_log_that_climbs_to_a_new_high_at_its_last_three_points_diverges() -> None:
+    # TF2 object detection, steps 100-900: 1.19-1.44, then 1.77, 2.16, 2.37
+    f = _short([1.396, 1.192, 1.346, 1.36, 1.444, 1.204, 1.774, 2.155, 2.374])
+    assert len(f) == 1 and f[0].onset_step == 700 and f[0].severity == "warning"
+
+
+def test_a_short_log_whose_end_rises_less_or_not_to_new_highs_is_quiet() -> None:
+    assert not _short([1.4, 1.2, 1.35, 1.36, 1.44, 1.2, 1.3, 1.4, 1.5])    # < 1.5x
+    assert not _short([2.5, 2.0, 1.8, 1.6, 1.4, 1.2, 1.5, 1.9, 2.4])       # not new highs
+    assert not _short([1.4, 1.2, 1.35, 1.36, 1.44, 1.2, 1.7, 2.2, 2.1])    # last fell back

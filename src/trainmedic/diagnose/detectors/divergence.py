@@ -18,7 +18,7 @@ import numpy as np
 from trainmedic.diagnose.detectors.accumulation import val_did_not_follow
 from trainmedic.diagnose.detectors.chance import collapsed_to_chance
 from trainmedic.diagnose.detectors.evaluations import worse_than_first_eval
-from trainmedic.diagnose.detectors.short_log import short_divergence
+from trainmedic.diagnose.detectors.short_log import climbing_tail, short_divergence
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -546,7 +546,7 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             evidence=tuple(ev)))
     for rank in run.ranks():
         if not any(f.rank == rank and f.metric == "loss" for f in out):
-            climb = _climb_to_nan(run, rank)
+            climb = _climb_to_nan(run, rank) or climbing_tail(Trace.of(run, "loss", rank))
             if climb is not None:
                 out.append(climb)
     if not trs and not out:

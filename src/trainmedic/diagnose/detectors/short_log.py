@@ -1,5 +1,6 @@
-"""Rules for logs too short for the level rules (5-9 points: an issue excerpt, a few epochs):
-a series judged by its shape alone, a tail that jumped far above everything before it.
+"""Rules for logs too short for the level rules (5-11 points: an issue excerpt, a few epochs):
+a series judged by its shape alone, a tail that jumped far above everything before it, or
+that climbed to a new high at each of its last points.
 
 The evidence rules are written out in docs/symptoms.md; keep the two in step.
 """
@@ -14,8 +15,8 @@ from trainmedic.diagnose.finding import Evidence, Finding
 from trainmedic.diagnose.stats import median
 from trainmedic.diagnose.trace import Trace, fmt
 
-__all__ = ["jumped_tail", "short_divergence", "towering_points", "SHORT_MIN_POINTS",
-           "SHORT_RISE_RATIO", "TOWER_RATIO"]
+__all__ = ["jumped_tail", "short_divergence", "climbing_tail", "towering_points",
+           "SHORT_MIN_POINTS", "SHORT_RISE_RATIO", "TOWER_RATIO"]
 
 #: Fewer points than this are not judged at all; the level rules start at 8-10.
 SHORT_MIN_POINTS = 5
@@ -63,6 +64,40 @@ def short_divergence(tr: Trace) -> Finding | None:
         evidence=(Evidence(tr.metric, int(st[-1]), float(v[-1]), before,
                            note=f"last point vs the highest of the {len(v) - k} before the "
                                 f"jump (a log of {len(v)} points: judged by its shape)"),))
+
+
+#: A short loss log (< 12 finite points, too few blocks for the level rules to see a rise at
+#: its end) whose last >= 3 points each rose to a new high ...
+CLIMB_POINTS = 3
+CLIMB_MAX_POINTS = 12
+#: ... ending >= 1.5x the median of the points before the climb (the level rules' ratio).
+CLIMB_RATIO = 1.5
+
+
+def climbing_tail(tr: Trace | None) -> Finding | None:
+    """A loss log of 5-11 finite points whose last >= 3 points each rose above the one before
+    and above every earlier point, ending >= 1.5x the median before them: the run is diverging
+    at the end of the excerpt (warning; error from 3x). Onset: the first point of the climb."""
+    if tr is None or not SHORT_MIN_POINTS <= len(tr) < CLIMB_MAX_POINTS or \
+            not bool(np.all(tr.values > 0)):
+        return None
+    v, st = tr.values, tr.steps
+    k = 0
+    while k + 1 < len(v) - 2 and v[-k - 1] > v[-k - 2] and v[-k - 1] > v[:-k - 1].max():
+        k += 1
+    before = median(v[:-k]) if k else 0.0
+    if k < CLIMB_POINTS or v[-1] < CLIMB_RATIO * before:
+        return None
+    onset, ratio = int(st[len(v) - k]), float(v[-1]) / before
+    return Finding(
+        symptom="divergence", severity="error" if ratio >= 3.0 else "warning", confidence=0.6,
+        onset_step=onset, end_step=int(st[-1]), rank=tr.rank, metric=tr.metric,
+        summary=(f"{tr.metric} rose at each of the last {k} of {len(v)} logged points, every "
+                 f"one a new high, to {ratio:.3g}x the median before the climb "
+                 f"({fmt(before)} -> {fmt(float(v[-1]))}, from step {onset})"),
+        evidence=(Evidence(tr.metric, int(st[-1]), float(v[-1]), before,
+                           note=f"last point vs the median of the {len(v) - k} points before "
+                                f"the climb (a log of {len(v)} points: judged by its shape)"),))
 
 
 #: A point this many times above every other point of the log (but at most two such) is a
