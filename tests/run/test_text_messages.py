@@ -234,3 +234,28 @@ def test_dashed_rules_in_an_ordinary_console_log_do_not_make_blocks(tmp_path):
                    for i in range(6))
     run = load_run(write(tmp_path / "train.log", text))
     assert list(run.get("loss").steps) == [0, 10, 20, 30, 40, 50]
+
+
+def _composer(epochs: int, per_epoch: int, eval_back: int) -> str:
+    out = []
+    for e in range(epochs):
+        for b in range(1, per_epoch + 1):
+            g = e * per_epoch + b
+            out.append(f"[epoch={e + 1}][batch={g}/{epochs * per_epoch}]:\n"
+                       f"\t Train time/epoch: {e}\n\t Train time/batch: {g - 1}\n"
+                       f"\t Train loss/train/total: {2.0 - 0.01 * g:.4f}\n"
+                       f"\t Train l2_norm/grad/global: 0.5\n")
+        end = (e + 1) * per_epoch - eval_back
+        out.append(f"[Eval batch=4/4] Eval on eval data\n[epoch={e + 1}][batch={end}/"
+                   f"{epochs * per_epoch}]:\n\t Eval metrics/eval/CrossEntropy: "
+                   f"{2.1 - 0.05 * e:.4f}\n")
+    return "".join(out)
+
+
+@pytest.mark.parametrize("eval_back", [0, 1])
+def test_composer_blocks_step_by_the_batch_counter_across_epochs(tmp_path, eval_back):
+    # the evaluation's block repeats the last training step (or one a little before it)
+    run = load_run(write(tmp_path / "composer_stdout.txt", _composer(3, 6, eval_back)))
+    assert list(run.get("loss").steps) == list(range(1, 19))
+    assert run.get("val_loss").values.tolist() == pytest.approx([2.1, 2.05, 2.0])
+    assert run.get("grad_norm") is not None

@@ -221,6 +221,8 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("lr", r"lr-[a-z0-9_]+/group\d+", {"pattern": True}),
         ("samples_per_s", "throughput/samples_per_sec"),
         ("tokens_per_s", "throughput/tokens_per_sec"),
+        # OptimizerMonitor: the global gradient norm (per-layer norms under their names)
+        ("grad_norm", "l2_norm/grad/global"),
     )
     # Common hand-written names.
     + _family(

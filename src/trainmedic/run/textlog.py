@@ -364,9 +364,10 @@ def _bar_steps(reader: _Reader) -> None:
 
 
 def _rises(rows: list[tuple[int, dict[str, Any]]], key: str) -> bool:
-    vals = [r[key] for _, r in rows if isinstance(r.get(key), (int, float))]
-    return len(vals) >= max(2, len(rows) // 2) and all(
-        float(b) > float(a) for a, b in zip(vals, vals[1:], strict=False))
+    vals = np.asarray([r[key] for _, r in rows if isinstance(r.get(key), (int, float))], float)
+    d = np.diff(vals)  # an eval block repeats a step or one a little back; a reset goes far back
+    return vals.size >= max(2, len(rows) // 2) and bool(np.mean(d > 0) >= 0.5 and np.all(
+        d >= -0.1 * (vals.max() - vals.min())))
 
 
 def _choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:

@@ -389,6 +389,8 @@ def _read_name(raw: str) -> NameReading | None:
                                group=leaf)
     for p in ns:
         s = _side_of(p)
+        if not s and "_" in p and _strip_side(p)[0] in GENERIC_NS:
+            s = _strip_side(p)[1]  # "valid_metrics/...": a side on a generic namespace
         if s:
             side = side or s
         elif p not in GENERIC_NS and not re.fullmatch(r"(rank|gpu|device|cuda)_?\d+", p):
