@@ -557,3 +557,16 @@ def test_console_formats(tmp_path, text: str, metric: str, what: str, expected: 
     assert s is not None, sorted(m for m, _ in run.series)
     got = s.steps.tolist() if what == "steps" else s.values[:len(expected)].tolist()
     assert got == pytest.approx(expected)
+
+
+def test_dvclive_metric_files_are_named_by_their_path(tmp_path):
+    """DVCLive writes dvclive/plots/metrics/train/ce.tsv and .../eval/ce.tsv, each a
+    'timestamp step ce' table: two sides of one name, not one series logged twice."""
+    base = tmp_path / "dvclive" / "plots" / "metrics"
+    for side, off in (("train", 0.0), ("eval", 0.1)):
+        write(base / side / "ce.tsv", "timestamp\tstep\tce\n" + "".join(
+            f"{1796211932196 + i}\t{5 * (i + 1)}\t{1.5 - 0.01 * i + off:.4f}\n"
+            for i in range(10)))
+    run = load_run(str(tmp_path))
+    assert run.get("loss").steps.tolist() == [5 * (i + 1) for i in range(10)]
+    assert run.get("val_loss").values[0] == pytest.approx(1.6)

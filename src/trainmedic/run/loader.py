@@ -185,7 +185,18 @@ _TB_EXPORT = re.compile(r"^run[-_].*?[-_]tag[-_](?P<tag>.+)$")
 
 
 def _name_value_column(table: LogTable, path: Path) -> None:
-    """Rename a lone ``Value`` column (beside only clock columns) after the file it is in."""
+    """Rename a lone ``Value`` column (beside only clock columns) after the file it is in;
+    name a DVCLive metric file's column by its path under ``plots/metrics``."""
+    parts = [q.lower() for q in path.parts]
+    if "plots" in parts and parts.index("plots") + 1 < len(parts) and \
+            parts[parts.index("plots") + 1] == "metrics" and [
+                c for c in table.columns if c.lower() not in _CLOCK_COLUMNS] == [path.stem]:
+        # DVCLive writes dvclive/plots/metrics/<name>.tsv ("timestamp step <leaf>"): its name
+        # is the path ("train/ce", "eval/ce"), not the leaf the two sides share
+        name = "/".join(path.with_suffix("").parts[parts.index("plots") + 2:])
+        table.columns[name] = table.columns.pop(path.stem)
+        table.note("metric_from_file_name", f"DVCLive metric file: '{path.stem}' is '{name}'")
+        return
     values = [c for c in table.columns if c.strip().lower() in _VALUE_COLUMNS]
     others = [c for c in table.columns if c not in values]
     if len(values) != 1 or any(c.strip().lower() not in _CLOCK_COLUMNS for c in others):
