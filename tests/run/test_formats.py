@@ -570,3 +570,13 @@ def test_dvclive_metric_files_are_named_by_their_path(tmp_path):
     run = load_run(str(tmp_path))
     assert run.get("loss").steps.tolist() == [5 * (i + 1) for i in range(10)]
     assert run.get("val_loss").values[0] == pytest.approx(1.6)
+
+
+def test_ray_tune_progress_steps_by_its_training_iteration(tmp_path):
+    rows = "".join(f"{2.0 - 0.1 * i:.3f},0.003,0.10{i},{i + 1},{0.1 * (i + 1):.3f}\n"
+                   for i in range(6))
+    write(tmp_path / "progress.csv",
+          "train_loss,lr,time_this_iter_s,training_iteration,time_total_s\n" + rows)
+    run = load_run(str(tmp_path))
+    assert run.get("loss").steps.tolist() == [1, 2, 3, 4, 5, 6]
+    assert run.get("step_time_s").values[3] == pytest.approx(0.103)

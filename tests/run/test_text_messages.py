@@ -259,3 +259,20 @@ def test_composer_blocks_step_by_the_batch_counter_across_epochs(tmp_path, eval_
     assert list(run.get("loss").steps) == list(range(1, 19))
     assert run.get("val_loss").values.tolist() == pytest.approx([2.1, 2.05, 2.0])
     assert run.get("grad_norm") is not None
+
+
+def test_catalyst_epoch_summaries_are_read_and_its_bars_left_to_them(tmp_path):
+    lines = []
+    for e in range(1, 5):
+        lines.append(f"{e}/4 * Epoch ({e}) train: 100% 32/32 [00:00<00:00, 358.88it/s, "
+                     f"loss=0.{9 - e}]")
+        lines.append(f"train ({e}/4) loss: {1.0 - 0.1 * e:.4f} | lr: 0.003 | _timer/_fps: 968.8 "
+                     f"| _timer/batch_time: 0.033 | _timer/data_time: 0.030")
+        lines.append(f"{e}/4 * Epoch ({e}) valid: 100% 2/2 [00:00<00:00, 80.00it/s, loss=0.5]")
+        lines.append(f"valid ({e}/4) loss: {1.1 - 0.1 * e:.4f} | _timer/batch_time: 0.001")
+        lines.append(f"* Epoch ({e}/4) ")
+    run = load_run(write(tmp_path / "catalyst_train.log", "\n".join(lines) + "\n"))
+    assert list(run.get("loss").steps) == [1, 2, 3, 4]
+    assert run.get("loss").values.tolist() == pytest.approx([0.9, 0.8, 0.7, 0.6])
+    assert run.get("val_loss").values.tolist() == pytest.approx([1.0, 0.9, 0.8, 0.7])
+    assert run.get("data_time_s").values[0] == pytest.approx(0.030)

@@ -43,6 +43,10 @@ _BARE_NONFINITE = re.compile(r"(?<=[:\[,]\s)-?(?:nan|inf)(?=\s*[,}\]])|(?<=[:\[,
                              r"(?=\s*[,}\]])")
 _SECTION = re.compile(r"\[(train|training|valid|validation|val|eval|test)\]", re.I)
 _ELLIPSIS = re.compile(r"\.{2,}|…")
+#: Catalyst's epoch summaries: "train (6/8) loss: 0.0093 | lr: 0.003 | ..." and "valid (6/8) ...":
+#: the loader's name, then the epoch of the run's epochs.
+_CATALYST = re.compile(r"^\s*(train|valid|validation|test)\s+\((\d+)/\d+\)\s+(?=\w)", re.I)
+_CATALYST_BAR = re.compile(r"^\s*\d+/\d+\s+\*\s+Epoch\s+\(\d+\)\s+\w+:\s+\d+%")
 
 
 #: Words of prose around a name ("Val epoch 0 has acc 0.249 and loss 1.386", "the loss is
@@ -199,6 +203,10 @@ def sectioned_pairs(text: str) -> dict[str, float]:
     """``line_pairs`` of a line, where ``[valid]`` / ``[eval]`` / ``[test]`` mark the keys after
     them as the validation side until the next marker (ESPnet's "1epoch results: [train]
     loss=7.6, ... [valid] loss=5.5, acc=0.8")."""
+    if "/" in text and "(" in text:
+        if _CATALYST_BAR.match(text):
+            return {}  # its postfix is a running value; the summary line under it has the mean
+        text = _CATALYST.sub(lambda m: f"epoch {m.group(2)} [{m.group(1)}] ", text)
     if "[" not in text or not _SECTION.search(text):
         return line_pairs(text)[0]
     out: dict[str, float] = {}

@@ -49,6 +49,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "train/global_step",    # HF Trainer under W&B
     "time/total_timesteps",  # Stable-Baselines3 logger (environment steps); its
                              # "rollout/ep_rew_mean" is a reward and keeps its raw name
+    "training_iteration",   # Ray Tune progress.csv / result.json (one per tune.report)
     "_step",                # W&B history export (counts log calls, so after the above)
     # hand-written loggers' own spellings of the same counter
     "n_iter", "niter", "global_iter", "train_step", "train_iter", "opt_step",
@@ -214,6 +215,8 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("mem_reserved_mb", "memory/max_reserved(gib)", {"scale": 1024.0}),
         ("mem_peak_mb", "memory/max_active(gib)", {"scale": 1024.0}),
     )
+    # Ray Tune's progress.csv / result.json: the time of each reported iteration.
+    + _family("raytune", ("step_time_s", "time_this_iter_s"))
     # MosaicML Composer loggers.
     + _family(
         "composer",
