@@ -58,9 +58,20 @@ def test_warmup_that_never_ends() -> None:
     assert ev[0].onset_step == 0 and ev[0].fraction > 0.9
 
 
+def test_a_warmup_that_starts_over_every_epoch_is_an_anomaly() -> None:
+    # warm-up over 80 steps keyed to the step within a 250-step epoch
+    s = np.arange(N)
+    lr = 1e-2 * np.minimum(1.0, (s % 250 + 1) / 80)
+    run = _run(lr, _loss(np.random.default_rng(3), lr))
+    ev = _events(run)
+    assert [e.kind for e in ev] == ["restarts"] and ev[0].onset_step == 250
+    f = [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
+    assert len(f) == 1 and f[0].severity == "warning"
+
+
 @pytest.mark.parametrize("name", ["warmup_cosine", "warmup_constant", "step_decay",
                                   "exponential", "cosine_to_zero", "constant", "linear_decay",
-                                  "one_cycle", "plateau_decay"])
+                                  "one_cycle", "plateau_decay", "sgdr", "triangular"])
 def test_healthy_schedules_are_quiet(name: str) -> None:
     s = np.arange(N, dtype=float)
     warm = np.minimum(1.0, (s + 1) / 100)
@@ -75,6 +86,9 @@ def test_healthy_schedules_are_quiet(name: str) -> None:
         "one_cycle": np.where(s < 300, 1e-4 + (1e-2 - 1e-4) * s / 300,
                               1e-2 * (1 - (s - 300) / 700) + 1e-6),
         "plateau_decay": 1e-3 * 0.5 ** (s // 250),
+        # warm restarts by design: a slow decay, then a jump up (SGDR), or a triangle (CLR)
+        "sgdr": 1e-5 + 1e-3 * 0.5 * (1 + np.cos(math.pi * (s % 250) / 250)),
+        "triangular": 1e-4 + 1e-3 * (1 - np.abs((s % 200) / 100 - 1)),
     }[name]
     rng = np.random.default_rng(2)
     run = _run(lr, _loss(rng, lr))

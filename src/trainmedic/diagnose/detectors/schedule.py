@@ -47,11 +47,16 @@ RISE_GEOMETRIC_ACCEL = 3.0
 #: times (a per-epoch CosineAnnealingLR stepped per batch restarts every T_max steps; warm
 #: restarts by design (SGDR) run a handful of cycles, usually growing).
 CYCLES_MIN = 8
+#: Warm-up restarts: the lr falls in one logged interval from >= 90% of its peak to <= 30% of
+#: it and climbs back to >= 90%, at least this many times (a scheduler re-created every epoch,
+#: a warm-up keyed to the step within the epoch). By design, restarts go the other way: SGDR
+#: decays slowly and jumps up; a step decay falls at once but never climbs back.
+RESTARTS_MIN = 2
 
 
 @dataclass(frozen=True)
 class ScheduleEvent:
-    """What the lr did: ``kind`` is ``collapse``, ``cycles`` or ``rise``."""
+    """What the lr did: ``kind`` is ``collapse``, ``cycles``, ``restarts`` or ``rise``."""
 
     kind: str
     onset_step: int
@@ -144,6 +149,16 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
             peak_step=int(steps[peak_i]), end_lr=float(v[-1]),
             fraction=(last - int(steps[cycles[0]])) / span,
             loss_gain_after=float(len(cycles))))
+    # Warm-up restarts: sudden falls from the peak that climb back to it.
+    r = v / peak
+    falls = [i + 1 for i in np.flatnonzero((r[:-1] >= 0.9) & (r[1:] <= 0.3))
+             if bool(np.any(r[i + 2:] >= 0.9))]
+    if len(falls) >= RESTARTS_MIN and not out:
+        out.append(ScheduleEvent(
+            kind="restarts", onset_step=int(steps[falls[0]]), peak_lr=peak,
+            peak_step=int(steps[peak_i]), end_lr=float(v[-1]),
+            fraction=(last - int(steps[falls[0]])) / span,
+            loss_gain_after=float(len(falls)), loss_gain_before=float(v[falls[0]])))
     # Never-ending rise: non-decreasing (within 1%) from some point to the end, over most of
     # the run, by RISE_RATIO or more, ending at the peak.
     t, is_log = log_if_positive(v)
@@ -205,6 +220,20 @@ def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
             evidence=(Evidence("lr", ev.onset_step, None, ev.peak_lr,
                                note=f"first fall from >= 0.5x to <= 0.05x the peak; {n} such "
                                     f"falls in the run"),))
+    if ev.kind == "restarts":
+        n = int(ev.loss_gain_after or 0)
+        low = float(ev.loss_gain_before or 0.0)
+        return Finding(
+            symptom="lr_schedule_anomaly", severity="warning", confidence=0.75,
+            onset_step=ev.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank, metric="lr",
+            summary=(f"lr fell at once from its peak {fmt(ev.peak_lr)} to {fmt(low)} and "
+                     f"climbed back {n} times, first at step {ev.onset_step}: the warm-up "
+                     f"starts over (a scheduler re-created every epoch, or a warm-up keyed to "
+                     f"the step within the epoch)"),
+            evidence=(Evidence("lr", ev.onset_step, low, ev.peak_lr,
+                               note=f"first fall in one logged interval from >= 0.9x to "
+                                    f"<= 0.3x the peak that climbed back to >= 0.9x; {n} "
+                                    f"such falls"),))
     if ev.kind == "collapse":
         stalled = ev.loss_gain_after is not None and ev.loss_gain_after < 0.05
         sev: Severity = "error" if stalled and ev.fraction >= 0.5 else "warning"
