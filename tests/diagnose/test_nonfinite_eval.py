@@ -110,3 +110,25 @@ def test_tiny_scale_loss_nonfinite_is_seen() -> None:
     ("interval_loss", False)])
 def test_eval_series_are_told_by_name(name: str, is_eval: bool) -> None:
     assert is_eval_metric(name) is is_eval
+
+
+def test_a_repeated_training_loss_under_a_nan_evaluation_is_a_masking_logger() -> None:
+    # W&B history: the logger writes its last finite loss over NaN steps from step 340; the
+    # evaluation at 360 is NaN (the weights are)
+    from trainmedic.diagnose import diagnose
+
+    rng = np.random.default_rng(0)
+    s = np.arange(10, 610, 10)
+    loss = 0.2 + 0.5 * np.exp(-s / 100) + rng.normal(0, 0.01, s.size)
+    loss[s >= 340] = loss[s == 340][0]
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    run.add("val_loss", np.array([120, 240, 360, 480, 600]),
+            np.array([0.4, 0.3, np.nan, np.nan, np.nan]))
+    f = [f for f in diagnose(run).findings if f.symptom == "nan_masked_in_logs"]
+    assert len(f) == 1 and f[0].onset_step == 340 and f[0].level >= 1
+    # the same flat tail under finite evaluations is a loss that stopped changing, not masking
+    run2 = Run(source="t")
+    run2.add("loss", s, loss)
+    run2.add("val_loss", np.array([120, 240, 360, 480, 600]), np.array([0.4, 0.3, .3, .3, .3]))
+    assert not [f for f in diagnose(run2).findings if f.symptom == "nan_masked_in_logs"]

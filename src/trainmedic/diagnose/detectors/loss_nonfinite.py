@@ -303,9 +303,11 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
             # loss of weights that stopped changing repeats exactly too.)
             f = _isolated_zeros(tr) or _zeros_to_the_end(run, tr) or (
                 None if unfiltered else _loss_dropped(run, tr))
-            if f is None and not unfiltered and nan_grads_under_tail(tr, g):
-                # ... unless the grad norm logged over that tail is NaN/inf: then the logger
-                # repeats its last finite value over NaN steps.
+            if f is None and not unfiltered and (nan_grads_under_tail(tr, g) or
+                                                 nan_grads_under_tail(tr, Trace.of(
+                                                     run, "val_loss", tr.rank), 1)):
+                # ... unless the grad norm logged over that tail is NaN/inf, or the validation
+                # loss (NaN weights): then the logger repeats its last finite value.
                 f = _repeated_tail(tr, None)
             if f is not None:
                 out.append(f)
@@ -336,8 +338,9 @@ def identical_tail_start(v: np.ndarray) -> int:
     return int(differ[-1]) + 1 if differ.size else 0
 
 
-def nan_grads_under_tail(tr: Trace, g: Trace | None) -> bool:
-    """Whether grad_norm is NaN/inf at >= 80% of its logged points over the >= 4 bit-identical
+def nan_grads_under_tail(tr: Trace, g: Trace | None, min_points: int = 3) -> bool:
+    """Whether grad_norm (or another per-step witness ``g``: the validation loss, with
+    ``min_points`` 1) is NaN/inf at >= 80% of its logged points over the >= 4 bit-identical
     logged losses that end ``tr`` (the logger repeats its last finite loss over NaN steps)."""
     if g is None or len(tr) < 5:
         return False
@@ -345,7 +348,7 @@ def nan_grads_under_tail(tr: Trace, g: Trace | None) -> bool:
     if len(tr) - i < 4:
         return False
     raw = g.all_values[g.all_steps >= int(tr.steps[i])]
-    return raw.size >= 3 and float(np.mean(~np.isfinite(raw))) >= 0.8
+    return raw.size >= min_points and float(np.mean(~np.isfinite(raw))) >= 0.8
 
 
 def _repeated_tail(tr: Trace, g: Trace | None) -> Finding | None:
