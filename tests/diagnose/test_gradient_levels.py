@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from trainmedic.diagnose import diagnose
 from trainmedic.run.series import Run
@@ -154,15 +155,17 @@ def test_a_lone_skipped_fp16_step_after_a_spike_stays_info() -> None:
     assert not _loud(_run(g, loss), "exploding_gradients")
 
 
-def test_a_first_layer_norm_logged_beside_the_whole_models_shows_vanishing(tmp_path) -> None:
-    """A hand-written log with the model's grad norm and the first layer's ("grad_first"),
-    the latter 0 to six decimals at every step while the head still gets gradient: vanishing
-    through depth, judged against the whole model's norm."""
+@pytest.mark.parametrize("name", ["grad_first", "gn_first"])
+def test_a_first_layer_norm_logged_beside_the_whole_models_shows_vanishing(tmp_path,
+                                                                           name) -> None:
+    """A hand-written log with the model's grad norm and the first layer's ("grad_first",
+    "gn_first"), the latter 0 to six decimals at every step while the head still gets
+    gradient: vanishing through depth, judged against the whole model's norm."""
     from trainmedic.run import load_run
 
     rng = np.random.default_rng(4)
     lines = [f"step={s} loss={1.609 + 0.01 * rng.standard_normal():.5f} "
-             f"gnorm={0.4 * np.exp(0.2 * rng.standard_normal()):.4f} grad_first=0.000000"
+             f"gnorm={0.4 * np.exp(0.2 * rng.standard_normal()):.4f} {name}=0.000000"
              for s in range(1, 301, 3)]
     (tmp_path / "log.txt").write_text("\n".join(lines) + "\n")
     run = load_run(str(tmp_path / "log.txt"))
