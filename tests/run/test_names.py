@@ -181,3 +181,10 @@ def test_hand_written_step_counter_names():
 ])
 def test_the_only_column_named_as_a_loss_is_the_loss(columns, loss):
     assert resolve_names(columns).aliases.get("loss") == loss
+
+
+def test_a_global_grad_norm_and_a_first_param_group_lr_under_capitalised_tags() -> None:
+    # TensorBoard tags written by hand: "Grad/global_norm", "LR/group0"; per-module norms
+    # under the same namespace stay per-module
+    res = resolve_names(["loss", "Grad/global_norm", "LR/group0", "grad/encoder.0.weight"])
+    assert res.aliases == {"loss": "loss", "grad_norm": "Grad/global_norm", "lr": "LR/group0"}

@@ -235,6 +235,10 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("val_loss", "val/total_loss"),
         ("grad_norm", "gradient_norm"),
         ("grad_norm", "total_norm"),
+        # the whole model's norm under a "grad/" namespace (per-module norms sit there too)
+        ("grad_norm", r"(?:[a-z_]+/)?grads?/(?:global|total)(?:_grad)?_norm", {"pattern": True}),
+        # a scheduler's first param group, tagged by hand ("LR/group0", "lr/param_group_0")
+        ("lr", r"(?:train/)?lr/(?:group|param_group)_?0", {"pattern": True}),
         ("loss_scale", "train/loss_scale"),
         ("loss_scale", "grad_scale"),
         ("step_time_s", "step_time"),
