@@ -188,3 +188,10 @@ def test_a_global_grad_norm_and_a_first_param_group_lr_under_capitalised_tags() 
     # under the same namespace stay per-module
     res = resolve_names(["loss", "Grad/global_norm", "LR/group0", "grad/encoder.0.weight"])
     assert res.aliases == {"loss": "loss", "grad_norm": "Grad/global_norm", "lr": "LR/group0"}
+
+
+def test_abbreviated_read_and_iteration_times() -> None:
+    # "step 000032/200000; rtime 210.16; itime 212.36; loss = 76.1" (a read time beside the
+    # iteration's time)
+    res = resolve_names(["loss", "rtime", "itime"])
+    assert res.aliases == {"loss": "loss", "data_time_s": "rtime", "step_time_s": "itime"}

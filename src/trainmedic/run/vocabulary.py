@@ -125,13 +125,16 @@ WORDS: dict[str, _Word] = {
              # PaddleSeg / PaddleDetection / PaddleOCR: "batch_cost: 0.53, reader_cost: 0.07"
              "batch_cost", "avg_batch_cost",
              # NeMo's progress bar: "train_step_timing in s=0.61"
-             "train_step_timing", "step_timing"),
+             "train_step_timing", "step_timing",
+             # abbreviated beside a read time ("rtime 0.06; itime 1.95"; PIPs' trainer)
+             "itime", "iter_t"),
     **_words("data_time_s", "time", "data_time", "data_load_time", "data_loading_time",
              "dataloader_time", "data_wait", "data_wait_time", "load_time", "data_loading",
              "input_time", "fetch_time", "data", "dataload", "data_load", "dataloader",
              "loader_time", "io_time", "reader_cost", "data_cost", "avg_reader_cost",
              # the same words in the other order
-             "load_data_time", "load_data", "data_loader_time", "dataloading_time"),
+             "load_data_time", "load_data", "data_loader_time", "dataloading_time",
+             "read_time", "rtime"),
     **_words("compute_time_s", "time", "compute_time", "fwd_bwd_time", "forward_backward_time",
              "fwd_bwd", "forward_backward", "fwdbwd", "fwd_bwd_step", "compute"),
     **_words("comm_time_s", "time", "comm_time", "communication_time", "allreduce_time",
