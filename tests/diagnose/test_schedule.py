@@ -125,7 +125,7 @@ def test_cosine_per_epoch_stepped_per_batch_cycles_to_zero() -> None:
     s = np.arange(N, dtype=float)
     lr = 5e-3 * 0.5 * (1 + np.cos(np.pi * (s % 20) / 20))  # T_max = 20 "epochs", per batch
     ev = _events(_run(lr))
-    assert [e.kind for e in ev] == ["cycles"] and ev[0].loss_gain_after == 50
+    assert [e.kind for e in ev] == ["cycles"] and ev[0].count == 50
 
 
 def test_warm_restarts_by_design_are_not_cycles() -> None:

@@ -66,10 +66,13 @@ class ScheduleEvent:
     fraction: float
     """Share of the run's steps spent after the onset (collapse) or rising (rise)."""
     loss_gain_after: float | None = None
-    """Relative fall of the loss level from the onset to the end (None when not logged); for
-    ``cycles``, the number of cycles."""
+    """Relative fall of the loss level from the onset to the end (None when not logged)."""
     loss_gain_before: float | None = None
     """Relative fall of the loss level from the start to the onset."""
+    count: int = 0
+    """``cycles`` and ``restarts``: how many falls."""
+    low_lr: float | None = None
+    """``restarts``: the lr just after the first fall."""
     per_step_ratio: float | None = None
     """``rise``: when the lr grew geometrically (its increments grew >= RISE_GEOMETRIC_ACCEL x
     from the first to the last quarter of the rise), its mean ratio per logged step."""
@@ -147,8 +150,7 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
         out.append(ScheduleEvent(
             kind="cycles", onset_step=int(steps[cycles[0]]), peak_lr=peak,
             peak_step=int(steps[peak_i]), end_lr=float(v[-1]),
-            fraction=(last - int(steps[cycles[0]])) / span,
-            loss_gain_after=float(len(cycles))))
+            fraction=(last - int(steps[cycles[0]])) / span, count=len(cycles)))
     # Warm-up restarts: sudden falls from the peak that climb back to it.
     r = v / peak
     falls = [i + 1 for i in np.flatnonzero((r[:-1] >= 0.9) & (r[1:] <= 0.3))
@@ -157,8 +159,8 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
         out.append(ScheduleEvent(
             kind="restarts", onset_step=int(steps[falls[0]]), peak_lr=peak,
             peak_step=int(steps[peak_i]), end_lr=float(v[-1]),
-            fraction=(last - int(steps[falls[0]])) / span,
-            loss_gain_after=float(len(falls)), loss_gain_before=float(v[falls[0]])))
+            fraction=(last - int(steps[falls[0]])) / span, count=len(falls),
+            low_lr=float(v[falls[0]])))
     # Never-ending rise: non-decreasing (within 1%) from some point to the end, over most of
     # the run, by RISE_RATIO or more, ending at the peak.
     t, is_log = log_if_positive(v)
@@ -209,7 +211,7 @@ def unfinished(run: Run, last_step: int) -> str:
 
 def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
     if ev.kind == "cycles":
-        n = int(ev.loss_gain_after or 0)
+        n = ev.count
         period = (int(tr.steps[-1]) - ev.onset_step) / max(1, n - 1)
         return Finding(
             symptom="lr_schedule_anomaly", severity="warning", confidence=0.8,
@@ -221,8 +223,7 @@ def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
                                note=f"first fall from >= 0.5x to <= 0.05x the peak; {n} such "
                                     f"falls in the run"),))
     if ev.kind == "restarts":
-        n = int(ev.loss_gain_after or 0)
-        low = float(ev.loss_gain_before or 0.0)
+        n, low = ev.count, float(ev.low_lr or 0.0)
         return Finding(
             symptom="lr_schedule_anomaly", severity="warning", confidence=0.75,
             onset_step=ev.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank, metric="lr",

@@ -70,8 +70,10 @@ def short_divergence(tr: Trace) -> Finding | None:
 #: its end) whose last >= 3 points each rose to a new high ...
 CLIMB_POINTS = 3
 CLIMB_MAX_POINTS = 12
-#: ... ending >= 1.5x the median of the points before the climb (the level rules' ratio).
+#: ... ending >= 1.5x the median of the points before the climb (the level rules' ratio);
+#: an error from 3x (theirs too).
 CLIMB_RATIO = 1.5
+CLIMB_ERROR_RATIO = 3.0
 
 
 def climbing_tail(tr: Trace | None) -> Finding | None:
@@ -90,7 +92,8 @@ def climbing_tail(tr: Trace | None) -> Finding | None:
         return None
     onset, ratio = int(st[len(v) - k]), float(v[-1]) / before
     return Finding(
-        symptom="divergence", severity="error" if ratio >= 3.0 else "warning", confidence=0.6,
+        symptom="divergence", severity="error" if ratio >= CLIMB_ERROR_RATIO else "warning",
+        confidence=0.6,
         onset_step=onset, end_step=int(st[-1]), rank=tr.rank, metric=tr.metric,
         summary=(f"{tr.metric} rose at each of the last {k} of {len(v)} logged points, every "
                  f"one a new high, to {ratio:.3g}x the median before the climb "
