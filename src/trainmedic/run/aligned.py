@@ -49,13 +49,13 @@ _CLOCK = re.compile(r"^(?:(\d+):)?(\d{1,2}):(\d{2}(?:\.\d+)?)$")
 _COUNT = re.compile(r"^(\d+)/\d+$")
 _SIZE = re.compile(r"^([-+]?\d+(?:\.\d+)?)([KMGT])i?B?$")
 _MB_PER = {"K": 1.0 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2}
+_SAMPLE_LINES = 400
 
 
 def _size_mb(cell: str) -> float | None:
     """A size written with its unit letter (Ultralytics' GPU_mem "3.21G") in MB, else None."""
     m = _SIZE.match(cell)
     return float(m.group(1)) * _MB_PER[m.group(2)] if m else None
-_SAMPLE_LINES = 400
 
 
 def _value(cell: str) -> float | None | str:
@@ -233,6 +233,7 @@ def record_rows(text: str, limit: int | None = None
     if (rows := yolo_results_rows(text)) is not None:
         return "a headerless YOLO results.txt: 15 columns in the order its train.py writes", rows
     return None
+
 
 #: A rule of dashes (tabulate leaves gaps between its columns' rules).
 _BLOCK_RULE = re.compile(r"^\s*\|?-{5,}[-\s|]*$")

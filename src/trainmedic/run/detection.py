@@ -139,9 +139,9 @@ def _is_text_log(text: str, whole: str | None = None) -> bool:
         return True
     # A table of space-aligned columns is a log when its names say so (step, loss, ...): a
     # whitespace-separated dataset ("x y" over numbers) is not.
-    records = record_rows(text, limit=400)
-    rows = aligned_rows(whole if whole is not None else text, limit=400) or \
-        (records[1] if records else None)
+    rows = aligned_rows(whole if whole is not None else text, limit=400)
+    if rows is None and (records := record_rows(text, limit=400)) is not None:
+        rows = records[1]  # blocks of "name value" lines, a headerless YOLO results.txt
     return rows is not None and names_look_like_log(list(dict.fromkeys(
         k for _, r in rows[:50] for k in r)))
 
