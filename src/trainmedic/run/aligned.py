@@ -261,6 +261,8 @@ def key_value_blocks(text: str, limit: int | None = None
         nonempty += 1
         if limit is not None and nonempty > limit:
             break
+        if nonempty == _SAMPLE_LINES and (not rows or used < 0.5 * nonempty):
+            return None  # (a long console log with a dashed line in it: decided early)
         if _BLOCK_RULE.match(line):
             used += 1
             if sum(isinstance(v, float) for v in row.values()) >= 2:
