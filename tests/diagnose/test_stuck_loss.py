@@ -65,3 +65,30 @@ def test_a_repeated_loss_over_nan_gradients_is_a_masked_nan_not_a_stuck_model() 
     syms = {f.symptom: f for f in diagnose(run).findings if f.level >= 1}
     assert "nan_masked_in_logs" in syms and syms["nan_masked_in_logs"].onset_step == 100
     assert "flat_loss" not in syms
+
+
+def _noisy_with_val(train_fall: float, val: np.ndarray, seed: int = 0) -> Run:
+    # a density model's NLL: +-4% batch noise hides a 3% fall; the evaluation does not
+    rng = np.random.default_rng(seed)
+    s = np.arange(10, 610, 10)
+    loss = 180.0 * (1 - train_fall * s / 600) * np.exp(rng.normal(0, 0.04, s.size))
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    run.add("val_loss", np.arange(100, 700, 100), val)
+    return run
+
+
+def test_a_noisy_loss_whose_evaluation_did_not_move_is_flat() -> None:
+    run = _noisy_with_val(0.0, np.array([182.5, 182.4, 182.3, 182.3, 182.2, 182.2]))
+    f = [f for f in _flat(run) if f.level >= 1]
+    assert len(f) == 1 and f[0].severity == "warning"
+    assert any(e.metric == "val_loss" for e in f[0].evidence)
+
+
+def test_a_noisy_loss_that_learns_or_an_evaluation_that_moves_is_not_flat() -> None:
+    # the evaluation moved 5%: the noise hid real learning
+    run = _noisy_with_val(0.0, np.array([182.5, 180.0, 178.0, 176.0, 174.5, 173.5]))
+    assert not [f for f in _flat(run) if f.level >= 1]
+    # the training loss fell 20% over the run: a converged evaluation is not "nothing learned"
+    run = _noisy_with_val(0.2, np.array([150.5, 150.4, 150.3, 150.3, 150.2, 150.2]))
+    assert not [f for f in _flat(run) if f.level >= 1]

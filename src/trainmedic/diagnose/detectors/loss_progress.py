@@ -230,6 +230,11 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
                 continue
             if val_still:
                 falling = False
+        elif not precise and _val_still(run, tr.rank, 5) and _no_fall(tr):
+            # A noisy training loss cannot show a 3% fall, but the validation loss (averaged
+            # over a whole set) can: moving < 1% over >= 5 evaluations while the training
+            # loss's later half sits no lower than its start, nothing was learned.
+            val_still, falling = True, False
         elif fell or not precise:
             continue
         inv = math.exp if is_log else float
@@ -283,9 +288,13 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
             k0 = start_classes(tr)
             slow += (f", but it started at chance, ln({k0}) = {math.log(k0 or 2):.4f}: the "
                      f"model barely left it over the whole run")
-        if (lr_zero or lr_tiny) and val_still:
+        if val_still and (vt := Trace.of(run, "val_loss", tr.rank) or
+                          Trace.of(run, "val_loss", None)) is not None:
             slow = ("; the training batches are noisy, but the validation loss moved < 1% over "
                     "the run")
+            ev.append(Evidence("val_loss", int(vt.steps[-1]), float(np.ptp(vt.values)),
+                               median(vt.values), note=f"max - min of {len(vt)} evaluations "
+                                                       f"vs their median (< 1%)"))
         if is_pinned:
             slow = "; every logged value is the same to 6 digits: the model is not updated"
             ev.append(Evidence("loss", int(tr.steps[-1]), float(tr.values.max() -
@@ -527,13 +536,20 @@ def _plateau_cost(run: Run, tr: Trace, onset: int, share: float) -> tuple[Severi
                      f"{math.log(k):.4f}: the model predicts uniformly")
 
 
-def _val_still(run: Run, rank: int | None) -> bool:
+def _val_still(run: Run, rank: int | None, min_evals: int = 4) -> bool:
     """The validation loss moved < 1% (max - min over its level) over >= 4 evaluations."""
     val = Trace.of(run, "val_loss", rank) or Trace.of(run, "val_loss", None)
-    if val is None or len(val) < 4:
+    if val is None or len(val) < min_evals:
         return False
     lvl = abs(median(val.values))
     return lvl > 0 and float(val.values.max() - val.values.min()) < 0.01 * lvl
+
+
+def _no_fall(tr: Trace) -> bool:
+    """A positive training loss whose later half's median is >= 97% of its first tenth's."""
+    v = tr.values
+    return bool(np.all(v > 0)) and median(v[len(v) // 2:]) >= \
+        (1.0 - FLAT_REL) * median(v[: max(1, len(v) // 10)])
 
 
 def frozen_from_start(run: Run, rank: int | None) -> tuple[int, float] | None:
