@@ -276,3 +276,18 @@ def test_catalyst_epoch_summaries_are_read_and_its_bars_left_to_them(tmp_path):
     assert run.get("loss").values.tolist() == pytest.approx([0.9, 0.8, 0.7, 0.6])
     assert run.get("val_loss").values.tolist() == pytest.approx([1.0, 0.9, 0.8, 0.7])
     assert run.get("data_time_s").values[0] == pytest.approx(0.030)
+
+
+def test_a_long_banner_before_the_metric_lines_does_not_hide_the_log(tmp_path):
+    # a config dump and a dataset summary (80 lines) before 12 epoch lines, each followed by a
+    # checkpoint message: under 30% of all lines are metric lines, over 30% from the first one
+    banner = "".join(f"2026-05-08 22:39:24 | INFO |   Class [{i:02d}] C{i}: {100 + i} images\n"
+                     for i in range(80))
+    epochs = "".join(
+        f"2026-05-08 23:{e:02d}:00 | INFO | Epoch [{e:03d}/30] TrainLoss={2.0 - 0.05 * e:.4f} "
+        f"TrainAcc={50 + e:.2f}% | ValLoss={1.5 - 0.02 * e:.4f} | LR=1.00e-04 | Time=480.3s\n"
+        f"2026-05-08 23:{e:02d}:01 | INFO | [Checkpoint] saved to checkpoints/best.pt\n"
+        for e in range(1, 13))
+    run = load_run(write(tmp_path / "training.log", banner + epochs))
+    assert list(run.get("loss").steps) == list(range(1, 13))
+    assert run.get("val_loss").values[0] == pytest.approx(1.48)

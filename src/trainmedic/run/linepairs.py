@@ -17,11 +17,14 @@ import json
 import re
 from typing import Any
 
+import numpy as np
+
 from trainmedic.run.counters import EPOCH_KEYS
 from trainmedic.run.table import cell_float
 from trainmedic.run.vocabulary import split_camel, translate_cjk
 
-__all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "STEP_KEYS", "VAL_PREFIXES"]
+__all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "choose_step", "STEP_KEYS",
+           "VAL_PREFIXES"]
 
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+|" \
        r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
@@ -238,4 +241,40 @@ def dict_in_line(line: str) -> dict[str, Any] | None:
             continue
         if isinstance(obj, dict):
             return {str(k): v for k, v in obj.items()}
+    return None
+
+
+def _rises(rows: list[tuple[int, dict[str, Any]]], key: str) -> bool:
+    vals = np.asarray([r[key] for _, r in rows if isinstance(r.get(key), (int, float))], float)
+    d = np.diff(vals)  # an eval block repeats a step or one a little back; a reset goes far back
+    return vals.size >= max(2, len(rows) // 2) and bool(np.mean(d > 0) >= 0.5 and np.all(
+        d >= -0.1 * (vals.max() - vals.min())))
+
+
+def choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:
+    """The key that counts steps: a global position if the lines gave one, else the first of
+    the step keys present in most rows whose values do not repeat, else an epoch key."""
+    n = len(rows)
+    for k in ("num_updates", "global_step"):
+        if sum(1 for _, r in rows if k in r) >= n / 2:
+            return k
+    if sum(1 for _, r in rows if "_global" in r) >= n / 2:
+        return "_global"
+    suffixed = tuple(sorted(k for k in {k for _, r in rows for k in r}
+                            if k.endswith(("_iter", "_step", "num_updates"))))
+    for cands in (STEP_KEYS, suffixed, ("_bar_step",), EPOCH_KEYS):
+        if cands is EPOCH_KEYS and _rises(rows, "batch"):
+            return "batch"  # "[epoch=1][batch=10/100]": a batch counter that never resets
+        best = None
+        for k in cands:
+            vals = [r[k] for _, r in rows if isinstance(r.get(k), (int, float))]
+            if len(vals) < max(1, n // 2) or any(not float(v).is_integer() for v in vals):
+                continue
+            d = np.diff(np.asarray(vals, dtype=np.float64))
+            if best is None:
+                best = k
+            if len(d) == 0 or float((d != 0).mean()) >= 0.95:
+                return k
+        if best is not None:
+            return best
     return None

@@ -51,7 +51,13 @@ from trainmedic.run.counters import (
     bar_step_time,
     epoch_positions,
 )
-from trainmedic.run.linepairs import STEP_KEYS, VAL_PREFIXES, dict_in_line, sectioned_pairs
+from trainmedic.run.linepairs import (
+    STEP_KEYS,
+    VAL_PREFIXES,
+    choose_step,
+    dict_in_line,
+    sectioned_pairs,
+)
 from trainmedic.run.rank_prefix import rank_lines
 from trainmedic.run.scaler_messages import scale_message, scale_rows_alone, with_scale_rows
 from trainmedic.run.series import Series
@@ -363,42 +369,6 @@ def _bar_steps(reader: _Reader) -> None:
             r["_bar_step"] = bars[main]
 
 
-def _rises(rows: list[tuple[int, dict[str, Any]]], key: str) -> bool:
-    vals = np.asarray([r[key] for _, r in rows if isinstance(r.get(key), (int, float))], float)
-    d = np.diff(vals)  # an eval block repeats a step or one a little back; a reset goes far back
-    return vals.size >= max(2, len(rows) // 2) and bool(np.mean(d > 0) >= 0.5 and np.all(
-        d >= -0.1 * (vals.max() - vals.min())))
-
-
-def _choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:
-    """The key that counts steps: a global position if the lines gave one, else the first of
-    the step keys present in most rows whose values do not repeat, else an epoch key."""
-    n = len(rows)
-    for k in ("num_updates", "global_step"):
-        if sum(1 for _, r in rows if k in r) >= n / 2:
-            return k
-    if sum(1 for _, r in rows if "_global" in r) >= n / 2:
-        return "_global"
-    suffixed = tuple(sorted(k for k in {k for _, r in rows for k in r}
-                            if k.endswith(("_iter", "_step", "num_updates"))))
-    for cands in (STEP_KEYS, suffixed, ("_bar_step",), EPOCH_KEYS):
-        if cands is EPOCH_KEYS and _rises(rows, "batch"):
-            return "batch"  # "[epoch=1][batch=10/100]": a batch counter that never resets
-        best = None
-        for k in cands:
-            vals = [r[k] for _, r in rows if isinstance(r.get(k), (int, float))]
-            if len(vals) < max(1, n // 2) or any(not float(v).is_integer() for v in vals):
-                continue
-            d = np.diff(np.asarray(vals, dtype=np.float64))
-            if best is None:
-                best = k
-            if len(d) == 0 or float((d != 0).mean()) >= 0.95:
-                return k
-        if best is not None:
-            return best
-    return None
-
-
 def _scan(text: str | list[tuple[int, str]], limit: int | None = None) -> _Reader:
     """Read ``text`` (or its ``(line number, line)`` pairs) line by line."""
     reader = _Reader()
@@ -451,7 +421,12 @@ def recognized_share(text: str) -> float:
     res = resolve_names(keys)
     if not (res.aliases or res.derived) and find_step_column(keys) is None:
         return 0.0
-    return reader.recognized / reader.lines
+    share = reader.recognized / reader.lines
+    if share < MIN_SHARE and reader.recognized >= 5:  # a long banner before the first metrics
+        first = min(no for no, _ in reader.rows)
+        share = reader.recognized / (reader.lines - sum(
+            1 for ln in text.splitlines()[:first - 1] if ln.strip()))
+    return share
 
 
 def read_text_logs(path: Path) -> list[LogTable]:
@@ -521,7 +496,7 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
         raise UnrecognizedInputError(str(path), "is text, but no line reads as a training "
                                      "log line; expected lines such as 'step 100: loss 2.31' "
                                      "or 'epoch 3 | loss 0.52 | lr 0.001'")
-    step = _choose_step(reader.rows)
+    step = choose_step(reader.rows)
     rows: list[tuple[int | None, dict[str, Any]]] = []
     carried = 0
     last_step: Any = None
