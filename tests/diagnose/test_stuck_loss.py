@@ -92,3 +92,15 @@ def test_a_noisy_loss_that_learns_or_an_evaluation_that_moves_is_not_flat() -> N
     # the training loss fell 20% over the run: a converged evaluation is not "nothing learned"
     run = _noisy_with_val(0.2, np.array([150.5, 150.4, 150.3, 150.3, 150.2, 150.2]))
     assert not [f for f in _flat(run) if f.level >= 1]
+
+
+def test_a_short_log_whose_loss_is_identical_at_every_point_is_flat() -> None:
+    # five epochs of "Train Epoch: N Loss: 0.35977894"
+    f = [f for f in _flat(_run([0.35977894] * 5)) if f.level >= 1]
+    assert len(f) == 1 and f[0].severity == "warning" and f[0].onset_step == 0
+    # a converged loss rounded to 4 decimals repeats without being frozen; so does an exact 0
+    assert not [f for f in _flat(_run([0.0012] * 5)) if f.level >= 1]
+    assert not [f for f in _flat(_run([0.0] * 6)) if f.level >= 1]
+    # four points are too few; moving values are not frozen
+    assert not [f for f in _flat(_run([0.35977894] * 4)) if f.level >= 1]
+    assert not [f for f in _flat(_run([0.3598, 0.3597, 0.3598, 0.3596, 0.3597])) if f.level >= 1]

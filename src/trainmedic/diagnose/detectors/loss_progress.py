@@ -25,6 +25,7 @@ from trainmedic.diagnose.detectors.chance import (
 )
 from trainmedic.diagnose.detectors.loss_nonfinite import zero_loss_without_gradient
 from trainmedic.diagnose.detectors.majority import FrozenAccuracy, frozen_accuracy
+from trainmedic.diagnose.detectors.short_log import frozen_short
 from trainmedic.diagnose.detectors.stuck import StuckTail, stuck_tail
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
@@ -169,8 +170,10 @@ def detect_flat_loss(run: Run) -> list[Finding] | NotRun:
     trs = traces(run, "loss", min_points=8)
     for short in traces(run, "loss", min_points=3):
         pin = pinned_at_chance(run, short) if len(short) < 8 else None
-        if pin is not None:
-            out.append(chance_finding(pin, short))
+        found = chance_finding(pin, short) if pin is not None else (
+            frozen_short(short) if len(short) < 8 else None)  # (5-7 identical points)
+        if found is not None:
+            out.append(found)
     for tr in trs:
         if not bool(np.any(tr.values)):  # exactly 0: below rounding, unless no gradient
             out.extend(f for f in [zero_loss_without_gradient(run, tr)] if f)

@@ -1,6 +1,6 @@
 """Rules for logs too short for the level rules (5-11 points: an issue excerpt, a few epochs):
 a series judged by its shape alone, a tail that jumped far above everything before it, or
-that climbed to a new high at each of its last points.
+that climbed to a new high at each of its last points, or a loss identical at every point.
 
 The evidence rules are written out in docs/symptoms.md; keep the two in step.
 """
@@ -11,11 +11,12 @@ import math
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.stuck import STUCK_MAX_RESOLUTION, stuck_resolution
 from trainmedic.diagnose.finding import Evidence, Finding
 from trainmedic.diagnose.stats import median
 from trainmedic.diagnose.trace import Trace, fmt
 
-__all__ = ["jumped_tail", "short_divergence", "climbing_tail", "towering_points",
+__all__ = ["jumped_tail", "short_divergence", "climbing_tail", "frozen_short", "towering_points",
            "SHORT_MIN_POINTS", "SHORT_RISE_RATIO", "TOWER_RATIO"]
 
 #: Fewer points than this are not judged at all; the level rules start at 8-10.
@@ -101,6 +102,27 @@ def climbing_tail(tr: Trace | None) -> Finding | None:
         evidence=(Evidence(tr.metric, int(st[-1]), float(v[-1]), before,
                            note=f"last point vs the median of the {len(v) - k} points before "
                                 f"the climb (a log of {len(v)} points: judged by its shape)"),))
+
+
+def frozen_short(tr: Trace) -> Finding | None:
+    """A loss log of 5-7 points, every one the same to the last logged digit, written with
+    digits that could show a 0.1% change (``stuck``'s resolution rule: "0.35977894" five
+    epochs running; not "0.0012", a converged loss rounded): the weights do not change, or
+    the logger repeats one number. Warning (the longer logs are ``loss_progress``'s)."""
+    v = tr.values
+    if not SHORT_MIN_POINTS <= len(v) < 8 or float(np.ptp(v)) != 0.0 or float(v[0]) == 0.0:
+        return None
+    res = stuck_resolution(v)
+    if not 0.0 < res <= STUCK_MAX_RESOLUTION * abs(float(v[0])):
+        return None
+    return Finding(
+        symptom="flat_loss", severity="warning", confidence=0.6, onset_step=int(tr.steps[0]),
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric=tr.metric,
+        summary=(f"{tr.metric} is exactly {fmt(float(v[0]))} at every one of its {len(v)} "
+                 f"logged points: a training loss moves between epochs or batches; the "
+                 f"weights are not changing (or the logger repeats one number)"),
+        evidence=(Evidence(tr.metric, int(tr.steps[-1]), float(v[-1]), float(v[0]),
+                           note=f"{len(v)} identical values, written to {res:g}"),))
 
 
 #: A point this many times above every other point of the log (but at most two such) is a

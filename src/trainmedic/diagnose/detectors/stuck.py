@@ -19,7 +19,8 @@ import numpy as np
 from trainmedic.diagnose.detectors.loss_nonfinite import nan_grads_under_tail
 from trainmedic.diagnose.trace import Trace
 
-__all__ = ["StuckTail", "stuck_tail", "STUCK_MIN_POINTS", "STUCK_MIN_SHARE"]
+__all__ = ["StuckTail", "stuck_tail", "stuck_resolution", "STUCK_MIN_POINTS", "STUCK_MIN_SHARE",
+           "STUCK_MAX_RESOLUTION"]
 
 #: The identical tail holds at least this many logged points ...
 STUCK_MIN_POINTS = 5
@@ -44,7 +45,7 @@ class StuckTail:
     resolution: float
 
 
-def _resolution(v: np.ndarray) -> float:
+def stuck_resolution(v: np.ndarray) -> float:
     """10**-d for the fewest decimals d <= 8 that write every value exactly, else 0."""
     for d in range(9):
         scaled = v * 10.0 ** d
@@ -72,7 +73,7 @@ def stuck_tail(tr: Trace, grad: Trace | None = None) -> StuckTail | None:
     points = n - k
     if points < max(STUCK_MIN_POINTS, math.ceil(STUCK_MIN_SHARE * n)):
         return None
-    res = _resolution(v)
+    res = stuck_resolution(v)
     before = float(v[k - 1])
     # (res == 0: printed at full precision, so any change would have shown). A tail of
     # exact zeros is loss_nonfinite's (a NaN written as 0, or a loss below the rounding).
