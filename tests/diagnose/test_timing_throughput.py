@@ -276,3 +276,20 @@ def test_a_short_log_whose_epochs_keep_slowing_is_a_regression() -> None:
 ])
 def test_short_logs_without_a_lasting_slowdown_stay_quiet(values: list[float]) -> None:
     assert not _short(values)
+
+
+def test_three_or_four_points_that_each_wait_most_of_the_step_are_input_bound() -> None:
+    # PaddleOCR excerpt: reader_cost 5.34, 3.19, 2.22, 3.84 s of batch_cost 5.98, 3.77, 2.78,
+    # 4.40 s
+    run = Run(source="t")
+    steps = np.array([11550, 11560, 11570, 11580])
+    run.add("data_time_s", steps, np.array([5.34, 3.19, 2.22, 3.84]))
+    run.add("step_time_s", steps, np.array([5.98, 3.77, 2.78, 4.40]))
+    f = [f for f in run_detector("input_bound", run) if f.level >= 1]
+    assert len(f) == 1 and f[0].onset_step == 11550 and f[0].severity == "warning"
+    # one point under half its step, or only two points: not judged
+    run2 = Run(source="t")
+    run2.add("data_time_s", steps, np.array([5.34, 0.9, 2.22, 3.84]))
+    run2.add("step_time_s", steps, np.array([5.98, 3.77, 2.78, 4.40]))
+    res = get_detector("input_bound").fn(run2)
+    assert not isinstance(res, list) or not [f for f in res if f.level >= 1]

@@ -44,6 +44,8 @@ __all__ = ["INPUT_WARN_SHARE", "INPUT_INFO_SHARE", "warmup_skip", "InputEvent",
 #: Median share of the step spent waiting for data: warning at >= 25%, info at >= 10%.
 INPUT_WARN_SHARE = 0.25
 INPUT_INFO_SHARE = 0.10
+#: With only 3-4 logged points, each must wait at least this share of its step.
+SHORT_INPUT_SHARE = 0.5
 #: Throughput drop that stays to the end: warning when a third of the throughput is lost (a
 #: rate down >= 33%, a step or epoch time up >= 50%), info from a 10% change. On a shared
 #: host, co-located load moves a healthy run's step time by 20-60% for minutes (measured on
@@ -133,6 +135,14 @@ def input_events(run: Run) -> tuple[list[InputEvent], bool]:
         if n_bad:
             steps, d, o = steps[valid], d[valid], o[valid]
         if steps.size < 5:
+            # 3-4 points (an issue excerpt): only when every one waits >= half its step
+            with np.errstate(invalid="ignore", divide="ignore"):
+                few = d / np.where(d < o, o, d + o)
+            if steps.size >= 3 and bool(np.all(few >= SHORT_INPUT_SHARE)):
+                ran = True
+                out.append(InputEvent(dt.rank, int(steps[0]), median(few), None, median(d),
+                                      median(o), other.metric, "data_time_s / step_time_s "
+                                      "(every logged point)", 0, n_bad, n_all, rise=False))
             continue
         ran = True
         skip = warmup_skip(steps.size)
@@ -269,7 +279,8 @@ def _input_finding(e: InputEvent) -> Finding:
         summary = (f"{100 * e.share:.0f}% of each step was spent waiting for data (median "
                    f"data wait {fmt(e.data_median)} s vs {e.other_metric} "
                    f"{fmt(e.other_median)} s)")
-        note = (f"medians after the first {e.skip} logged steps; share = median of "
+        note = (f"medians{f' after the first {e.skip} logged steps' if e.skip else ''}; "
+                f"share = median of "
                 f"{e.ratio}{dropped}")
     ev = [Evidence("data_time_s", e.onset, e.data_median, e.other_median, note=note)]
     if e.share_before is not None:
