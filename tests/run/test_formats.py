@@ -580,3 +580,17 @@ def test_ray_tune_progress_steps_by_its_training_iteration(tmp_path):
     run = load_run(str(tmp_path))
     assert run.get("loss").steps.tolist() == [1, 2, 3, 4, 5, 6]
     assert run.get("step_time_s").values[3] == pytest.approx(0.103)
+
+
+def test_a_markdown_report_is_read_when_nothing_else_is_in_the_folder(tmp_path):
+    """A report.md whose table holds the metrics, the evaluation on every other row (an empty
+    cell between pipes is a value not logged there, kept in its column)."""
+    rows = "".join(f"| {5 * i} | {2.0 - 0.1 * i:.4f} | "
+                   + (f"{1.9 - 0.1 * i:.4f}" if i % 2 == 0 else "") + " | 5.00e-03 |\n"
+                   for i in range(1, 11))
+    write(tmp_path / "report.md", "# Experiment report\n\nAdam, lr 0.005.\n\n"
+          "| step | train nll | val nll | lr |\n|---:|---:|---:|---:|\n" + rows)
+    run = load_run(str(tmp_path))
+    assert run.get("loss").steps.tolist() == [5 * i for i in range(1, 11)]
+    assert run.get("val_loss").steps.tolist() == [10, 20, 30, 40, 50]
+    assert run.get("val_loss").values[0] == pytest.approx(1.7)

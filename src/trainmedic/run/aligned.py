@@ -93,7 +93,9 @@ def _cells(line: str) -> list[str] | None:
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
     if cells and all(_RULE.match(c) for c in cells):
         return None
-    return [c for c in cells if c] if len(cells) >= 2 else line.split()
+    # an empty cell between pipes is a value not logged at that row (an evaluation every
+    # other row), kept in its column
+    return [c or "-" for c in cells] if len(cells) >= 2 else line.split()
 
 
 def _wide_header(line: str, after: list[str]) -> list[str] | None:

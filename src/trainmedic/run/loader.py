@@ -274,7 +274,10 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
     misnamed: list[Path] = []
     for p, _depth in _walk(root, frozenset(mlruns)):
         if p.suffix.lower() in _SKIP_SUFFIXES and "tfevents" not in p.name:
-            if p.suffix.lower() in _TEXT_SUFFIXES and "log" in p.stem.lower():
+            # a log saved under a script's or a document's suffix ("training_log.py", a
+            # report.md whose table holds the metrics): read only when nothing else is there
+            if p.suffix.lower() in _TEXT_SUFFIXES and ("log" in p.stem.lower() or
+                                                      p.suffix.lower() == ".md"):
                 misnamed.append(p)
             continue
         if p.name in _SUMMARY_FILES:
@@ -310,7 +313,8 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
         if found:
             notes.append(ImportNote("misnamed_log", "no log file under its usual names; read "
                                     f"{', '.join(str(f.path.relative_to(root)) for f in found)}"
-                                    " by its content (named like a log, not valid source code)",
+                                    " by its content (a log or a table of metrics under a "
+                                    "script's or a document's suffix)",
                                     path=str(root)))
     if summaries:
         notes.append(ImportNote("skipped_file", "run summaries (each metric's last value, not "
