@@ -261,3 +261,21 @@ def test_theil_sen_z_and_hinge_fit() -> None:
     y = np.where(np.arange(120) < 70, 0.0, 0.1 * (np.arange(120) - 70)) + r.normal(0, 0.2, 120)
     c, rel = hinge_fit(y, 120)
     assert abs(c - 70) <= 4 and rel < 0.2
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_moderate_loss_jump_in_an_rl_run_whose_reward_improved_is_info(seed: int) -> None:
+    # an actor-critic's loss jumps 2.35x for 30 points as the policy finds reward: the value
+    # targets moved; the same jump with no reward logged still warns (see above)
+    v = _lm(seed)
+    v[1200:1230] *= 2.35
+    run = hf_run(v)
+    steps = np.arange(0, 20000, 500)
+    run.add("rollout/ep_rew_mean", steps, np.linspace(-100.0, 50.0, steps.size))
+    assert all(f.severity == "info" for f in detect("loss_spike", run))
+    # a loss that explodes (>= 3x) warns whatever the reward did
+    v2 = _lm(seed)
+    v2[1200:1230] *= 20.0
+    run2 = hf_run(v2)
+    run2.add("rollout/ep_rew_mean", steps, np.linspace(-100.0, 50.0, steps.size))
+    assert any(f.severity == "warning" for f in detect("loss_spike", run2))

@@ -18,6 +18,7 @@ import numpy as np
 from trainmedic.diagnose.detectors.accumulation import val_did_not_follow
 from trainmedic.diagnose.detectors.chance import collapsed_to_chance
 from trainmedic.diagnose.detectors.evaluations import worse_than_first_eval
+from trainmedic.diagnose.detectors.rewards import reward_improved
 from trainmedic.diagnose.detectors.short_log import climbing_tail, short_divergence
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
@@ -57,9 +58,6 @@ DIVERGE_TREND_Z = 4.0
 #: ... over at least this fraction of the run's steps.
 DIVERGE_TREND_MIN_FRACTION = 0.2
 
-#: Metric-name fragments of a reward/return (RL): a loss may rise while the policy improves.
-_REWARD_HINTS = ("reward", "return", "ep_rew", "episode_rew", "ep_ret")
-
 
 def _rise_expected(run: Run) -> str:
     """Why a rising loss may be legitimate in this run ("" when nothing says so): a
@@ -70,16 +68,7 @@ def _rise_expected(run: Run) -> str:
     if any(h in m for m in names for h in GAN_GEN_HINTS) and \
             any(h in m for m in names for h in GAN_DISC_HINTS):
         return "generator and discriminator losses are logged (a GAN: they trade off)"
-    for m in run.metrics():
-        if not any(h in m.lower() for h in _REWARD_HINTS) or "loss" in m.lower():
-            continue  # (a reward model's loss is a loss, not a reward)
-        t = Trace.of(run, m, None) or next(iter(traces(run, m)), None)
-        if t is None or len(t) < 8:
-            continue
-        q = max(2, len(t) // 4)
-        if median(t.values[-q:]) > median(t.values[:q]):
-            return f"{m} improved over the run (RL: the loss follows the data the policy sees)"
-    return ""
+    return reward_improved(run)
 
 
 def _epoch_sawtooth(run: Run, tr: Trace, t: np.ndarray, onset_step: int) -> str:

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.rewards import reward_improved
 from trainmedic.diagnose.detectors.short_log import (
     SHORT_MIN_POINTS,
     TOWER_RATIO,
@@ -165,7 +166,9 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
         # the rest by a gap (log-jump >= 2x the next one's) can be warnings.
         outstanding = _outstanding([float(jump[e[2]]) for e in events])
         # The level the run started from (first 5% of points, >= 3): progress = start - ref.
+        # (An RL loss whose reward improved makes no progress to undo: only the ratio counts.)
         start_lv = median(t[: max(3, len(t) // 20)])
+        rl = bool(reward_improved(run)) and tr.metric == "loss"
         for rank_i, (a, b_end, peak, rec, r0) in enumerate(events[:3]):
             # Linear-space losses (some values <= 0): the jump relative to |reference|.
             ratio = math.exp(float(jump[peak])) if is_log else (
@@ -184,8 +187,8 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
             dur = rec - a if rec is not None else 0
             strong = zpk >= SPIKE_Z_STRONG and (
                 ratio >= SPIKE_WARN_RATIO
-                or (undone >= SPIKE_UNDONE_FRACTION and dur >= 2)
-                or dur >= SPIKE_LONG_POINTS)
+                or (not rl and undone >= SPIKE_UNDONE_FRACTION and dur >= 2)
+                or (not rl and dur >= SPIKE_LONG_POINTS))
             # A jump back to where training began (>= 10x, undoing >= 75% of the progress)
             # is a batch the model is at chance on - corrupt or mislabeled data - even when
             # the loss is so noisy near 0 that 12 sigmas are out of reach.

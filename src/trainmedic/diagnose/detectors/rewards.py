@@ -1,0 +1,34 @@
+"""Reinforcement-learning runs: a reward or return logged beside the loss.
+
+The loss of a policy or value function follows the data the policy collects: when the policy
+finds new reward, the value targets move and the loss rises or jumps while the run is doing
+what it should. A rise or a moderate jump of such a loss is evidence only against a reward
+that did not improve.
+"""
+
+from __future__ import annotations
+
+from trainmedic.diagnose.stats import median
+from trainmedic.diagnose.trace import Trace, traces
+from trainmedic.run.series import Run
+
+__all__ = ["REWARD_HINTS", "reward_improved"]
+
+#: Metric-name fragments of a reward/return (RL): a loss may rise while the policy improves.
+REWARD_HINTS = ("reward", "return", "ep_rew", "episode_rew", "ep_ret")
+
+
+def reward_improved(run: Run) -> str:
+    """Why the run's loss may move without harm ("" when nothing says so): a reward/return
+    metric (not a reward model's loss) with >= 8 points whose last quarter's median is above
+    its first quarter's."""
+    for m in run.metrics():
+        if not any(h in m.lower() for h in REWARD_HINTS) or "loss" in m.lower():
+            continue  # (a reward model's loss is a loss, not a reward)
+        t = Trace.of(run, m, None) or next(iter(traces(run, m)), None)
+        if t is None or len(t) < 8:
+            continue
+        q = max(2, len(t) // 4)
+        if median(t.values[-q:]) > median(t.values[:q]):
+            return f"{m} improved over the run (RL: the loss follows the data the policy sees)"
+    return ""
