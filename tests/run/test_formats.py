@@ -594,3 +594,16 @@ def test_a_markdown_report_is_read_when_nothing_else_is_in_the_folder(tmp_path):
     assert run.get("loss").steps.tolist() == [5 * i for i in range(1, 11)]
     assert run.get("val_loss").steps.tolist() == [10, 20, 30, 40, 50]
     assert run.get("val_loss").values[0] == pytest.approx(1.7)
+
+
+def test_pandas_nan_cells_of_an_every_kth_row_column_are_not_logged_values(tmp_path):
+    """print(df) of a merged frame: val_loss every 5th row, NaN in between (not logged there);
+    a loss that really went NaN (from some row to the end) keeps its NaN."""
+    rows = "".join(f"{i:>3} {10 * (i + 1):>5} {1.6 - 0.05 * i:9.6f} "
+                   + (f"{1.5 - 0.05 * i:9.6f}" if i % 5 == 4 else "      NaN")
+                   + ("       NaN" if i >= 17 else f" {1.0:9.6f}") + "\n" for i in range(20))
+    write(tmp_path / "metrics.txt", "    step      loss  val_loss      gnorm\n" + rows)
+    run = load_run(str(tmp_path / "metrics.txt"))
+    assert run.get("val_loss").steps.tolist() == [50, 100, 150, 200]
+    g = run.get("grad_norm")
+    assert g is not None and int(np.isnan(g.values).sum()) == 3

@@ -33,6 +33,7 @@ The one-column shapes are here too: a header word over one number per line
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -192,7 +193,26 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
             fitted += 1
     if len(rows) < MIN_ROWS or fitted < 0.5 * nonempty:
         return None
+    _drop_unlogged_nans(rows)
     return rows
+
+
+def _drop_unlogged_nans(rows: list[tuple[int, dict[str, Any]]]) -> None:
+    """pandas prints a value a merged frame does not hold as NaN: a column finite at every
+    k-th row (k >= 2) and NaN at every other row is one logged every k rows (an evaluation),
+    not a run that went NaN and back; its NaN cells are removed."""
+    for name in {k for _, r in rows for k in r}:
+        fin = [i for i, (_, r) in enumerate(rows) if isinstance(r.get(name), float)
+               and math.isfinite(r[name])]
+        gaps = {b - a for a, b in zip(fin, fin[1:], strict=False)}
+        if len(fin) < 2 or len(gaps) != 1 or min(gaps) < 2:
+            continue
+        k = min(gaps)
+        nan = [i for i, (_, r) in enumerate(rows) if isinstance(r.get(name), float)
+               and math.isnan(r[name])]
+        if nan and all((i - fin[0]) % k and i < fin[-1] + k for i in nan):
+            for i in nan:
+                del rows[i][1][name]
 
 
 _HEADER_WORD = re.compile(r"^\s*[A-Za-z_][\w./ ()%-]{0,60}\s*$")
