@@ -69,6 +69,17 @@ def test_a_warmup_that_starts_over_every_epoch_is_an_anomaly() -> None:
     assert len(f) == 1 and f[0].severity == "warning"
 
 
+def test_a_cosine_that_goes_back_up_past_its_t_max_is_an_anomaly() -> None:
+    # CosineAnnealingLR(T_max=N/2) over N steps (or stepped twice per step): down, then up
+    s = np.arange(N)
+    lr = 1.5e-3 * (1 + np.cos(math.pi * s / (N / 2)))
+    run = _run(lr, _loss(np.random.default_rng(4), lr))
+    ev = _events(run)
+    assert [e.kind for e in ev] == ["rebound"] and ev[0].onset_step == N // 2
+    f = [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
+    assert len(f) == 1 and f[0].severity == "warning"
+
+
 @pytest.mark.parametrize("name", ["warmup_cosine", "warmup_constant", "step_decay",
                                   "exponential", "cosine_to_zero", "constant", "linear_decay",
                                   "one_cycle", "plateau_decay", "sgdr", "triangular"])

@@ -195,3 +195,8 @@ def test_abbreviated_read_and_iteration_times() -> None:
     # iteration's time)
     res = resolve_names(["loss", "rtime", "itime"])
     assert res.aliases == {"loss": "loss", "data_time_s": "rtime", "step_time_s": "itime"}
+
+
+def test_contrastive_and_ranking_objectives_are_the_loss() -> None:
+    for name in ("info_nce", "nt_xent", "bpr_loss"):
+        assert resolve_names([name, "lr"]).aliases.get("loss") == name

@@ -41,6 +41,9 @@ LOSS_WORDS: tuple[str, ...] = (
     "cross_entropy_loss", "xent", "nll_loss", "nll", "mse_loss", "mse", "bce_loss", "bce",
     "recon_loss", "reconstruction_loss", "rec_loss", "l1_loss", "l2_loss", "lm_loss",
     "ctc_loss", "full_loss", "ce", "train_ce",
+    # contrastive and ranking objectives under their own names (SimCLR's NT-Xent, CPC/MoCo's
+    # InfoNCE, BPR for recommenders)
+    "info_nce", "infonce", "nt_xent", "ntxent", "contrastive_loss", "bpr_loss",
 )
 """Words that mean the training objective, best first (``loss`` beats ``nll_loss``)."""
 

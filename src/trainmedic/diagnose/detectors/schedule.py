@@ -161,6 +161,18 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
             peak_step=int(steps[peak_i]), end_lr=float(v[-1]),
             fraction=(last - int(steps[falls[0]])) / span, count=len(falls),
             low_lr=float(v[falls[0]])))
+    # A decay that came back: down to <= 5% of the peak, then a smooth climb (no jump of more
+    # than 30% of the peak between logged points) back to >= 90% of it at the end, where no
+    # schedule ends by design: a cosine whose T_max is shorter than the run (or stepped twice
+    # per step) goes on as a cosine. SGDR restarts jump up; a cyclic lr rarely dips to 5%.
+    low_i = int(np.argmin(v))
+    if not out and v[low_i] <= 0.05 * peak and 0 < low_i < n - 3 and \
+            float(np.max(v[:low_i])) >= 0.9 * peak and v[-1] >= 0.9 * peak and \
+            float(np.max(np.diff(v[low_i:]))) <= 0.3 * peak and len(_cycles_to_zero(r)) == 1:
+        out.append(ScheduleEvent(
+            kind="rebound", onset_step=int(steps[low_i]), peak_lr=peak,
+            peak_step=int(steps[peak_i]), end_lr=float(v[-1]),
+            fraction=(last - int(steps[low_i])) / span, low_lr=float(v[low_i])))
     # Never-ending rise: non-decreasing (within 1%) from some point to the end, over most of
     # the run, by RISE_RATIO or more, ending at the peak.
     t, is_log = log_if_positive(v)
@@ -235,6 +247,19 @@ def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
                                note=f"first fall in one logged interval from >= 0.9x to "
                                     f"<= 0.3x the peak that climbed back to >= 0.9x; {n} "
                                     f"such falls"),))
+    if ev.kind == "rebound":
+        return Finding(
+            symptom="lr_schedule_anomaly", severity="warning", confidence=0.7,
+            onset_step=ev.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank, metric="lr",
+            summary=(f"lr decayed to {fmt(float(ev.low_lr or 0.0))} at step {ev.onset_step}, "
+                     f"then climbed smoothly back to {fmt(ev.end_lr)} ({ev.end_lr / ev.peak_lr:.0%}"
+                     f" of its peak) by the last logged step: a cosine schedule whose T_max is "
+                     f"shorter than the run (or stepped twice per step) goes back up"),
+            evidence=(Evidence("lr", ev.onset_step, ev.low_lr, ev.peak_lr,
+                               note="lowest lr (<= 0.05x the peak), after the peak"),
+                      Evidence("lr", int(tr.steps[-1]), ev.end_lr, ev.peak_lr,
+                               note="last lr (>= 0.9x the peak), reached without a jump of "
+                                    "more than 0.3x the peak between logged points")))
     if ev.kind == "collapse":
         stalled = ev.loss_gain_after is not None and ev.loss_gain_after < 0.05
         sev: Severity = "error" if stalled and ev.fraction >= 0.5 else "warning"
