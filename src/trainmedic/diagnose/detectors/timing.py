@@ -310,6 +310,10 @@ class ThroughputEvent:
     block_steps: float
     """Steps per block (for matching onsets)."""
     span: int
+    creep: float = 0.0
+    """For a steady creep (block medians ranked against time, Spearman <= -0.8): the share of
+    throughput lost from the first tenth of the blocks to the last, which a split into two
+    levels understates (each side's median sits mid-slope); 0 otherwise. Told in the summary."""
 
     @property
     def is_rate(self) -> bool:
@@ -322,6 +326,8 @@ class ThroughputEvent:
 
     @property
     def severity(self) -> Severity:
+        # (Severity reads the two-level drop only: a steady 1.5x creep on a shared host was
+        # measured on a healthy CPU run, so the creep is told, not judged.)
         tiny = not self.is_rate and self.before < TINY_STEP_S
         return "warning" if self.drop >= (TINY_STEP_WARN if tiny else THROUGHPUT_WARN) \
             else "info"
@@ -359,11 +365,15 @@ def throughput_events(run: Run) -> tuple[list[ThroughputEvent], bool]:
                 continue
             before, after, tail = median(lv[:i]), median(lv[i:]), median(lv[-3:])
             drop = 1.0 - math.exp(after - before)
+            tenth = max(2, nb // 10)
+            rho = float(np.corrcoef(np.argsort(np.argsort(lv)), np.arange(nb))[0, 1])
             ev = ThroughputEvent(
                 tr.rank, metric, int(bl.first_step[i]),
                 math.exp(before if higher_better else -before),
                 math.exp(after if higher_better else -after), drop, bl.size,
-                float(s[-1] - s[0]) / nb, int(s[-1] - s[0]))
+                float(s[-1] - s[0]) / nb, int(s[-1] - s[0]),
+                creep=1.0 - math.exp(median(lv[-tenth:]) - median(lv[:tenth]))
+                if rho <= -0.8 else 0.0)
             if ev.change < THROUGHPUT_INFO or (before - tail) < 0.5 * (before - after) or \
                     (before - float(lv[-1])) < 0.25 * (before - after):
                 continue  # (back at the old level at the last block: it did not last)
@@ -461,8 +471,10 @@ def _folded(roots: list[tuple[ThroughputEvent, tuple[str, int | None, int] | Non
 def _throughput_phrase(ev: ThroughputEvent) -> str:
     what = (f"throughput fell {100 * ev.drop:.0f}%" if ev.is_rate
             else f"step time rose {100 * ev.change:.0f}% (throughput -{100 * ev.drop:.0f}%)")
+    creep = (f"; a steady creep: {1.0 / (1.0 - ev.creep):.2g}x slower from the first tenth "
+             f"of the run to the last" if ev.creep > ev.drop else "")
     return (f"{what} from step {ev.onset} and stayed down ({ev.metric} {fmt(ev.before)} -> "
-            f"{fmt(ev.after)})")
+            f"{fmt(ev.after)}){creep}")
 
 
 def _throughput_evidence(ev: ThroughputEvent, *, folded: bool = False) -> Evidence:
