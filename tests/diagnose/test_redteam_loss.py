@@ -279,3 +279,15 @@ def test_a_moderate_loss_jump_in_an_rl_run_whose_reward_improved_is_info(seed: i
     run2 = hf_run(v2)
     run2.add("rollout/ep_rew_mean", steps, np.linspace(-100.0, 50.0, steps.size))
     assert any(f.severity == "warning" for f in detect("loss_spike", run2))
+
+
+def test_a_gan_whose_generator_loss_is_read_as_the_loss_is_still_a_gan(tmp_path) -> None:
+    # "loss_G" becomes the run's loss; the GAN check reads the raw names too
+    from trainmedic.diagnose.detectors.rewards import losses_trade_off
+    from trainmedic.run import load_run
+
+    lines = "".join(f"step={s} loss_G={0.7 + s / 1000:.4f} loss_D={0.69 - s / 3000:.4f}\n"
+                    for s in range(10, 610, 10))
+    (tmp_path / "gan.log").write_text(lines)
+    run = load_run(str(tmp_path / "gan.log"))
+    assert run.has("loss") and "GAN" in losses_trade_off(run)

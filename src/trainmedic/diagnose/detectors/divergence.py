@@ -18,7 +18,7 @@ import numpy as np
 from trainmedic.diagnose.detectors.accumulation import val_did_not_follow
 from trainmedic.diagnose.detectors.chance import collapsed_to_chance
 from trainmedic.diagnose.detectors.evaluations import worse_than_first_eval
-from trainmedic.diagnose.detectors.rewards import reward_improved
+from trainmedic.diagnose.detectors.rewards import losses_trade_off
 from trainmedic.diagnose.detectors.short_log import climbing_tail, short_divergence
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
@@ -33,7 +33,7 @@ from trainmedic.diagnose.stats import (
 )
 from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
-from trainmedic.run.vocabulary import ACC_WORDS, GAN_DISC_HINTS, GAN_GEN_HINTS
+from trainmedic.run.vocabulary import ACC_WORDS
 
 __all__ = ["DIVERGE_RATIO", "DIVERGE_ERROR_RATIO", "find_creep"]
 
@@ -64,11 +64,7 @@ def _rise_expected(run: Run) -> str:
     reward/return-like metric is logged and improving (RL: the loss of a policy or value
     function follows the data the policy now collects), or both generator- and
     discriminator-like losses are logged (a GAN's losses trade off)."""
-    names = [m.lower() for m in run.metrics()]
-    if any(h in m for m in names for h in GAN_GEN_HINTS) and \
-            any(h in m for m in names for h in GAN_DISC_HINTS):
-        return "generator and discriminator losses are logged (a GAN: they trade off)"
-    return reward_improved(run)
+    return losses_trade_off(run)
 
 
 def _epoch_sawtooth(run: Run, tr: Trace, t: np.ndarray, onset_step: int) -> str:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from trainmedic.diagnose.detectors.rewards import reward_improved
+from trainmedic.diagnose.detectors.rewards import losses_trade_off
 from trainmedic.diagnose.detectors.short_log import (
     SHORT_MIN_POINTS,
     TOWER_RATIO,
@@ -166,9 +166,10 @@ def detect_loss_spike(run: Run) -> list[Finding] | NotRun:
         # the rest by a gap (log-jump >= 2x the next one's) can be warnings.
         outstanding = _outstanding([float(jump[e[2]]) for e in events])
         # The level the run started from (first 5% of points, >= 3): progress = start - ref.
-        # (An RL loss whose reward improved makes no progress to undo: only the ratio counts.)
+        # (An RL loss whose reward improved, or a GAN's, makes no progress to undo: only the
+        # ratio counts.)
         start_lv = median(t[: max(3, len(t) // 20)])
-        rl = bool(reward_improved(run)) and tr.metric == "loss"
+        rl = bool(losses_trade_off(run)) and tr.metric == "loss"
         for rank_i, (a, b_end, peak, rec, r0) in enumerate(events[:3]):
             # Linear-space losses (some values <= 0): the jump relative to |reference|.
             ratio = math.exp(float(jump[peak])) if is_log else (

@@ -1,9 +1,9 @@
-"""Reinforcement-learning runs: a reward or return logged beside the loss.
+"""Runs whose loss moves without harm: reinforcement learning and GANs.
 
 The loss of a policy or value function follows the data the policy collects: when the policy
 finds new reward, the value targets move and the loss rises or jumps while the run is doing
-what it should. A rise or a moderate jump of such a loss is evidence only against a reward
-that did not improve.
+what it should. A GAN's generator and discriminator losses trade off. A rise or a moderate
+jump of such a loss is evidence only against a reward that did not improve.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 from trainmedic.diagnose.stats import median
 from trainmedic.diagnose.trace import Trace, traces
 from trainmedic.run.series import Run
+from trainmedic.run.vocabulary import GAN_DISC_HINTS, GAN_GEN_HINTS
 
-__all__ = ["REWARD_HINTS", "reward_improved"]
+__all__ = ["REWARD_HINTS", "reward_improved", "losses_trade_off"]
 
 #: Metric-name fragments of a reward/return (RL): a loss may rise while the policy improves.
 REWARD_HINTS = ("reward", "return", "ep_rew", "episode_rew", "ep_ret")
@@ -32,3 +33,15 @@ def reward_improved(run: Run) -> str:
         if median(t.values[-q:]) > median(t.values[:q]):
             return f"{m} improved over the run (RL: the loss follows the data the policy sees)"
     return ""
+
+
+def losses_trade_off(run: Run) -> str:
+    """Why a rising or jumping loss may be legitimate in this run ("" when nothing says so):
+    both generator- and discriminator-like losses are logged (a GAN), or a reward improved."""
+    # (the raw names too: the generator's loss is often the one read as "loss")
+    names = [m.lower() for m in run.metrics()] + [
+        str(m.get("column", "")).lower() for m in run.meta.get("mapping", ())]
+    if any(h in m for m in names for h in GAN_GEN_HINTS) and \
+            any(h in m for m in names for h in GAN_DISC_HINTS):
+        return "generator and discriminator losses are logged (a GAN: they trade off)"
+    return reward_improved(run)
