@@ -343,3 +343,23 @@ def test_a_short_log_whose_end_rises_less_or_not_to_new_highs_is_quiet() -> None
     assert not _short([1.4, 1.2, 1.35, 1.36, 1.44, 1.2, 1.3, 1.4, 1.5])    # < 1.5x
     assert not _short([2.5, 2.0, 1.8, 1.6, 1.4, 1.2, 1.5, 1.9, 2.4])       # not new highs
     assert not _short([1.4, 1.2, 1.35, 1.36, 1.44, 1.2, 1.7, 2.2, 2.1])    # last fell back
+
+
+def test_a_gan_generator_loss_that_rises_is_info_but_one_that_blows_up_is_loud() -> None:
+    s = np.arange(300)
+    rng = np.random.default_rng(2)
+
+    def gan(rise: np.ndarray) -> list:
+        run = Run(source="t")
+        run.add("loss", s, (0.7 + 0.3 * np.exp(-s / 30)) * rise * np.exp(rng.normal(0, 0.02, 300)))
+        run.add("d_loss", s, np.full(300, 0.5))
+        run.meta["mapping"] = [{"column": "loss_G", "canonical": "loss"},
+                               {"column": "loss_D", "canonical": "d_loss"}]
+        return [f for f in diagnose(run).findings if f.symptom == "divergence"]
+
+    # the discriminator learns: the generator's loss doubles, a GAN's trade-off
+    moderate = gan(np.where(s < 100, 1.0, 1.0 + (s - 100) / 200))
+    assert moderate and all(f.severity == "info" for f in moderate)
+    # it blows up 50x: a failed GAN, loud whatever the trade-off
+    blown = gan(np.where(s < 200, 1.0, np.exp((s - 200) / 25)))
+    assert blown and blown[0].level >= 1

@@ -169,8 +169,8 @@ def _creep_finding(run: Run, tr: Trace, lv: np.ndarray, bl_first: np.ndarray, c:
     top = int(bl_first[c.hi])
     ratio = math.exp(c.rise) if is_log else (
         (float(inv(lv[c.lo])) + c.rise) / float(inv(lv[c.lo])) if lv[c.lo] else math.inf)
-    legit = _rise_expected(run) or (_cyclic(run, tr.rank) and
-                                    "the logged lr cycles (warm restarts)")
+    legit = (_rise_expected(run) if ratio < DIVERGE_ERROR_RATIO else "") or (
+        _cyclic(run, tr.rank) and "the logged lr cycles (warm restarts)")
     sev: Severity = "info" if legit else "warning"
     ev = [Evidence(tr.metric, onset, float(inv(lv[c.lo])), None,
                    note=f"lowest level before the rise (block median of {size} points)"),
@@ -491,7 +491,8 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
                 1.0 + (end_lv - best) / abs(best) if best < 0 else math.inf
             undone = end_lv >= float(lv[0]) and float(lv[0]) > best
         sev: Severity = "error" if (ratio >= DIVERGE_ERROR_RATIO or undone) else "warning"
-        legit = _rise_expected(run) or (
+        # (a GAN's or an RL run's loss may rise, but not blow up 3x: that is a failure too)
+        legit = (_rise_expected(run) if ratio < DIVERGE_ERROR_RATIO else "") or (
             _epoch_sawtooth(run, tr, t, onset) if trend_branch else "") or (
             _val_kept_falling(run, tr, onset) if ratio < DIVERGE_ERROR_RATIO else
             val_did_not_follow(run, tr, onset))
