@@ -169,7 +169,7 @@ def _creep_finding(run: Run, tr: Trace, lv: np.ndarray, bl_first: np.ndarray, c:
     top = int(bl_first[c.hi])
     ratio = math.exp(c.rise) if is_log else (
         (float(inv(lv[c.lo])) + c.rise) / float(inv(lv[c.lo])) if lv[c.lo] else math.inf)
-    legit = (_rise_expected(run) if ratio < DIVERGE_ERROR_RATIO else "") or (
+    legit = (_rise_expected(run) if ratio < DIVERGE_ALWAYS_RATIO else "") or (
         _cyclic(run, tr.rank) and "the logged lr cycles (warm restarts)")
     sev: Severity = "info" if legit else "warning"
     ev = [Evidence(tr.metric, onset, float(inv(lv[c.lo])), None,
@@ -491,8 +491,12 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
                 1.0 + (end_lv - best) / abs(best) if best < 0 else math.inf
             undone = end_lv >= float(lv[0]) and float(lv[0]) > best
         sev: Severity = "error" if (ratio >= DIVERGE_ERROR_RATIO or undone) else "warning"
-        # (a GAN's or an RL run's loss may rise, but not blow up 3x: that is a failure too)
-        legit = (_rise_expected(run) if ratio < DIVERGE_ERROR_RATIO else "") or (
+        # (a GAN's or an RL run's loss may rise, but its highest level not reach 10x the best:
+        # that is a blow-up, a failure whatever trades off)
+        top = float(np.max(lv[k:])) if k < nb else end_lv
+        blown = (top - best >= math.log(DIVERGE_ALWAYS_RATIO)) if is_log else (
+            top >= DIVERGE_ALWAYS_RATIO * best if best > 0 else ratio >= DIVERGE_ALWAYS_RATIO)
+        legit = ("" if blown else _rise_expected(run)) or (
             _epoch_sawtooth(run, tr, t, onset) if trend_branch else "") or (
             _val_kept_falling(run, tr, onset) if ratio < DIVERGE_ERROR_RATIO else
             val_did_not_follow(run, tr, onset))
