@@ -607,3 +607,20 @@ def test_pandas_nan_cells_of_an_every_kth_row_column_are_not_logged_values(tmp_p
     assert run.get("val_loss").steps.tolist() == [50, 100, 150, 200]
     g = run.get("grad_norm")
     assert g is not None and int(np.isnan(g.values).sum()) == 3
+
+
+def test_an_eval_row_with_its_own_zero_clock_does_not_make_a_step_time_spike(tmp_path):
+    """JSON lines whose eval record at the same step carries "time": 0: the next training
+    row's time is measured from the training clock, not from that 0; "dt_ms" is the step."""
+    rows = []
+    for it in range(10, 310, 10):
+        rows.append(json.dumps({"iter": it, "objective": 5.0 - it / 100, "time": 0.012 * it}))
+        if it % 100 == 0:
+            rows.append(json.dumps({"iter": it, "eval_objective": 4.0, "time": 0}))
+    write(tmp_path / "log.jsonl", "\n".join(rows) + "\n")
+    st = load_run(str(tmp_path / "log.jsonl")).get("step_time_s")
+    assert st is not None and float(st.values.max()) == pytest.approx(0.012)
+    write(tmp_path / "b" / "log.jsonl", "".join(
+        json.dumps({"iter": it, "loss": 1.0, "dt_ms": 1.2}) + "\n" for it in range(1, 9)))
+    assert load_run(str(tmp_path / "b" / "log.jsonl")).get("step_time_s").values[0] == \
+        pytest.approx(0.0012)

@@ -283,6 +283,10 @@ def _differentiate(s: Series) -> Series | None:
     """
     ok = np.isfinite(s.values)
     steps, v = s.steps[ok], s.values[ok]
+    # A row at the same step whose clock went back is a row of another kind (an evaluation
+    # logged with its own "time": 0), not a reading of the training clock.
+    other = np.concatenate([[False], (np.diff(steps) == 0) & (np.diff(v) < 0)])
+    steps, v = steps[~other], v[~other]
     if len(v) < 3 or float(np.nanmax(np.abs(v))) >= _TIMESTAMP_MIN:
         return None
     dv = np.diff(v)

@@ -130,7 +130,9 @@ WORDS: dict[str, _Word] = {
              # NeMo's progress bar: "train_step_timing in s=0.61"
              "train_step_timing", "step_timing",
              # abbreviated beside a read time ("rtime 0.06; itime 1.95"; PIPs' trainer)
-             "itime", "iter_t"),
+             "itime", "iter_t",
+             # a loop's "dt" (t1 - t0 of the step), named with its unit: "dt_ms"
+             "dt"),
     **_words("data_time_s", "time", "data_time", "data_load_time", "data_loading_time",
              "dataloader_time", "data_wait", "data_wait_time", "load_time", "data_loading",
              "input_time", "fetch_time", "data", "dataload", "data_load", "dataloader",
@@ -278,7 +280,7 @@ def _side_of(part: str) -> str:
 
 #: Words that name a metric only with a time unit written on them ("data_ms" is the data
 #: wait; a bare "data" column could hold anything: a count of samples, an id).
-_UNIT_ONLY = frozenset({"data", "dataload", "data_load", "dataloader"})
+_UNIT_ONLY = frozenset({"data", "dataload", "data_load", "dataloader", "dt"})
 
 
 #: What a rate carries before its noun: DeepSpeed's "CurrSamplesPerSec" and
