@@ -272,3 +272,18 @@ def test_docs_say_where_every_code_is_detected() -> None:
         else:
             path = "src/" + d.fn.__module__.replace(".", "/") + ".py"
             assert rows[code] == f"`{path}` (`{d.fn.__name__}`)", code
+
+
+def test_a_validation_jump_that_stays_while_the_model_memorizes_folds_into_overfitting() -> None:
+    # a tracker repeats the last evaluation at every report: the validation loss rises in
+    # steps (3.4 -> 4.2 -> 8.6 -> 19.5 -> 27) while the training loss falls to 0.011
+    s = np.arange(1, 61)
+    run = Run(source="t")
+    noise = np.exp(np.random.default_rng(0).normal(0, 0.03, s.size))
+    run.add("loss", s, np.maximum(3.3 * np.exp(-s / 4.0), 0.011) * noise)
+    evals = np.repeat([3.4, 4.2, 8.6, 19.5, 24.8, 26.0, 26.4, 26.5, 26.7, 26.8, 26.9, 27.0,
+                       27.1, 27.2, 27.3], 4)
+    run.add("val_loss", s, evals)
+    loud = [f for f in diagnose(run).findings if f.level >= 1]
+    assert [f.symptom for f in loud] == ["overfitting"], [f.summary for f in loud]
+    assert any(r.symptom == "loss_spike" for r in loud[0].related)

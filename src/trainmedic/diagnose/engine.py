@@ -109,6 +109,9 @@ CONSEQUENCES: dict[str, frozenset[str]] = {
     # are how the collapse shows.
     "loss_scale_collapse": frozenset({"nonfinite_grad", "nan_masked_in_logs", "plateau",
                                       "flat_loss"}),
+    # A validation loss that jumped and never came back while the model memorizes is the
+    # overfitting itself, seen as a step (a tracker repeating its last evaluation).
+    "overfitting": frozenset({"loss_spike"}),
 }
 
 
@@ -145,7 +148,9 @@ def _fold_consequences(findings: list[Finding], run: Run) -> list[Finding]:
             if root.symptom != root_sym or root.level < SEVERITY_ORDER["warning"]:
                 continue
             got = [f for f in findings if f.symptom in kinds and id(f) not in taken
-                   and _same_rank(root, f) and f.level <= root.level and near(f, root)]
+                   and _same_rank(root, f) and f.level <= root.level and near(f, root)
+                   and (root_sym != "overfitting" or (f.metric != "loss" and
+                                                      f.end_step is None))]
             if got:
                 folded.setdefault(id(root), []).extend(got)
                 taken.update(id(f) for f in got)
