@@ -200,3 +200,14 @@ def test_abbreviated_read_and_iteration_times() -> None:
 def test_contrastive_and_ranking_objectives_are_the_loss() -> None:
     for name in ("info_nce", "nt_xent", "bpr_loss"):
         assert resolve_names([name, "lr"]).aliases.get("loss") == name
+
+
+def test_the_only_training_column_named_by_a_loss_formula_is_the_loss() -> None:
+    # W&B keys of a hand-written loop: "train/task_mse" and its twin "val/task_mse"
+    res = resolve_names(["train/task_mse", "val/task_mse", "train/lr"])
+    assert res.aliases["loss"] == "train/task_mse" and res.aliases["val_loss"] == "val/task_mse"
+    # the same with "_loss" under namespaces; terms of one objective are still not taken
+    res = resolve_names(["train/focal_loss", "val/focal_loss"])
+    assert res.aliases == {"loss": "train/focal_loss", "val_loss": "val/focal_loss"}
+    assert "loss" not in resolve_names(["box_loss", "obj_loss"]).aliases
+    assert "loss" not in resolve_names(["train/a_mse", "train/b_mse"]).aliases

@@ -26,6 +26,17 @@ __all__ = ["guess_names"]
 _NOT_TRAIN = ("val", "valid", "eval", "test", "dev", "best", "min", "lowest", "target")
 
 
+#: Leaf endings that name a loss by its formula ("task_mse", "recon_nll", "cls_ce").
+_LOSS_SUFFIXES = ("_mse", "_nll", "_ce", "_xent", "_bce")
+
+
+def _eval_side(key: str) -> bool:
+    """Whether a namespace part of ``key`` says evaluation ("val/task_mse", "eval/...")."""
+    parts = key.replace(".", "/").split("/")[:-1]
+    return any(p in _NOT_TRAIN[:5] or p.startswith(tuple(f"{w}_" for w in _NOT_TRAIN[:5]))
+               for p in parts)
+
+
 def _leaf(key: str) -> str:
     return key.replace(".", "/").split("/")[-1].replace(" ", "_").replace("-", "_")
 
@@ -154,13 +165,22 @@ def _train_loss(res: NameResolution, readings: list[tuple[str, str, NameReading]
         res.how[name] = f"namespace (model {g})"
         first = False
     if first and "loss" not in res.aliases:
-        # One column named "<something>_loss" and no other loss at all (MXNet's
-        # "MultiLogisticLoss", a script's "focal_loss"): the objective, whatever its name.
-        # Several ("box_loss", "obj_loss", "loss_cls") are terms of it: none is taken.
+        # One column named "<something>_loss" (or "_mse", "_nll": "train/task_mse") and no
+        # other loss at all on the training side (MXNet's "MultiLogisticLoss", a script's
+        # "focal_loss"): the objective, whatever its name; its evaluation twin under a
+        # validation namespace is the validation loss. Several ("box_loss", "obj_loss",
+        # "loss_cls") are terms of it: none is taken.
         lossy = [(k, raw) for k, raw in free.items() if raw not in res.aliases.values()
-                 and "loss" in _leaf(k) and not _leaf(k).startswith(_NOT_TRAIN)]
-        if len(lossy) == 1 and _leaf(lossy[0][0]).endswith("loss"):
+                 and ("loss" in _leaf(k) or _leaf(k).endswith(_LOSS_SUFFIXES))
+                 and not _leaf(k).startswith(_NOT_TRAIN) and not _eval_side(k)]
+        if len(lossy) == 1 and _leaf(lossy[0][0]).endswith(("loss", *_LOSS_SUFFIXES)):
             res.aliases["loss"] = lossy[0][1]
             res.families["loss"] = "vocabulary"
             res.how["loss"] = "the only column named as a loss"
+            twin = [raw for k, raw in free.items() if _leaf(k) == _leaf(lossy[0][0])
+                    and _eval_side(k) and raw not in res.aliases.values()]
+            if len(twin) == 1 and "val_loss" not in res.aliases:
+                res.aliases["val_loss"] = twin[0]
+                res.families["val_loss"] = "vocabulary"
+                res.how["val_loss"] = "the training loss's name on the validation side"
 
