@@ -211,3 +211,8 @@ def test_the_only_training_column_named_by_a_loss_formula_is_the_loss() -> None:
     assert res.aliases == {"loss": "train/focal_loss", "val_loss": "val/focal_loss"}
     assert "loss" not in resolve_names(["box_loss", "obj_loss"]).aliases
     assert "loss" not in resolve_names(["train/a_mse", "train/b_mse"]).aliases
+
+
+def test_a_throughput_prefix_before_a_rate_is_still_that_rate() -> None:
+    res = resolve_names(["loss", "perf/throughput_samples_per_sec"])
+    assert res.aliases["samples_per_s"] == "perf/throughput_samples_per_sec"

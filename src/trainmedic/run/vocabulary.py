@@ -285,7 +285,7 @@ _UNIT_ONLY = frozenset({"data", "dataload", "data_load", "dataloader", "dt"})
 
 #: What a rate carries before its noun: DeepSpeed's "CurrSamplesPerSec" and
 #: "RunningAvgSamplesPerSec" are samples/s (the current and the running-average reading).
-_RATE_PREFIX = re.compile(r"^(?:curr|current|running_avg|avg|mean)_")
+_RATE_PREFIX = re.compile(r"^(?:curr|current|running_avg|avg|mean|throughput)_")
 
 
 def _lookup(word: str) -> tuple[_Word | None, int, str, float, bool]:
@@ -297,7 +297,9 @@ def _lookup(word: str) -> tuple[_Word | None, int, str, float, bool]:
     m = _RATE.match(word)
     if m:
         what = m.group("what").strip("_")
-        w = WORDS.get(what) or WORDS.get(_RATE_PREFIX.sub("", what))
+        w = WORDS.get(what)
+        if w is None or w.kind not in ("rate", "inv"):  # "throughput_samples/s": samples/s
+            w = WORDS.get(_RATE_PREFIX.sub("", what))
         if w is not None and w.kind in ("rate", "inv"):
             return w, 0, "", 1.0, w.kind == "inv"
         return None, 0, "", 1.0, False
