@@ -8,6 +8,7 @@ run ("internal error: ..."), so one bad rule cannot hide what the others found.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -114,6 +115,16 @@ CONSEQUENCES: dict[str, frozenset[str]] = {
     "overfitting": frozenset({"loss_spike"}),
 }
 
+#: Roots whose consequences are only some findings of a kind (the rest are their own).
+CONSEQUENCE_FILTERS: dict[str, Callable[[Finding], bool]] = {
+    # only a validation spike that never came back is part of the overfitting
+    "overfitting": lambda f: f.metric != "loss" and f.end_step is None,
+}
+
+
+def _any(f: Finding) -> bool:
+    return True
+
 
 def _loud_from(f: Finding) -> int | None:
     """The step from which a finding is what it is: its onset, except for a plateau made loud
@@ -149,8 +160,7 @@ def _fold_consequences(findings: list[Finding], run: Run) -> list[Finding]:
                 continue
             got = [f for f in findings if f.symptom in kinds and id(f) not in taken
                    and _same_rank(root, f) and f.level <= root.level and near(f, root)
-                   and (root_sym != "overfitting" or (f.metric != "loss" and
-                                                      f.end_step is None))]
+                   and CONSEQUENCE_FILTERS.get(root_sym, _any)(f)]
             if got:
                 folded.setdefault(id(root), []).extend(got)
                 taken.update(id(f) for f in got)

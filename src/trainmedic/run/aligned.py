@@ -38,6 +38,7 @@ import re
 from typing import Any
 
 from trainmedic.run.table import MISSING_TOKENS, cell_float
+from trainmedic.run.vocabulary import unit_factor
 
 __all__ = ["aligned_rows", "key_value_blocks", "yolo_results_rows", "record_rows",
            "is_single_column", "bare_numbers", "MIN_ROWS"]
@@ -49,14 +50,14 @@ _NAME = re.compile(r"^[A-Za-z_][\w./%()-]*$")
 _CLOCK = re.compile(r"^(?:(\d+):)?(\d{1,2}):(\d{2}(?:\.\d+)?)$")
 _COUNT = re.compile(r"^(\d+)/\d+$")
 _SIZE = re.compile(r"^([-+]?\d+(?:\.\d+)?)([KMGT])i?B?$")
-_MB_PER = {"K": 1.0 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2}
 _SAMPLE_LINES = 400
 
 
 def _size_mb(cell: str) -> float | None:
     """A size written with its unit letter (Ultralytics' GPU_mem "3.21G") in MB, else None."""
     m = _SIZE.match(cell)
-    return float(m.group(1)) * _MB_PER[m.group(2)] if m else None
+    return float(m.group(1)) * (unit_factor("mem", m.group(2).lower() + "b") or 1.0) \
+        if m else None
 
 
 def _value(cell: str) -> float | None | str:

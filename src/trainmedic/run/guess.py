@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainmedic.run.vocabulary import DISC_LOSS, GEN_LOSS, NameReading, read_name, unit_label
+from trainmedic.run.vocabulary import (
+    DISC_LOSS,
+    GEN_LOSS,
+    TEST_SIDE,
+    VAL_SIDE,
+    NameReading,
+    read_name,
+    unit_label,
+)
 
 if TYPE_CHECKING:
     from trainmedic.run.names import NameResolution
@@ -31,10 +39,10 @@ _LOSS_SUFFIXES = ("_mse", "_nll", "_ce", "_xent", "_bce")
 
 
 def _eval_side(key: str) -> bool:
-    """Whether a namespace part of ``key`` says evaluation ("val/task_mse", "eval/...")."""
+    """Whether a namespace part of ``key`` says evaluation ("val/task_mse", "eval/...",
+    "valid_metrics/...")."""
     parts = key.replace(".", "/").split("/")[:-1]
-    return any(p in _NOT_TRAIN[:5] or p.startswith(tuple(f"{w}_" for w in _NOT_TRAIN[:5]))
-               for p in parts)
+    return any(p.split("_")[0] in VAL_SIDE | TEST_SIDE for p in parts)
 
 
 def _leaf(key: str) -> str:

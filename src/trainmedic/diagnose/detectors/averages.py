@@ -23,7 +23,11 @@ from trainmedic.diagnose.finding import Evidence, Finding
 from trainmedic.diagnose.trace import Trace, fmt, traces
 from trainmedic.run.series import Run
 
-__all__ = ["slower_than_average", "short_slowdown", "AVG_SLOWER_RATIO", "AVG_MIN_POINTS"]
+__all__ = ["slower_than_average", "short_slowdown", "THROUGHPUT_SERIES", "AVG_SLOWER_RATIO",
+           "AVG_MIN_POINTS"]
+
+#: The series a throughput is read from, best first, and whether higher is faster.
+THROUGHPUT_SERIES = (("samples_per_s", True), ("tokens_per_s", True), ("step_time_s", False))
 
 #: Every current step time is at least this many times its running average ...
 AVG_SLOWER_RATIO = 1.5
@@ -80,7 +84,7 @@ def slower_than_average(run: Run) -> list[Finding]:
 
 
 #: A short series (fewer points than the change-point test needs, and at least this many) ...
-SHORT_MIN_POINTS = 4
+SLOWDOWN_MIN_POINTS = 4
 #: ... slowed down when its step time ends >= this many times its first value, ...
 SHORT_END_RATIO = 1.8
 #: ... the point before the last >= this, and every point from the onset on >= SHORT_STAY.
@@ -97,12 +101,11 @@ def short_slowdown(run: Run, max_points: int) -> list[Finding]:
     and stayed >= 1.4x it over >= 3 points from the onset on (still growing, the last >= 1.2x
     the second, when the onset is the second point)."""
     out: list[Finding] = []
-    for metric, rate in (("samples_per_s", True), ("tokens_per_s", True),
-                         ("step_time_s", False)):
+    for metric, rate in THROUGHPUT_SERIES:
         for tr in traces(run, metric):
             pos = tr.values > 0
             v, st = tr.values[pos], tr.steps[pos]
-            if not SHORT_MIN_POINTS <= v.size < max_points:
+            if not SLOWDOWN_MIN_POINTS <= v.size < max_points:
                 continue
             t = 1.0 / v if rate else v  # time per unit of work
             r = t / t[0]

@@ -59,14 +59,6 @@ DIVERGE_TREND_Z = 4.0
 DIVERGE_TREND_MIN_FRACTION = 0.2
 
 
-def _rise_expected(run: Run) -> str:
-    """Why a rising loss may be legitimate in this run ("" when nothing says so): a
-    reward/return-like metric is logged and improving (RL: the loss of a policy or value
-    function follows the data the policy now collects), or both generator- and
-    discriminator-like losses are logged (a GAN's losses trade off)."""
-    return losses_trade_off(run)
-
-
 def _epoch_sawtooth(run: Run, tr: Trace, t: np.ndarray, onset_step: int) -> str:
     """Empty unless the loss also rose within an earlier epoch: then a rise that starts at an
     epoch boundary is the per-epoch sawtooth (the loss drops when each epoch starts over data
@@ -169,7 +161,7 @@ def _creep_finding(run: Run, tr: Trace, lv: np.ndarray, bl_first: np.ndarray, c:
     top = int(bl_first[c.hi])
     ratio = math.exp(c.rise) if is_log else (
         (float(inv(lv[c.lo])) + c.rise) / float(inv(lv[c.lo])) if lv[c.lo] else math.inf)
-    legit = (_rise_expected(run) if ratio < DIVERGE_ALWAYS_RATIO else "") or (
+    legit = (losses_trade_off(run) if ratio < DIVERGE_ALWAYS_RATIO else "") or (
         _cyclic(run, tr.rank) and "the logged lr cycles (warm restarts)")
     sev: Severity = "info" if legit else "warning"
     ev = [Evidence(tr.metric, onset, float(inv(lv[c.lo])), None,
@@ -259,7 +251,7 @@ def _never_back_to_start(run: Run, tr: Trace) -> Finding | None:
     5% are >= 2x it. An lr far too high blows a model up at its first steps; the jump is inside
     the first block, so the running-minimum rule (block medians) cannot see it. Not when a
     rise may be legitimate (RL, a GAN). Error; onset at the first point >= 2x the first."""
-    if tr.metric != "loss" or len(tr) < 10 or _rise_expected(run):
+    if tr.metric != "loss" or len(tr) < 10 or losses_trade_off(run):
         return None
     v0 = float(tr.values[0])
     if not (math.isfinite(v0) and v0 > 0):
@@ -496,7 +488,7 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
         top = float(np.max(lv[k:])) if k < nb else end_lv
         blown = (top - best >= math.log(DIVERGE_ALWAYS_RATIO)) if is_log else (
             top >= DIVERGE_ALWAYS_RATIO * best if best > 0 else ratio >= DIVERGE_ALWAYS_RATIO)
-        legit = ("" if blown else _rise_expected(run)) or (
+        legit = ("" if blown else losses_trade_off(run)) or (
             _epoch_sawtooth(run, tr, t, onset) if trend_branch else "") or (
             _val_kept_falling(run, tr, onset) if ratio < DIVERGE_ERROR_RATIO else
             val_did_not_follow(run, tr, onset))

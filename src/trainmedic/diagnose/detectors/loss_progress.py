@@ -540,7 +540,8 @@ def _plateau_cost(run: Run, tr: Trace, onset: int, share: float) -> tuple[Severi
 
 
 def _val_still(run: Run, rank: int | None, min_evals: int = 4) -> bool:
-    """The validation loss moved < 1% (max - min over its level) over >= 4 evaluations."""
+    """The validation loss moved < 1% (max - min over its level) over >= ``min_evals``
+    evaluations."""
     val = Trace.of(run, "val_loss", rank) or Trace.of(run, "val_loss", None)
     if val is None or len(val) < min_evals:
         return False

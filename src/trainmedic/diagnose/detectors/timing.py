@@ -25,7 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainmedic.diagnose.detectors.averages import short_slowdown, slower_than_average
+from trainmedic.diagnose.detectors.averages import (
+    THROUGHPUT_SERIES,
+    short_slowdown,
+    slower_than_average,
+)
 from trainmedic.diagnose.finding import SEVERITY_ORDER, Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -136,26 +140,19 @@ def input_events(run: Run) -> tuple[list[InputEvent], bool]:
             steps, d, o = steps[valid], d[valid], o[valid]
         if steps.size < 5:
             # 3-4 points (an issue excerpt): only when every one waits >= half its step
-            with np.errstate(invalid="ignore", divide="ignore"):
-                few = d / np.where(d < o, o, d + o)
+            few, ratio = _shares(d, o, other)
             if steps.size >= 3 and bool(np.all(few >= SHORT_INPUT_SHARE)):
                 ran = True
                 out.append(InputEvent(dt.rank, int(steps[0]), median(few), None, median(d),
-                                      median(o), other.metric, "data_time_s / step_time_s "
-                                      "(every logged point)", 0, n_bad, n_all, rise=False))
+                                      median(o), other.metric, f"{ratio} (every logged point)",
+                                      0, n_bad, n_all, rise=False))
             continue
         ran = True
         skip = warmup_skip(steps.size)
         k = _stride(steps.size - skip)
         warm = (steps[:skip], d[:skip], o[:skip])
         steps, d, o = steps[skip::k], d[skip::k], o[skip::k]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = d / o
-            ratio = "data_time_s / step_time_s"
-            if other is ct or median(share) > 1.0:
-                share = d / (d + o)
-                ratio = f"data_time_s / (data_time_s + {other.metric})"
-        share = np.where(np.isfinite(share), share, 0.0)
+        share, ratio = _shares(d, o, other)
         med = median(share)
         stall = _stall_event(dt.rank, steps, d, o, med, ratio, skip, n_bad, n_all, other.metric)
         if stall is not None:
@@ -198,6 +195,19 @@ def input_events(run: Run) -> tuple[list[InputEvent], bool]:
             dt.rank, int(bl.first_step[i]), after, before, median(d[j:]), median(o[j:]),
             other.metric, ratio, skip, n_bad, n_all, rise=True))
     return out, ran
+
+
+def _shares(d: np.ndarray, o: np.ndarray, other: Trace) -> tuple[np.ndarray, str]:
+    """Each point's share of the step spent waiting for data, and how it was computed:
+    data / step time, or data / (data + compute) when only compute_time_s is logged or when
+    the step time evidently excludes the wait (median ratio > 1)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = d / o
+        ratio = "data_time_s / step_time_s"
+        if other.metric == "compute_time_s" or median(share) > 1.0:
+            share = d / (d + o)
+            ratio = f"data_time_s / (data_time_s + {other.metric})"
+    return np.where(np.isfinite(share), share, 0.0), ratio
 
 
 @register_detector("input_bound", requires=("data_time_s",),
@@ -343,8 +353,7 @@ def throughput_events(run: Run) -> tuple[list[ThroughputEvent], bool]:
     """The throughput_regression events, and whether a series had enough points (>= 12)."""
     out: list[ThroughputEvent] = []
     ran = False
-    for metric, higher_better in (("samples_per_s", True), ("tokens_per_s", True),
-                                  ("step_time_s", False)):
+    for metric, higher_better in THROUGHPUT_SERIES:
         for tr in traces(run, metric):
             pos = tr.values > 0
             v, s = tr.values[pos], tr.steps[pos]
@@ -502,7 +511,7 @@ def detect_throughput_regression(run: Run) -> list[Finding] | NotRun:
     lagging = slower_than_average(run)
     if not ran:
         return lagging or short_slowdown(run, THROUGHPUT_MIN_POINTS) or \
-            NotRun("needs at least 12 throughput or step-time points")
+            NotRun(f"needs at least {THROUGHPUT_MIN_POINTS} throughput or step-time points")
     out = [f for f in lagging if not any(ev.rank == f.rank for ev, _ in roots)]
     for ev, root in roots:
         summary = _throughput_phrase(ev)
