@@ -198,8 +198,10 @@ def test_abbreviated_read_and_iteration_times() -> None:
 
 
 def test_contrastive_and_ranking_objectives_are_the_loss() -> None:
-    for name in ("info_nce", "nt_xent", "bpr_loss"):
+    for name in ("info_nce", "nt_xent", "bpr_loss", "bpr"):
         assert resolve_names([name, "lr"]).aliases.get("loss") == name
+    res = resolve_names(["charts/bpr", "eval/bpr"])
+    assert res.aliases == {"loss": "charts/bpr", "val_loss": "eval/bpr"}
 
 
 def test_the_only_training_column_named_by_a_loss_formula_is_the_loss() -> None:
@@ -211,6 +213,10 @@ def test_the_only_training_column_named_by_a_loss_formula_is_the_loss() -> None:
     assert res.aliases == {"loss": "train/focal_loss", "val_loss": "val/focal_loss"}
     assert "loss" not in resolve_names(["box_loss", "obj_loss"]).aliases
     assert "loss" not in resolve_names(["train/a_mse", "train/b_mse"]).aliases
+    # a loss scale beside it is another metric, not a second loss
+    res = resolve_names(["train/task_mse", "val/task_mse", "amp/loss_scale"])
+    assert res.aliases["loss"] == "train/task_mse"
+    assert res.aliases["loss_scale"] == "amp/loss_scale"
 
 
 def test_a_throughput_prefix_before_a_rate_is_still_that_rate() -> None:

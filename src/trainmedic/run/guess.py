@@ -178,7 +178,10 @@ def _train_loss(res: NameResolution, readings: list[tuple[str, str, NameReading]
         # "focal_loss"): the objective, whatever its name; its evaluation twin under a
         # validation namespace is the validation loss. Several ("box_loss", "obj_loss",
         # "loss_cls") are terms of it: none is taken.
+        # ("amp/loss_scale" reads as loss_scale: another metric, not a second loss)
+        other = {k for k, _, r in readings if r.canonical not in ("loss", "val_loss")}
         lossy = [(k, raw) for k, raw in free.items() if raw not in res.aliases.values()
+                 and k not in other
                  and ("loss" in _leaf(k) or _leaf(k).endswith(_LOSS_SUFFIXES))
                  and not _leaf(k).startswith(_NOT_TRAIN) and not _eval_side(k)]
         if len(lossy) == 1 and _leaf(lossy[0][0]).endswith(("loss", *_LOSS_SUFFIXES)):

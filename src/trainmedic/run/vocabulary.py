@@ -43,7 +43,7 @@ LOSS_WORDS: tuple[str, ...] = (
     "ctc_loss", "full_loss", "ce", "train_ce",
     # contrastive and ranking objectives under their own names (SimCLR's NT-Xent, CPC/MoCo's
     # InfoNCE, BPR for recommenders)
-    "info_nce", "infonce", "nt_xent", "ntxent", "contrastive_loss", "bpr_loss",
+    "info_nce", "infonce", "nt_xent", "ntxent", "contrastive_loss", "bpr_loss", "bpr",
 )
 """Words that mean the training objective, best first (``loss`` beats ``nll_loss``)."""
 
