@@ -132,3 +132,18 @@ def test_a_repeated_training_loss_under_a_nan_evaluation_is_a_masking_logger() -
     run2.add("loss", s, loss)
     run2.add("val_loss", np.array([120, 240, 360, 480, 600]), np.array([0.4, 0.3, .3, .3, .3]))
     assert not [f for f in diagnose(run2).findings if f.symptom == "nan_masked_in_logs"]
+
+
+def test_a_frozen_training_loss_beside_a_nonfinite_eval_is_its_own_finding() -> None:
+    # val NaN at every evaluation, the training loss identical at every point: the weights
+    # stopped moving, which a NaN evaluation cannot cause; two incidents, two findings
+    from trainmedic.diagnose import diagnose
+
+    run = _run(_val(slice(0, 30)), train=np.full(300, 0.35977894))
+    loud = {f.symptom: f for f in diagnose(run).findings if f.level >= 1}
+    assert loud["nonfinite_loss"].metric == "val_loss"
+    assert loud["flat_loss"].metric == "loss"
+    # a non-finite *training* loss still folds the flat stretch after it
+    bad = np.r_[2.0 * np.exp(-np.arange(100) / 30) + 0.1, np.full(200, np.nan)]
+    loud = [f for f in diagnose(_run(train=bad)).findings if f.level >= 1]
+    assert [f.symptom for f in loud] == ["nonfinite_loss"]

@@ -116,13 +116,16 @@ CONSEQUENCES: dict[str, frozenset[str]] = {
 }
 
 #: Roots whose consequences are only some findings of a kind (the rest are their own).
-CONSEQUENCE_FILTERS: dict[str, Callable[[Finding], bool]] = {
+CONSEQUENCE_FILTERS: dict[str, Callable[[Finding, Finding], bool]] = {
     # only a validation spike that never came back is part of the overfitting
-    "overfitting": lambda f: f.metric != "loss" and f.end_step is None,
+    "overfitting": lambda root, f: f.metric != "loss" and f.end_step is None,
+    # A validation loss that went non-finite while the training loss stayed finite does not
+    # stop training: a flat or stalled *training* loss beside it is its own incident.
+    "nonfinite_loss": lambda root, f: not (root.metric == "val_loss" and f.metric == "loss"),
 }
 
 
-def _any(f: Finding) -> bool:
+def _any(root: Finding, f: Finding) -> bool:
     return True
 
 
@@ -160,7 +163,7 @@ def _fold_consequences(findings: list[Finding], run: Run) -> list[Finding]:
                 continue
             got = [f for f in findings if f.symptom in kinds and id(f) not in taken
                    and _same_rank(root, f) and f.level <= root.level and near(f, root)
-                   and CONSEQUENCE_FILTERS.get(root_sym, _any)(f)]
+                   and CONSEQUENCE_FILTERS.get(root_sym, _any)(root, f)]
             if got:
                 folded.setdefault(id(root), []).extend(got)
                 taken.update(id(f) for f in got)
