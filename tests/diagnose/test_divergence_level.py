@@ -238,10 +238,10 @@ def test_a_late_training_loss_rise_while_validation_keeps_falling_is_info() -> N
     assert _loud(run2, "divergence")
 
 
-def test_divergence_onset_is_the_lowest_point_before_the_climb() -> None:
+def test_divergence_onset_is_the_first_point_of_the_climb() -> None:
     # a missing zero_grad, logged every 5 steps (a trained run's numbers): down to 2e-4 at step
     # 35, then a climb with wild swings that stays up; blocks of three points put the change
-    # at the block starting at 20, the point at 35
+    # at the block starting at 20, the point at 40 (the first one up; 35 is the last good one)
     loss = np.array([1.511, 1.146, 0.4168, 0.06395, 0.06959, 0.003065, 0.0001719, 0.7735,
                      1.022, 4.223, 6.811, 3.693, 4.123, 6.731, 4.405, 5.905, 1.47, 1.567,
                      3.021, 177.7, 105.7, 342.8, 69.54, 780.2, 11.67, 890.9, 48.47, 1.618,
@@ -252,7 +252,7 @@ def test_divergence_onset_is_the_lowest_point_before_the_climb() -> None:
     run = Run(source="t")
     run.add("loss", np.arange(5, 305, 5), loss)
     f = [f for f in diagnose(run).findings if f.symptom == "divergence" and f.level >= 1]
-    assert f and f[0].onset_step == 35
+    assert f and f[0].onset_step == 40
 
 
 def test_the_descent_from_the_init_is_not_where_the_rise_begins() -> None:
@@ -363,3 +363,13 @@ def test_a_gan_generator_loss_that_rises_is_info_but_one_that_blows_up_is_loud()
     # it blows up 50x: a failed GAN, loud whatever the trade-off
     blown = gan(np.where(s < 200, 1.0, np.exp((s - 200) / 25)))
     assert blown and blown[0].level >= 1
+
+
+def test_a_sparse_log_dates_the_divergence_at_its_first_elevated_point() -> None:
+    # logged every 1000 updates (fairseq's train_inner): the loss fell to 6.6 at 16000 and was
+    # 1e4 at 17000; the divergence shows at 17000, 16000 is the last good point
+    loss = np.r_[9.6 * np.exp(-0.025 * np.arange(16)), 1.04e4, 4.8e6, np.full(12, 5e9)]
+    run = Run(source="t")
+    run.add("loss", np.arange(1000, 31000, 1000), loss)
+    f = [f for f in diagnose(run).findings if f.symptom == "divergence" and f.level >= 1]
+    assert f and f[0].onset_step == 17000

@@ -278,11 +278,11 @@ def _never_back_to_start(run: Run, tr: Trace) -> Finding | None:
 def _foot(t: np.ndarray, start: np.ndarray, j: int, elevated: float) -> int:
     """The point index where a rise found at block ``j`` begins: when a point inside blocks
     ``j`` and ``j + 1`` jumps to the ``elevated`` level (1.5x the best level before the rise),
-    the lowest point before that jump; else (a slow rise) block ``j``'s first point. A block
-    median places the change only to within a block, and a loss cannot start climbing before
-    it reached its lowest value (a missing zero_grad took one block of three points from 0.06
-    down to 2e-4 and the next up to 0.8: the rise starts at 2e-4, not at the block's first
-    point)."""
+    that first elevated point; else (a slow rise) the first point of block ``j`` below it. A
+    block median places the change only to within a block (a missing zero_grad took one block
+    of three points from 0.06 down to 2e-4 and the next up to 0.8): the onset is the first
+    logged step that shows the rise, as a reader of the log marks it (the point before it is
+    the last good one, and a sparse log - fairseq every 1000 updates - puts them far apart)."""
     lo = int(start[min(j, start.shape[0] - 1)])
     hi = int(start[j + 2]) if j + 2 < start.shape[0] else t.shape[0]
     seg = t[lo:hi]
@@ -297,7 +297,7 @@ def _foot(t: np.ndarray, start: np.ndarray, j: int, elevated: float) -> int:
         # A slow rise (no jump inside): the lowest point there is only noise; the rise starts
         # where the descent from the init ended.
         return lo + first_low
-    return lo + first_low + int(np.argmin(seg[first_low: first_low + int(up[0])]))
+    return lo + first_low + int(up[0])
 
 
 def _swings_inside(lv: np.ndarray, amp: float) -> bool:
