@@ -258,7 +258,9 @@ def test_divergence_onset_is_the_first_point_of_the_climb() -> None:
 def test_the_descent_from_the_init_is_not_where_the_rise_begins() -> None:
     """A missing zero_grad: the loss falls from 2.98 to 0.88 by step 10, then climbs to
     ~20. The first block holds the init loss, itself above the elevated level: the rise
-    starts at the low point after it, not at step 1."""
+    starts at the low point after it, not at step 1. (The noise-free curve is 1.5x its low
+    at step 24 and 2.5x at step 41; with 25% point noise and blocks of three points the
+    flat-ramp-flat fit dates it at 51, within a tenth of the run of both.)"""
     rng = np.random.default_rng(2)
     s = np.arange(1, 301, 5)
     base = np.where(s <= 10, 2.98 - 0.21 * (s - 1), 0.88 * np.exp(0.03 * (s - 10)))
@@ -266,7 +268,7 @@ def test_the_descent_from_the_init_is_not_where_the_rise_begins() -> None:
     run = Run(source="t")
     run.add("loss", s, loss)
     f = _loud(run, "divergence")
-    assert len(f) == 1 and 6 <= f[0].onset_step <= 40, f
+    assert len(f) == 1 and 6 <= f[0].onset_step <= 55, f
 
 
 def test_a_short_log_that_blows_up_and_stays_diverged() -> None:
@@ -373,3 +375,18 @@ def test_a_sparse_log_dates_the_divergence_at_its_first_elevated_point() -> None
     run.add("loss", np.arange(1000, 31000, 1000), loss)
     f = [f for f in diagnose(run).findings if f.symptom == "divergence" and f.level >= 1]
     assert f and f[0].onset_step == 17000
+
+
+def test_a_jump_after_a_flat_stretch_is_dated_at_the_jump_not_before_it() -> None:
+    # warm-up to an lr far too high (a trained nanoGPT-style run, every 2 iterations): the
+    # loss fell to ~1.2 by iteration 20, stayed there to 51, jumped to 4-5.5 at 55-59 and
+    # settled near 2.9; a ramp fitted to that jump leans back to iteration ~33
+    rng = np.random.default_rng(5)
+    s = np.arange(1, 251, 2)
+    loss = np.where(s < 20, 3.2 - 0.1 * s, 1.22)
+    loss = np.where(s >= 55, 2.9 + 2.6 * np.exp(-(s - 55) / 6.0), loss)
+    loss = loss * np.exp(rng.normal(0, 0.04, s.size))
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    f = [f for f in diagnose(run).findings if f.symptom == "divergence" and f.level >= 1]
+    assert f and 51 <= f[0].onset_step <= 57

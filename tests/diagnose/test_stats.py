@@ -9,9 +9,11 @@ import numpy as np
 from trainmedic.diagnose.stats import (
     blocks,
     diff_sigma,
+    hinge_fit,
     level_split,
     log_if_positive,
     median,
+    ramp_fit,
     robust_sigma,
     row_median,
     theil_sen,
@@ -67,3 +69,23 @@ def test_log_and_runs() -> None:
     _, is_log = log_if_positive(np.array([-1.0, 1.0]))
     assert not is_log
     assert true_runs(np.array([0, 1, 1, 0, 1], dtype=bool)) == [(1, 3), (4, 5)]
+
+
+def test_ramp_fit_finds_where_a_jump_a_ramp_and_a_saturating_rise_leave_the_flat() -> None:
+    rng = np.random.default_rng(3)
+    noise = rng.normal(0, 0.05, 30)
+    jump = np.r_[np.full(12, 1.0), np.full(18, 3.0)] + noise
+    ramp = np.r_[np.full(12, 1.0), 1.0 + 0.2 * np.arange(1, 19)] + noise
+    saturating = np.r_[np.full(12, 1.0), np.minimum(1.0 + 0.4 * np.arange(1, 19), 3.0)] + noise
+    for y in (jump, ramp, saturating):
+        a, r = ramp_fit(y, 29)
+        assert 10 <= a <= 12 and r < 0.05
+        # the brute force over (a, b) agrees
+        best = min(
+            (float(np.sum((y - np.polyval(np.polyfit(h, y, 1), h)) ** 2)), aa)
+            for aa in range(29) for b in range(aa + 1, 31)
+            for h in [np.clip((np.arange(30) - aa) / (b - aa), 0.0, 1.0)]
+            if np.polyfit(h, y, 1)[0] > 0)
+        assert best[1] == a
+    # a straight line fitted to the jump leans back: the two-phase hinge dates it early
+    assert hinge_fit(jump, 29)[0] < 10

@@ -37,6 +37,7 @@ __all__ = [
     "theil_sen",
     "theil_sen_z",
     "hinge_fit",
+    "ramp_fit",
     "level_split",
     "true_runs",
     "leading_run_length",
@@ -303,6 +304,37 @@ def hinge_fit(y: np.ndarray, ncand: int) -> tuple[int, float]:
     i = int(np.argmin(sse))
     sst = float(np.sum((y - y.mean()) ** 2))
     return i, (float(sse[i]) / sst if sst > 0 and math.isfinite(float(sse[i])) else 1.0)
+
+
+def ramp_fit(y: np.ndarray, ncand: int) -> tuple[int, float]:
+    """Best flat-ramp-flat fit - a constant up to index ``a``, a straight line from there to
+    index ``b``, another constant after ``b`` (continuous; a three-phase regression) - for
+    ``a`` in ``[0, ncand)`` and every ``b > a``, by least squares: ``(a, residual sum of
+    squares / total sum of squares)``. A jump is a ramp one point long, a blow-up that
+    saturates is a ramp that levels off, a rise to the end a ramp whose ``b`` is the last
+    point: ``a`` is the last point before the rise whichever it was. O(n^3): ``y`` should be
+    short (block medians)."""
+    n = int(y.shape[0])
+    sst = float(np.sum((y - y.mean()) ** 2))
+    if n < 3 or sst <= 0:
+        return 0, 1.0
+    x = np.arange(n, dtype=np.float64)
+    sy, syy = float(y.sum()), float(y @ y)
+    best_a, best = 0, math.inf
+    for a in range(min(max(1, ncand), n - 1)):
+        b = np.arange(a + 1, n + 1, dtype=np.float64)[:, None]
+        # y ~ c0 + (c1 - c0) h: simple regression of y on the ramp h in [0, 1]
+        h = np.clip((x[None, :] - a) / (b - a), 0.0, 1.0)
+        sh, shh, shy = h.sum(1), (h * h).sum(1), h @ y
+        den = n * shh - sh * sh
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slope = np.where(den > 0, (n * shy - sh * sy) / np.where(den > 0, den, 1.0), 0.0)
+        icpt = (sy - slope * sh) / n
+        sse = np.where(slope > 0, syy - icpt * sy - slope * shy, np.inf)
+        i = int(np.argmin(sse))
+        if float(sse[i]) < best:
+            best_a, best = a, float(sse[i])
+    return best_a, (best / sst if math.isfinite(best) else 1.0)
 
 
 def level_split(x: np.ndarray, *, min_seg: int = 2) -> tuple[int, float]:

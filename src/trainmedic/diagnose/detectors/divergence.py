@@ -25,9 +25,9 @@ from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
     blocks,
     diff_sigma,
-    hinge_fit,
     log_if_positive,
     median,
+    ramp_fit,
     theil_sen_z,
     true_runs,
 )
@@ -89,17 +89,16 @@ def _epoch_sawtooth(run: Run, tr: Trace, t: np.ndarray, onset_step: int) -> str:
 
 
 def _hinge_onset(lv: np.ndarray, lo: int, hi: int, is_log: bool) -> int:
-    """The change point of a flat-then-rising level: the index in ``[lo, hi]`` that best fits
-    ``lv[lo:]`` by a constant and then a line rising from it (a hinge, i.e. continuous
-    two-phase regression; Hinkley 1971). A log-space loss is fitted both in log space (an
-    exponential blow-up is a line there) and in linear space (a linear rise is), and the
-    better relative fit wins: a line fitted to the wrong shape pulls the hinge early."""
-    y = lv[lo:]
-    c, r = hinge_fit(y, hi - lo + 1)
-    if is_log:
-        c2, r2 = hinge_fit(np.exp(y - float(y.min())), hi - lo + 1)
-        if r2 < r:
-            c = c2
+    """The change point of a flat-then-rising level: the index in ``[lo, hi]`` after which
+    ``lv[lo:]`` leaves a constant, by a flat-ramp-flat least-squares fit (``ramp_fit``: a
+    three-phase regression; the two-phase hinge of Hinkley 1971 with a plateau after the
+    rise). The plateau matters: a jump that then settles (warm-up into an lr far too high),
+    or a blow-up that saturates, is no straight line, and a line fitted to it leans back and
+    dates the rise blocks early. A positive loss is fitted in log space only: an exponential
+    blow-up is a line there, and in linear units its first doublings look flat beside the
+    plateau it reaches."""
+    del is_log  # (the levels are already in log space for a positive loss)
+    c, _ = ramp_fit(lv[lo:], hi - lo + 1)
     return lo + c
 
 
