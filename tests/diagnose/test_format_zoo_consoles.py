@@ -7,7 +7,8 @@ Composer's metric blocks, Ignite, scikit-learn, diffusers, Keras verbose=2, Ligh
 and NeMo's tqdm bars, hydra, accelerate, HF stdout with its tqdm bar drawn over the dicts,
 YOLOv5's old console, TF's cifar10_train, Caffe, Darknet, kohya, Flax, Detectron2's console,
 the PyTorch-GAN and super-resolution examples, Udacity's "..." lines and epoch blocks,
-ESPnet, SpeechBrain, YOLOX, PaddleDetection, open_clip, nnU-Net, BasicSR and MONAI.
+ESPnet, SpeechBrain, YOLOX, PaddleDetection, open_clip, nnU-Net, BasicSR, MONAI, YOLACT and
+build-nanogpt's one-metric-per-line log.txt.
 
 Each is written from what the tool prints (no code copied); each must get exactly the
 divergence near its onset (in the log's own step units), and its healthy twin nothing loud."""
@@ -238,6 +239,14 @@ def _writers(L: list[float]) -> dict[str, tuple[str, Step]]:
             f"{i % 10 + 1}/10, train_loss: {L[i]:.4f}, step time: 0.1234\n" + (
                 f"epoch {i // 10 + 1} average loss: {L[i]:.4f}\n" if i % 10 == 9 else "")
             for i in r), lambda i: i + 1),
+        "yolact.log": ("".join(
+            f"[{i // 100:3d}] {(i + 1) * 10:7d} || B: {0.3 * L[i]:.3f} | C: {0.2 * L[i]:.3f} | "
+            f"M: {0.4 * L[i]:.3f} | S: {0.1 * L[i]:.3f} | T: {L[i]:.3f} || ETA: 1 day, "
+            f"17:55:18 || timer: 0.512\n" for i in r), lambda i: (i + 1) * 10),
+        # build-nanogpt's log.txt: one metric per line, "<step> <name> <value>"
+        "log.txt": ("".join(
+            (f"{i} val {L[i] * 1.05:.4f}\n{i} hella 0.2500\n" if i % 50 == 0 else "") +
+            f"{i} train {L[i]:.6f}\n" for i in r), _every(1)),
     }
     return w
 

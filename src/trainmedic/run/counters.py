@@ -16,8 +16,8 @@ import numpy as np
 from trainmedic.run.table import cell_float
 
 __all__ = ["PROGRESS", "EPOCH_BATCH_PAIR", "MMENGINE_ITER", "KERAS_EPOCH", "END_OF_EPOCH",
-           "DARKNET", "ESPNET_EPOCH", "LEADING_COUNT", "POSITION_KEYS", "EPOCH_KEYS",
-           "epoch_positions", "TQDM_BAR", "bar_step_time"]
+           "DARKNET", "ESPNET_EPOCH", "EPOCH_THEN_ITER", "STEP_NAME_VALUE", "LEADING_COUNT",
+           "POSITION_KEYS", "EPOCH_KEYS", "epoch_positions", "TQDM_BAR", "bar_step_time"]
 
 PROGRESS = (
     # mmcv/mmdet: "Epoch [1][1550/23454]"
@@ -48,6 +48,13 @@ PROGRESS = (
 )
 #: PyTorch's CIFAR-10 tutorial prints "[epoch, batch] loss: x" ("[1,  2000] loss: 2.187").
 EPOCH_BATCH_PAIR = re.compile(r"^\s*\[\s*(?P<epoch>\d+)\s*,\s*(?P<pos>\d+)\s*\]")
+#: YOLACT: "[  0]     530 || B: 3.233 | ..." - the epoch in brackets, then the global iteration.
+EPOCH_THEN_ITER = re.compile(r"^\s*\[\s*(?P<epoch>\d+)\s*\]\s+(?P<iter>\d+)\s*\|\|")
+#: A long log of one metric per line, "<step> <name> <value>" (Karpathy's build-nanogpt
+#: log.txt: "0 val 10.9310", "0 hella 0.2413", "0 train 10.934416").
+STEP_NAME_VALUE = re.compile(r"^\s*(?P<step>\d+)\s+(?P<name>[A-Za-z][\w/.-]*)\s+"
+                             r"(?P<value>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf))\s*$",
+                             re.I)
 #: mmengine's iteration-based runner: "Iter(train) [  50/1000]" is iteration 50.
 MMENGINE_ITER = re.compile(r"\biter\(train\)\s*\[\s*(\d+)\s*/\s*\d+\s*\]", re.I)
 KERAS_EPOCH = re.compile(r"^\s*epoch\s+(?P<epoch>\d+)\s*/\s*(?P<of>\d+)\s*$", re.I)

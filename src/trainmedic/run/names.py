@@ -227,6 +227,15 @@ ALIASES: tuple[Alias, ...] = tuple(
         # OptimizerMonitor: the global gradient norm (per-layer norms under their names)
         ("grad_norm", "l2_norm/grad/global"),
     )
+    # YOLACT's console ("[  0]   530 || B: 3.233 | C: 2.508 | M: 4.462 | S: 0.910 | T: 11.113
+    # || ETA ... || timer: 1.783"): one letter per term of the objective (box, class, mask,
+    # semantic segmentation, mask IoU) and T their total (yolact/train.py, loss_labels);
+    # "timer" is the iteration's wall time.
+    + _family(
+        "yolact",
+        ("loss", "t", {"requires": ("b", "c", "m")}),
+        ("step_time_s", "timer", {"requires": ("b", "c", "m", "t")}),
+    )
     # Common hand-written names.
     + _family(
         "generic",

@@ -42,11 +42,13 @@ from trainmedic.run.counters import (
     END_OF_EPOCH,
     EPOCH_BATCH_PAIR,
     EPOCH_KEYS,
+    EPOCH_THEN_ITER,
     ESPNET_EPOCH,
     KERAS_EPOCH,
     LEADING_COUNT,
     MMENGINE_ITER,
     PROGRESS,
+    STEP_NAME_VALUE,
     TQDM_BAR,
     bar_step_time,
     epoch_positions,
@@ -62,6 +64,7 @@ from trainmedic.run.rank_prefix import rank_lines
 from trainmedic.run.scaler_messages import scale_message, scale_rows_alone, with_scale_rows
 from trainmedic.run.series import Series
 from trainmedic.run.table import LogTable, cell_float
+from trainmedic.run.vocabulary import TRAIN_SIDE, VAL_SIDE
 
 __all__ = ["read_text_log", "read_text_logs", "recognized_share", "MIN_SHARE"]
 
@@ -239,6 +242,16 @@ class _Reader:
                 self.rows.append((no, {"iter": int(dm.group("iter")), **got}))
                 self.recognized += 1
                 return
+        if (lm := STEP_NAME_VALUE.match(raw)) and (v := cell_float(lm.group("value"))) \
+                is not None:
+            # "<step> <name> <value>": a bare side word names that side's loss ("0 train
+            # 10.93" is the training loss, "0 val 10.93" the validation loss)
+            name = lm.group("name").lower()
+            side = "train" if name in TRAIN_SIDE else "val" if name in VAL_SIDE else None
+            self.rows.append((no, {"_global": int(lm.group("step")),
+                                   f"{side}_loss" if side else name: v}))
+            self.recognized += 1
+            return
         m = KERAS_EPOCH.match(raw)
         if m:
             self.epoch = int(m.group("epoch"))
@@ -271,6 +284,9 @@ class _Reader:
             self.lead_pos = pos
             row["_global"] = self.lead_epoch * of + pos
             text = " | " + text[lm.end():]
+        if "_global" not in row and (ym := EPOCH_THEN_ITER.match(text)):
+            row["epoch"], row["_global"] = int(ym.group("epoch")), int(ym.group("iter"))
+            text = " | " + text[ym.end():]
         bm = EPOCH_BATCH_PAIR.match(text) if "_global" not in row else None
         if bm:
             # "[1,  2000] loss: 2.187": epoch and batch, made global by epoch_positions
