@@ -268,6 +268,12 @@ def test_a_short_log_whose_epochs_keep_slowing_is_a_regression() -> None:
     assert len(f) == 1 and f[0].onset_step == 2
 
 
+def test_an_excerpt_whose_last_two_points_keep_slowing_is_a_regression() -> None:
+    # MXNet Speedometer lines pasted as the job slowed: ~95 samples/s, then 46, then 23
+    f = _short([95.7, 94.5, 94.3, 90.3, 89.8, 98.0, 46.5, 23.5], metric="samples_per_s")
+    assert len(f) == 1 and f[0].onset_step == 7
+
+
 @pytest.mark.parametrize("values", [
     [0.0004, 1.25, 1.09, 1.11],            # a timer read before any work, then steady
     [1.0, 1.1, 0.95, 1.05, 4.0, 4.1],      # two slow summary records at the end

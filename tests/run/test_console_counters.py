@@ -471,3 +471,29 @@ def test_review_fixes_for_the_readers(tmp_path):
                    for e in range(1, 7))
     run = load_run(str(write(tmp_path / "k.log", text)))
     assert run.meta.get("framework") != "huggingface"
+
+
+def test_an_excerpt_of_epoch_positions_with_gaps_keeps_its_steps_in_order(tmp_path):
+    # MXNet's Speedometer, pasted with elisions: batches 20-40 of epoch 0, 60-100 of epoch 60,
+    # 20-60 of epoch 61; an epoch holds at least 100 batches, so epoch 61 starts after 60's
+    pairs = [(0, 20), (0, 40), (60, 60), (60, 80), (60, 100), (61, 20), (61, 40), (61, 60)]
+    text = "".join(f"Epoch[{e}] Batch [{b}]\tSpeed: 95.0 samples/sec\tTrain-CrossEntropy="
+                   f"{1.0 - 0.01 * i:.6f}\n" for i, (e, b) in enumerate(pairs))
+    run = load_run(str(write(tmp_path / "train.log", text)))
+    steps = run.get("loss").steps
+    assert np.all(np.diff(steps) > 0)
+    assert steps.tolist()[-3:] == [6120, 6140, 6160]
+
+
+def test_a_line_announcing_an_evaluation_makes_the_next_line_its_result(tmp_path):
+    # PaddlePaddle scripts print the evaluation like a training line, after a notice
+    lines = []
+    for e in range(6):
+        lines.append(f"epoch: {e},  loss is: {1.0 - 0.1 * e}, acc is: {0.5 + 0.05 * e}\n")
+        lines.append("testing in eval mode......\n")
+        lines.append(f"epoch: {e},  loss is: {1.2 - 0.1 * e}, acc is: {0.45 + 0.05 * e}\n")
+    run = load_run(str(write(tmp_path / "training_log.txt", "".join(lines))))
+    assert run.get("loss").values.tolist() == pytest.approx([1.0 - 0.1 * e for e in range(6)])
+    assert run.get("val_loss").values.tolist() == pytest.approx(
+        [1.2 - 0.1 * e for e in range(6)])
+    assert run.get("loss").steps.tolist() == list(range(6))

@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from trainmedic.run.table import cell_float
+from trainmedic.run.vocabulary import TRAIN_SIDE, VAL_SIDE
 
 __all__ = ["PROGRESS", "EPOCH_BATCH_PAIR", "MMENGINE_ITER", "KERAS_EPOCH", "END_OF_EPOCH",
-           "DARKNET", "ESPNET_EPOCH", "EPOCH_THEN_ITER", "STEP_NAME_VALUE", "LEADING_COUNT",
+           "DARKNET", "ESPNET_EPOCH", "EPOCH_THEN_ITER", "STEP_NAME_VALUE", "step_name_value",
+           "LEADING_COUNT",
            "POSITION_KEYS", "EPOCH_KEYS", "epoch_positions", "TQDM_BAR", "bar_step_time"]
 
 PROGRESS = (
@@ -55,6 +57,22 @@ EPOCH_THEN_ITER = re.compile(r"^\s*\[\s*(?P<epoch>\d+)\s*\]\s+(?P<iter>\d+)\s*\|
 STEP_NAME_VALUE = re.compile(r"^\s*(?P<step>\d+)\s+(?P<name>[A-Za-z][\w/.-]*)\s+"
                              r"(?P<value>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf))\s*$",
                              re.I)
+
+
+def step_name_value(raw: str) -> dict[str, Any] | None:
+    """The row of a "<step> <name> <value>" line, or None. A bare side word names that
+    side's loss: "0 train 10.93" is the training loss, "0 val 10.93" the validation loss."""
+    m = STEP_NAME_VALUE.match(raw)
+    if m is None:
+        return None
+    v = cell_float(m.group("value"))
+    if v is None:
+        return None
+    name = m.group("name").lower()
+    side = "train" if name in TRAIN_SIDE else "val" if name in VAL_SIDE else None
+    return {"_global": int(m.group("step")), f"{side}_loss" if side else name: v}
+
+
 #: mmengine's iteration-based runner: "Iter(train) [  50/1000]" is iteration 50.
 MMENGINE_ITER = re.compile(r"\biter\(train\)\s*\[\s*(\d+)\s*/\s*\d+\s*\]", re.I)
 KERAS_EPOCH = re.compile(r"^\s*epoch\s+(?P<epoch>\d+)\s*/\s*(?P<of>\d+)\s*$", re.I)
@@ -104,8 +122,10 @@ def epoch_positions(rows: list[tuple[int, dict[str, Any]]]) -> None:
             if inside.size == 0:
                 continue
             stride = int(np.median(inside))
-            starts = np.flatnonzero(np.r_[True, de > 0])  # epochs are contiguous: ep rises
-            span = int(np.max(np.maximum.reduceat(pos, starts) - np.minimum.reduceat(pos, starts)))
+            # Positions count from the epoch's start, so every epoch spans at least the lowest
+            # to the highest position seen in any (an excerpt that shows batches 20-40 of one
+            # epoch and 60-100 of another still has epochs of >= 100 batches).
+            span = int(pos.max() - pos.min())
             per_epoch = span + stride
             first = int(ep.min())
             for _, r in rows:

@@ -48,10 +48,10 @@ from trainmedic.run.counters import (
     LEADING_COUNT,
     MMENGINE_ITER,
     PROGRESS,
-    STEP_NAME_VALUE,
     TQDM_BAR,
     bar_step_time,
     epoch_positions,
+    step_name_value,
 )
 from trainmedic.run.linepairs import (
     STEP_KEYS,
@@ -64,7 +64,6 @@ from trainmedic.run.rank_prefix import rank_lines
 from trainmedic.run.scaler_messages import scale_message, scale_rows_alone, with_scale_rows
 from trainmedic.run.series import Series
 from trainmedic.run.table import LogTable, cell_float
-from trainmedic.run.vocabulary import TRAIN_SIDE, VAL_SIDE
 
 __all__ = ["read_text_log", "read_text_logs", "recognized_share", "MIN_SHARE"]
 
@@ -80,6 +79,11 @@ _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validati
                          r"evaluation) (?:subset|set|results?|metrics)\b|^\s*(?:valid|"
                          r"validation|eval)\b\s*[:|]|^\s*(?:val|valid|validation|eval)\s+"
                          r"(?:epoch|step|iter(?:ation)?)\b", re.I)
+#: A line that announces an evaluation and holds no number ("testing in eval mode......",
+#: "Evaluating...", "Running validation"): the metric line after it is the evaluation's,
+#: even when it reads like a training line (PaddlePaddle scripts print both alike).
+_EVAL_ANNOUNCED = re.compile(r"^\W*(?:testing|evaluating|validating|(?:running|start(?:ing)?) "
+                             r"(?:evaluation|validation|eval|test))\b", re.I)
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
 _TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
 _SAMPLE_LINES = 400
@@ -100,6 +104,7 @@ class _Reader:
         self.per_epoch: int | None = None
         self.rows: list[tuple[int, dict[str, Any]]] = []
         self.pending: dict[str, float] = {}
+        self.eval_next = False  # a line announced an evaluation (_EVAL_ANNOUNCED)
         self.stepless: list[tuple[int, dict[str, Any]]] = []
         self.recognized = 0
         self.lines = 0
@@ -242,14 +247,8 @@ class _Reader:
                 self.rows.append((no, {"iter": int(dm.group("iter")), **got}))
                 self.recognized += 1
                 return
-        if (lm := STEP_NAME_VALUE.match(raw)) and (v := cell_float(lm.group("value"))) \
-                is not None:
-            # "<step> <name> <value>": a bare side word names that side's loss ("0 train
-            # 10.93" is the training loss, "0 val 10.93" the validation loss)
-            name = lm.group("name").lower()
-            side = "train" if name in TRAIN_SIDE else "val" if name in VAL_SIDE else None
-            self.rows.append((no, {"_global": int(lm.group("step")),
-                                   f"{side}_loss" if side else name: v}))
+        if (one := step_name_value(raw)) is not None:
+            self.rows.append((no, one))
             self.recognized += 1
             return
         m = KERAS_EPOCH.match(raw)
@@ -299,7 +298,7 @@ class _Reader:
             if self.per_epoch:
                 row["_global"] = ep * self.per_epoch
             text = text[:em.start()] + " | " + text[em.end():]
-        side = "valid" if _VALID_LINE.search(text) else None
+        side = "valid" if _VALID_LINE.search(text) or self.eval_next else None
         if sm := _SET_LINE.match(text):
             # the PyTorch MNIST example's "Test set: Average loss: 0.0331, Accuracy: ..."
             side = "test" if sm.group(1).lower() == "test" else "valid"
@@ -328,6 +327,11 @@ class _Reader:
             row[("epoch_time_" if by_keras_epoch else "step_time_") + k[len("line_time_"):]] = \
                 row.pop(k)
         metrics = [k for k in row if k not in EPOCH_KEYS + STEP_KEYS and k != "_global"]
+        if not metrics and not has_step and _EVAL_ANNOUNCED.match(text):
+            self.eval_next = True
+            return
+        if metrics:
+            self.eval_next = False
         if has_step and not metrics:
             self.block, self.block_no, self.block_open = (no, row), no, False
             self.recognized += 1

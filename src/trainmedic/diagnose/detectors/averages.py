@@ -93,13 +93,17 @@ SHORT_STAY = 1.4
 #: When only the first point is fast, the slowdown must still grow: the last point >= this
 #: many times the second.
 SHORT_GROWING = 1.2
+#: Two slow points at the end are enough when they keep slowing: the last >= this many times
+#: the first and >= SHORT_GROWING x the one before (an excerpt pasted as the job slowed).
+SHORT_TAIL_RATIO = 3.0
 
 
 def short_slowdown(run: Run, max_points: int) -> list[Finding]:
     """throughput_regression findings for a step time (or a rate, inverted) with 4 to
     ``max_points - 1`` points that ended >= 1.8x its first value, the point before >= 1.5x,
     and stayed >= 1.4x it over >= 3 points from the onset on (still growing, the last >= 1.2x
-    the second, when the onset is the second point)."""
+    the second, when the onset is the second point), or over the last 2 when the last is
+    >= 3x the first and >= 1.2x the one before."""
     out: list[Finding] = []
     for metric, rate in THROUGHPUT_SERIES:
         for tr in traces(run, metric):
@@ -111,10 +115,13 @@ def short_slowdown(run: Run, max_points: int) -> list[Finding]:
             r = t / t[0]
             stay = np.flatnonzero(np.minimum.accumulate(r[::-1])[::-1] < SHORT_STAY)
             i = int(stay[-1]) + 1 if stay.size else 1
-            # >= 3 points slow (one or two are an epoch summary, an eval step); after a lone
-            # fast first point (a timer read before any work) only a slowdown still growing
-            if r[-1] < SHORT_END_RATIO or r[-2] < SHORT_LAST_RATIO or i > v.size - 3 or \
-                    (i == 1 and r[-1] < SHORT_GROWING * r[1]):
+            # >= 3 points slow (one or two are an epoch summary, an eval step), or the last two
+            # still slowing down (an eval step does not double again); after a lone fast
+            # first point (a timer read before any work) only a slowdown still growing
+            tail2 = i == v.size - 2 and r[-1] >= SHORT_TAIL_RATIO and \
+                r[-1] >= SHORT_GROWING * r[-2]
+            if r[-1] < SHORT_END_RATIO or r[-2] < SHORT_LAST_RATIO or \
+                    (i > v.size - 3 and not tail2) or (i == 1 and r[-1] < SHORT_GROWING * r[1]):
                 continue
             onset = int(st[i])
             what = (f"{metric} fell {100 * (1 - 1 / r[-1]):.0f}%" if rate else
