@@ -497,3 +497,30 @@ def test_a_line_announcing_an_evaluation_makes_the_next_line_its_result(tmp_path
     assert run.get("val_loss").values.tolist() == pytest.approx(
         [1.2 - 0.1 * e for e in range(6)])
     assert run.get("loss").steps.tolist() == list(range(6))
+
+
+def test_lightning_console_with_its_banner_and_a_stale_eval_in_the_bar(tmp_path):
+    # "GPU available: False, used: False" is no CSV header; "train_loss_step" is the loss
+    # (not a step counter); the bar repeats the last val_loss at every redraw, which counts
+    # once per epoch (at the epoch's last draw), not at every redraw
+    bar = "\u2588" * 5
+    out = ["GPU available: False, used: False\n", "TPU available: False, using: 0 TPU cores\n",
+           "\n", "  | Name  | Type | Params | Mode\n", "0 | model | Net  | 12.3 K | train\n"]
+    val = None
+    for e in range(8):
+        for pos in (5, 10, 15, 20, 25, 31):
+            post = f"v_num=0, train_loss_step={1.4 - 0.02 * e - 0.001 * pos:.3f}"
+            if pos == 31:
+                val = 1.5 - 0.03 * e
+            if val is not None:
+                post += f", val_loss={val:.3f}"
+            if pos == 31:
+                post += f", train_loss_epoch={1.4 - 0.02 * e:.3f}"
+            out.append(f"\rEpoch {e}:  {pos * 100 // 31}%|{bar}| {pos}/31 [00:00<00:00, "
+                       f"200.00it/s, {post}]")
+        out.append("\n")
+    p = write(tmp_path / "lightning_console.txt", "".join(out))
+    assert detect_format(p) == "text"
+    run = load_run(str(p))
+    assert len(run.get("loss")) == 48
+    assert run.get("val_loss").values.tolist() == pytest.approx([1.5 - 0.03 * e for e in range(8)])

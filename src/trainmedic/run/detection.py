@@ -106,13 +106,14 @@ def detect_format(path: Path) -> str | None:
 
 
 _JSON_NUMBER_ARRAY = re.compile(r"\[\s*-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\s*(?:,|\]|$)")
-_NOT_A_NAME = re.compile(r"^\s*[-+.\d]|[:=]\s*[-+]?\.?\d|\S\s+[-+]?\.?\d")
+_NOT_A_NAME = re.compile(r"^\s*[-+.\d]|[:=]\s*(?:[-+]?\.?\d|(?:true|false|none)\b)|"
+                         r"\S\s+[-+]?\.?\d", re.I)
 
 
 def _header_like(first_line: str) -> bool:
     """Whether a delimited first line reads as column names: no cell starts with a number
-    and none holds ``name: 1.5``, ``name=1.5`` or ``name 1.5`` (a console line that happens
-    to hold a delimiter)."""
+    and none holds ``name: 1.5``, ``name=1.5``, ``name 1.5`` or ``name: False`` (a console
+    line that happens to hold a delimiter: Lightning's "GPU available: False, used: False")."""
     delim = next(d for d in (",", "\t", ";") if d in first_line)
     cells = first_line.rstrip("\r").split(delim)
     return all(c.strip() and not _NOT_A_NAME.search(c) for c in cells)

@@ -24,7 +24,7 @@ from trainmedic.run.table import cell_float
 from trainmedic.run.vocabulary import split_camel, translate_cjk
 
 __all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "choose_step", "STEP_KEYS",
-           "VAL_PREFIXES"]
+           "VAL_PREFIXES", "EVAL_ANNOUNCED"]
 
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+|" \
        r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
@@ -41,6 +41,12 @@ _TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>s/\d+ iters?\b|"
 STEP_KEYS = ("num_updates", "global_step", "step", "steps", "iteration", "iter", "it",
               "training_iter", "train_iter", "update", "updates", "batch_idx")
 VAL_PREFIXES = ("valid", "val_", "validation", "eval", "test")
+#: A line that announces an evaluation and holds no number ("testing in eval mode......",
+#: "Evaluating...", "Running validation"): the metric line after it is the evaluation's,
+#: even when it reads like a training line (PaddlePaddle scripts print both alike).
+EVAL_ANNOUNCED = re.compile(r"^\W*(?:testing|evaluating|validating|(?:running|start(?:ing)?) "
+                            r"(?:evaluation|validation|eval|test))\b", re.I)
+
 _DROP_KEYS = frozenset({"eta", "remaining", "day", "days", "of", "at", "on", "in"})
 _BARE_NONFINITE = re.compile(r"(?<=[:\[,]\s)-?(?:nan|inf)(?=\s*[,}\]])|(?<=[:\[,])-?(?:nan|inf)"
                              r"(?=\s*[,}\]])")
@@ -99,6 +105,11 @@ _CAFFE_OUTPUT = re.compile(r"\b(Test|Train) net output #\d+:\s*([A-Za-z_][\w.-]*
 _SOURCE_FILE = re.compile(r"\w\.(?:py|pyx|h|hpp|c|cc|cpp|cu|cuh)$")
 
 
+#: Words that make a name a metric's, so that a trailing "_step" or "_epoch" qualifies it.
+_METRIC_PARTS = frozenset({"loss", "acc", "accuracy", "lr", "norm", "ppl", "perplexity", "f1",
+                           "map", "iou", "reward", "error", "err", "auc", "bleu", "dice"})
+
+
 def line_pairs(line: str) -> tuple[dict[str, float], bool]:
     """``{key: value}`` of one line cut into pairs, and whether a value had no key."""
     line = _LOG_PREFIX.sub(" ", translate_cjk(line))
@@ -152,8 +163,11 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         spaced = bool(words) and words[-1][:1].isalpha() and "/" in words[-1].strip("/")
         key = _norm_key(words[-1:] if spaced else words[-3:])
         last = key.rsplit("_", 1)[-1]
-        if key not in STEP_KEYS + EPOCH_KEYS and last in STEP_KEYS + EPOCH_KEYS:
-            key = last  # "Training iter 3150", "Training Epoch: 1"
+        if key not in STEP_KEYS + EPOCH_KEYS and last in STEP_KEYS + EPOCH_KEYS and \
+                key.split("_")[-2:-1] != [] and key.split("_")[-2] not in _METRIC_PARTS:
+            # "Training iter 3150", "Training Epoch: 1" (not Lightning's "train_loss_step":
+            # a metric's per-step value)
+            key = last
         if unit.startswith("s/") and unit[2:3].isdigit():
             # Caffe's "(1.03 iter/s, 19.4s/20 iters)": seconds per that many iterations
             key, unit, v = "step_time", "s", v / float(unit[2:].split()[0])

@@ -54,6 +54,7 @@ from trainmedic.run.counters import (
     step_name_value,
 )
 from trainmedic.run.linepairs import (
+    EVAL_ANNOUNCED,
     STEP_KEYS,
     VAL_PREFIXES,
     choose_step,
@@ -79,11 +80,6 @@ _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validati
                          r"evaluation) (?:subset|set|results?|metrics)\b|^\s*(?:valid|"
                          r"validation|eval)\b\s*[:|]|^\s*(?:val|valid|validation|eval)\s+"
                          r"(?:epoch|step|iter(?:ation)?)\b", re.I)
-#: A line that announces an evaluation and holds no number ("testing in eval mode......",
-#: "Evaluating...", "Running validation"): the metric line after it is the evaluation's,
-#: even when it reads like a training line (PaddlePaddle scripts print both alike).
-_EVAL_ANNOUNCED = re.compile(r"^\W*(?:testing|evaluating|validating|(?:running|start(?:ing)?) "
-                             r"(?:evaluation|validation|eval|test))\b", re.I)
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
 _TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
 _SAMPLE_LINES = 400
@@ -104,7 +100,7 @@ class _Reader:
         self.per_epoch: int | None = None
         self.rows: list[tuple[int, dict[str, Any]]] = []
         self.pending: dict[str, float] = {}
-        self.eval_next = False  # a line announced an evaluation (_EVAL_ANNOUNCED)
+        self.eval_next = False  # a line announced an evaluation (EVAL_ANNOUNCED)
         self.stepless: list[tuple[int, dict[str, Any]]] = []
         self.recognized = 0
         self.lines = 0
@@ -261,10 +257,12 @@ class _Reader:
             text = ESPNET_EPOCH.sub(lambda m: f" epoch {m.group(1)} " + (
                 f"batch {m.group(3)} | " if m.group(3) else "| "), text)
         row: dict[str, Any] = {}
+        mid_bar = False  # a progress bar drawn inside its epoch (its postfix repeats the evals)
         for i, rx in enumerate(PROGRESS):
             pm = rx.search(text)
             if pm:
                 ep, pos, of = int(pm.group("epoch")), int(pm.group("pos")), int(pm.group("of"))
+                mid_bar = pos < of and "%|" in text
                 self.per_epoch = of
                 row["epoch"] = ep
                 if i == 0:
@@ -304,6 +302,10 @@ class _Reader:
             side = "test" if sm.group(1).lower() == "test" else "valid"
             text = " | " + text[sm.end():]
         pairs = sectioned_pairs(text)
+        if mid_bar:
+            # Lightning's bar keeps the last evaluation in its postfix ("..., val_loss=1.387")
+            # at every redraw until the next one: only the epoch's last draw reports it
+            pairs = {k: v for k, v in pairs.items() if not k.startswith(VAL_PREFIXES)}
         for k, v in pairs.items():
             if side and not any(k.startswith(s) for s in _SIDE_WORDS) and \
                     k not in EPOCH_KEYS + STEP_KEYS:
@@ -327,7 +329,7 @@ class _Reader:
             row[("epoch_time_" if by_keras_epoch else "step_time_") + k[len("line_time_"):]] = \
                 row.pop(k)
         metrics = [k for k in row if k not in EPOCH_KEYS + STEP_KEYS and k != "_global"]
-        if not metrics and not has_step and _EVAL_ANNOUNCED.match(text):
+        if not metrics and not has_step and EVAL_ANNOUNCED.match(text):
             self.eval_next = True
             return
         if metrics:
