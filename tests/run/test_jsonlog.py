@@ -149,3 +149,48 @@ def test_real_resume_is_not_globalized(tmp_path):
     p = write(tmp_path, "".join(json.dumps({"epoch": e, "iter": i, "loss": 1.0}) + "\n"
                                 for e, i in rows))
     assert read_jsonl(p).columns["loss"].steps.tolist() == [10, 20, 30, 20, 30, 10, 20]
+
+
+def test_tracker_scalar_events_one_batch_per_line(tmp_path):
+    # ClearML's offline session: each line a batch of events {metric: title, variant:
+    # series, iter, value}; vectors and console lines are not scalars
+    from trainmedic.run import load_run
+
+    lines = []
+    for it in range(5, 105, 5):
+        ev = [{"type": "training_stats_scalar", "task": "t", "iter": it, "metric": "loss",
+               "variant": "train", "value": 2.0 - it / 100, "timestamp": 1},
+              {"type": "training_stats_scalar", "task": "t", "iter": it,
+               "metric": "learning_rate", "variant": "lr", "value": 0.003, "timestamp": 1},
+              {"type": "training_stats_scalar", "task": "t", "iter": it, "metric": "grad_norm",
+               "variant": "total", "value": 0.7, "timestamp": 1},
+              {"type": "training_stats_vector", "task": "t", "iter": it, "metric": "hist",
+               "variant": "w", "value": 1.0, "timestamp": 1}]
+        if it % 25 == 0:
+            ev.append({"type": "training_stats_scalar", "task": "t", "iter": it,
+                       "metric": "loss", "variant": "val", "value": 2.1 - it / 100,
+                       "timestamp": 1})
+        lines.append(json.dumps(ev))
+    d = tmp_path / "offline-1" / "metrics.jsonl"
+    d.parent.mkdir()
+    d.write_text("\n".join(lines) + "\n")
+    run = load_run(str(tmp_path))
+    assert sorted(run.metrics()) == ["grad_norm", "loss", "lr", "val_loss"]
+    assert run.get("loss").steps.tolist() == list(range(5, 105, 5))
+    assert run.get("val_loss").values.tolist() == pytest.approx([1.85, 1.6, 1.35, 1.1])
+
+
+def test_allennlp_metrics_files_one_per_epoch(tmp_path):
+    from trainmedic.run import load_run
+
+    ser = tmp_path / "serialization"
+    ser.mkdir()
+    (ser / "config.json").write_text('{"trainer": {"num_epochs": 12}}')
+    for e in range(12):
+        (ser / f"metrics_epoch_{e}.json").write_text(json.dumps(
+            {"best_epoch": 0, "training_duration": "0:00:00.007", "epoch": e,
+             "training_loss": 1.0 - 0.05 * e, "validation_loss": 1.1 - 0.02 * e}, indent=2))
+    run = load_run(str(tmp_path))
+    assert run.get("loss").steps.tolist() == list(range(12))
+    assert run.get("val_loss").values.tolist() == pytest.approx([1.1 - 0.02 * e
+                                                                 for e in range(12)])

@@ -212,6 +212,31 @@ def _durations(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+#: Generic words a tracker uses for a series of one metric ("total", "value"): the metric alone.
+_PLAIN_VARIANTS = frozenset({"", "value", "total", "mean", "avg", "scalar"})
+
+
+def scalar_events(obj: Any) -> list[dict[str, Any]] | None:
+    """Rows from tracker events, one scalar each (a dict or a list of dicts with ``metric``,
+    ``value`` and ``iter``/``step``; ClearML's offline ``metrics.jsonl`` holds batches of
+    ``{"type": "training_stats_scalar", "metric": title, "variant": series, "iter",
+    "value"}``): the name is ``title/series`` ("loss/train"), or the title alone when the
+    series is a generic word or repeats it; None when ``obj`` is not such events."""
+    evs = obj if isinstance(obj, list) else [obj]
+    if not evs or not all(isinstance(e, dict) and "metric" in e and "value" in e and
+                          ("iter" in e or "step" in e) for e in evs):
+        return None
+    out = []
+    for e in evs:
+        if e.get("type", "training_stats_scalar") != "training_stats_scalar":
+            continue  # vectors, plots, debug images, console lines
+        title, series = str(e["metric"]), str(e.get("variant", "")).strip()
+        name = title if series.lower() in _PLAIN_VARIANTS | {title.lower()} else \
+            f"{title}/{series}"
+        out.append({"iter": e.get("iter", e.get("step")), name: e["value"]})
+    return out
+
+
 def read_jsonl(path: Path) -> LogTable:
     """Read a JSON Lines log: one JSON object per line."""
     text = read_text(path, "JSON Lines log (one JSON object per line)")
@@ -236,6 +261,10 @@ def read_jsonl(path: Path) -> LogTable:
                            "was probably interrupted); it was left out", line=i + 1)
             else:
                 bad_lines.add(i + 1)
+            continue
+        events = scalar_events(obj)
+        if events is not None:
+            rows.extend((i + 1, e) for e in events)
             continue
         if not isinstance(obj, dict):
             bad_lines.add(i + 1)
@@ -348,8 +377,9 @@ def read_json_document(path: Path) -> LogTable:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        # Several objects one per line whose first line is pretty-printed? Try lines.
-        if text.lstrip().startswith("{") and text.count("\n") > 1:
+        # Several objects one per line whose first line is pretty-printed, or one batch of
+        # tracker events per line ("[{...}, {...}]")? Try lines.
+        if text.lstrip()[:1] in "{[" and text.count("\n") > 1:
             try:
                 return read_jsonl(path)
             except UnrecognizedInputError:
@@ -368,3 +398,30 @@ def read_json_document(path: Path) -> LogTable:
     if is_hf_state(doc):
         return read_hf_state(path, doc)
     return read_json_rows(path, doc)
+
+
+#: AllenNLP's trainer writes each epoch's metrics to ``metrics_epoch_<N>.json`` in the
+#: serialization directory ("training_loss", "validation_loss", "epoch", ...).
+EPOCH_FILE = re.compile(r"metrics_epoch_(\d+)\.json")
+
+
+def read_epoch_files(folder: Path) -> LogTable:
+    """One row per ``metrics_epoch_<N>.json`` file of ``folder``, at epoch N."""
+    rows: list[tuple[int | None, dict[str, Any]]] = []
+    table = LogTable(path=str(folder), format="json")
+    for p in folder.iterdir():
+        m = EPOCH_FILE.fullmatch(p.name)
+        if m is None:
+            continue
+        try:
+            doc = json.loads(read_text(p, "AllenNLP metrics file (a JSON object)"))
+        except ValueError:
+            table.note("skipped_file", f"{p.name} is not valid JSON; left out")
+            continue
+        if isinstance(doc, dict):
+            rows.append((int(m.group(1)), {**flatten(doc), "epoch": int(m.group(1))}))
+    if not rows:
+        raise UnrecognizedInputError(str(folder), "has no readable metrics_epoch_<N>.json file; "
+                                     "expected AllenNLP's per-epoch metrics")
+    rows.sort(key=lambda r: r[0] or 0)
+    return rows_to_table(table, rows)

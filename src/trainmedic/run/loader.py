@@ -22,6 +22,7 @@ from typing import Any
 from trainmedic.errors import InputError, UnreadableInputError, UnrecognizedInputError
 from trainmedic.run import names as names_mod
 from trainmedic.run.detection import WHAT_WE_READ, detect_format, names_look_like_log
+from trainmedic.run.jsonlog import EPOCH_FILE
 from trainmedic.run.mapping import table_to_run
 from trainmedic.run.merge import drop_superseded_hf_states, merge_into, repeats
 from trainmedic.run.rank_column import split_by_rank_column
@@ -171,6 +172,10 @@ def read_file(path: Path, fmt: str | None = None,
         from trainmedic.run.mlflow_store import read_mlflow_run
 
         return read_mlflow_run(path)
+    if fmt == "epoch_files":
+        from trainmedic.run.jsonlog import read_epoch_files
+
+        return read_epoch_files(path)
     raise UnrecognizedInputError(str(path), f"is not a training log trainmedic reads; expected "
                                  f"{WHAT_WE_READ}")
 
@@ -272,6 +277,7 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
     for d in mlruns:
         found.append(_Found(d, "mlflow", rank_of(d, root)))
     misnamed: list[Path] = []
+    epoch_dirs: dict[Path, int] = {}  # AllenNLP's metrics_epoch_<N>.json, one file per epoch
     for p, _depth in _walk(root, frozenset(mlruns)):
         if p.suffix.lower() in _SKIP_SUFFIXES and "tfevents" not in p.name:
             # a log saved under a script's or a document's suffix ("training_log.py", a
@@ -282,6 +288,9 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
             continue
         if p.name in _SUMMARY_FILES:
             summaries.append(str(p.relative_to(root)))
+            continue
+        if EPOCH_FILE.fullmatch(p.name):
+            epoch_dirs[p.parent] = epoch_dirs.get(p.parent, 0) + 1
             continue
         looked += 1
         if looked > MAX_FILES:
@@ -308,6 +317,7 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
         if fmt == "tensorboard" and p.parent != root and p.parent.name.lower() in _SPLIT_DIRS:
             prefix = p.parent.name
         found.append(_Found(p, fmt, rank_of(p, root), prefix))
+    found += [_Found(d, "epoch_files", rank_of(d, root)) for d, n in epoch_dirs.items() if n >= 2]
     if not found:
         found = [_Found(p, "text", rank_of(p, root)) for p in misnamed if _log_not_code(p)]
         if found:
