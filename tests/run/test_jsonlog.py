@@ -194,3 +194,19 @@ def test_allennlp_metrics_files_one_per_epoch(tmp_path):
     assert run.get("loss").steps.tolist() == list(range(12))
     assert run.get("val_loss").values.tolist() == pytest.approx([1.1 - 0.02 * e
                                                                  for e in range(12)])
+
+
+def test_an_evaluation_rows_timings_are_not_training_step_times(tmp_path):
+    # mmengine's vis_data/scalars.json: the validation row carries the val loop's own
+    # per-iteration "time" and "data_time", 10x a training step's
+    lines = []
+    for step in range(10, 310, 10):
+        lines.append(json.dumps({"lr": 0.01, "data_time": 2e-5, "loss": 1.0 - step / 1000,
+                                 "time": 0.0014, "epoch": step // 20, "iter": step,
+                                 "step": step}))
+        if step % 50 == 0:
+            lines.append(json.dumps({"val/loss": 0.9, "data_time": 0.0011, "time": 0.0123,
+                                     "step": step}))
+    t = read_jsonl(write(tmp_path, "\n".join(lines) + "\n", name="scalars.json"))
+    assert np.all(t.columns["time"].values == pytest.approx(0.0014))
+    assert len(t.columns["val_time"]) == 6

@@ -202,13 +202,24 @@ def _globalize(table: LogTable, rows: list[tuple[int | None, Mapping[str, Any]]]
                "by adding the last step of the epochs before")
 
 
+_EVAL_ROW = re.compile(r"^(?:val|valid|validation|eval|test)[/_]")
+_ROW_TIMINGS = ("time", "data_time", "iter_time", "batch_time")
+
+
 def _durations(row: dict[str, Any]) -> dict[str, Any]:
-    """Elapsed times written as ``"H:MM:SS"`` strings read as seconds."""
+    """Elapsed times written as ``"H:MM:SS"`` strings read as seconds; the timings of an
+    evaluation's row (mmengine's scalars.json writes ``{"val/loss": .., "data_time": ..,
+    "time": .., "step": 50}``: the validation loop's per-iteration times) kept apart from the
+    training step's as ``val_<name>``."""
     for k, v in row.items():
         if isinstance(v, str) and ":" in v and len(v) < 40:
             secs = duration_seconds(v)
             if secs is not None:
                 row[k] = secs
+    if any(_EVAL_ROW.match(k) for k in row) and "loss" not in row:
+        for k in _ROW_TIMINGS:
+            if k in row:
+                row[f"val_{k}"] = row.pop(k)
     return row
 
 

@@ -323,7 +323,8 @@ def accuracy_at_chance(run: Run, train: Trace) -> ChanceEvent | None:
     """Every logged top-1 accuracy sat at chance, 1/k, for the whole second half of the run:
     its median within 20% of 1/k and no point more than 35% above it, k from the loss's start
     (within 1.5% of ln k) or, k <= 20, from the accuracy itself (its median within 10% of
-    1/k); the loss's second half between ln k and 1.5 ln k. A second, independent fact
+    1/k), not climbing to it from well below (a point of its first quarter under 0.8/k); the loss's
+    second half between ln k and 1.5 ln k. A second, independent fact
     is required: a second accuracy curve at the same 1/k (training and validation), or a loss
     that never got below ln k. A model at chance accuracy predicts one class or guesses,
     whatever its loss does (an lr so high the net blew up and never recovered: the loss comes
@@ -352,6 +353,10 @@ def _at_chance(train: Trace, accs: list[tuple[str, np.ndarray]], k: int) -> Chan
         half = v[len(v) // 2:]
         if abs(median(half) - chance) > ACC_CHANCE_TOL * chance or \
                 float(half.max()) > chance * (1 + ACC_CHANCE_MAX):
+            return None
+        if float(v[:max(1, len(v) // 4)].min()) < chance * (1 - ACC_CHANCE_TOL):
+            # it climbed to 1/k from well below: a k-way guess cannot start under 1/k, so
+            # there are more classes and the model is learning (34% -> 54% over 4 classes)
             return None
     ln_k = math.log(k)
     lowest = _lowest(train)[0]
