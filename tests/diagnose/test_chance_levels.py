@@ -254,6 +254,19 @@ def test_accuracy_at_chance_on_train_and_val_is_a_flat_loss() -> None:
                 if f.symptom == "flat_loss"]
 
 
+def test_an_accuracy_that_climbs_to_one_half_from_a_third_is_not_binary_chance() -> None:
+    # OpenNMT over 4 classes: acc 34% -> 54%, the loss ln 4 -> 0.89, val acc 40% -> 45%; both
+    # accuracies end near 1/2 and the loss near 1.3 ln 2, but a guess over 2 classes cannot
+    # start at 34%: there are more classes and the model learns
+    rng = np.random.default_rng(6)
+    acc = np.r_[0.336, 0.359, 0.394, 0.461, np.linspace(0.46, 0.55, 36)] + \
+        rng.normal(0, 0.01, 40)
+    val = np.linspace(0.40, 0.45, 40)
+    loss = 0.89 + 0.52 * np.exp(-np.arange(40) / 6)
+    assert not [f for f in diagnose(_acc_run(acc, val, loss)).findings
+                if f.symptom == "flat_loss" and f.level >= 1]
+
+
 def test_accuracy_near_1_over_k_beside_a_loss_far_above_ln_k_is_not_chance() -> None:
     # a character model (loss 3.8 -> 1.8) whose val/acc reads 0.40: 1/2.5, no class count
     rng = np.random.default_rng(5)
