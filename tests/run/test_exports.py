@@ -163,3 +163,13 @@ def test_whole_model_dead_and_saturated_fractions_are_a_layer_named_model(tmp_pa
 
     found = {f.symptom for f in diagnose(run).findings if f.level >= 1}
     assert {"dead_units", "saturated_activations"} <= found
+
+
+@pytest.mark.parametrize("name", ["tanh_saturation", "sat_ratio", "act_saturated_fraction"])
+def test_an_activations_saturation_share_under_other_names(tmp_path, name):
+    p = tmp_path / "log.csv"
+    p.write_text(f"step,loss,{name},saturation\n" + "".join(
+        f"{s},{1.0 - s / 100:.3f},0.8,1.2\n" for s in range(10, 110, 10)))
+    run = load_run(str(p))
+    assert run.has("layer/model/saturated_frac")
+    assert run.has("saturation")  # a bare "saturation" (an augmentation knob) is not it

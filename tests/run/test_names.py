@@ -222,3 +222,9 @@ def test_the_only_training_column_named_by_a_loss_formula_is_the_loss() -> None:
 def test_a_throughput_prefix_before_a_rate_is_still_that_rate() -> None:
     res = resolve_names(["loss", "perf/throughput_samples_per_sec"])
     assert res.aliases["samples_per_s"] == "perf/throughput_samples_per_sec"
+
+
+def test_a_scale_under_a_mixed_precision_namespace_is_the_loss_scale() -> None:
+    for name in ("amp/scale", "fp16/scale", "grad_scaler/scale"):
+        assert resolve_names(["loss", name]).aliases.get("loss_scale") == name
+    assert "loss_scale" not in resolve_names(["loss", "image/scale"]).aliases

@@ -42,12 +42,14 @@ _PARAM_GRAD_NORM = re.compile(r"grad_(?:\d+(?:\.\d+)?|inf)_norm[/_](?P<module>.+
 
 
 #: A whole-model activation stat a hand-written logger computes over all its ReLU (tanh,
-#: sigmoid) units: read as one layer named "model" (``layer/model/dead_frac``), so the
-#: per-layer detectors judge it.
+#: sigmoid) units ("dead_frac", "tanh_saturation", "sat_ratio"): read as one layer named
+#: "model" (``layer/model/dead_frac``), so the per-layer detectors judge it.
 _MODEL_STAT = re.compile(r"(?:.*/)?(?:(?P<dead>dead_frac(?:tion)?|frac(?:tion)?_dead|dead_units?_"
                          r"frac|dead_relu_frac|dead_neurons?_frac|dead(?:_relus?|_units?|"
-                         r"_neurons?)?(?:_ratio|_share)?)|(?P<sat>sat(?:urated|uration)?"
-                         r"_frac(?:tion)?|frac(?:tion)?_saturated))", re.I)
+                         r"_neurons?)?(?:_ratio|_share)?)|(?P<sat>(?:tanh|sigmoid|act(?:ivation)?)"
+                         r"_sat(?:urated|uration)?(?:_frac(?:tion)?|_ratio|_share)?|"
+                         r"sat(?:urated|uration)?_(?:frac(?:tion)?|ratio|share)|"
+                         r"frac(?:tion)?_saturated))", re.I)
 
 
 #: The first layer's gradient norm, logged beside the whole model's by someone watching for

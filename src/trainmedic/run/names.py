@@ -250,6 +250,9 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("lr", r"(?:train/)?lr/(?:group|param_group)_?0", {"pattern": True}),
         ("loss_scale", "train/loss_scale"),
         ("loss_scale", "grad_scale"),
+        # the scaler's scale under a mixed-precision namespace ("amp/scale", "fp16/scale")
+        ("loss_scale", r"(?:amp|fp16|scaler|grad_scaler|mixed_precision)[/._]scale",
+         {"pattern": True}),
         ("step_time_s", "step_time"),
         ("step_time_s", "train/step_time"),
         ("step_time_s", "iteration_time"),
