@@ -29,6 +29,16 @@ def test_init_scale_explodes_from_step_zero() -> None:
     assert len(f) == 1 and f[0].onset_step == 0 and f[0].severity == "error"
 
 
+def test_a_norm_of_1e5_that_overflowed_at_its_second_point_explodes_from_the_start() -> None:
+    # SGD on a second-derivative residual: grad norm 3.5e5, then inf, then NaN to the end
+    g = np.r_[3.5e5, np.inf, np.full(58, np.nan)]
+    loss = np.r_[2.6e6, 2.9e36, np.full(58, np.nan)]
+    f = _loud(_run(g, loss), "exploding_gradients")
+    assert len(f) == 1 and f[0].onset_step == 0
+    # a norm that was ordinary before it overflowed is the non-finite finding's alone
+    assert not _loud(_run(np.r_[2.0, np.inf, np.full(58, np.nan)], loss), "exploding_gradients")
+
+
 def test_vanished_from_the_start_with_a_flat_loss() -> None:
     rng = np.random.default_rng(1)
     g = 1e-7 * np.exp(rng.normal(0, 0.2, 300))

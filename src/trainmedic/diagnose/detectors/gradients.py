@@ -200,6 +200,14 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
     for g in traces(run, "grad_norm"):
         pos = g.values[g.values > 0]
         if len(g) < 10 or pos.size < 10:
+            # a norm already >= 1e4 at its few finite points before it overflowed (inf, then
+            # NaN for the rest of the run): exploding from the first step
+            level = _exploding_level(run, g) if len(g) and float(g.values[0]) >= \
+                GRAD_LEVEL_HIGH and not bool(np.all(np.isfinite(g.all_values))) else None
+            if level is not None:
+                ran = True
+                out.append(level)
+                continue
             short = _short_jump(run, g) if len(g.all_values) >= SHORT_MIN_POINTS else None
             if short is not None:
                 ran = True
