@@ -147,6 +147,21 @@ def test_warm_restarts_by_design_are_not_cycles() -> None:
     assert _events(_run(lr)) == []
 
 
+def test_one_warm_up_run_again_mid_run_is_an_anomaly_but_a_step_decay_is_not() -> None:
+    # warm-up to 3e-3 over 60 steps, constant; at step 255 a scheduler re-created after a
+    # crash runs its warm-up again (2.5e-4, 5e-4, ... back to 3e-3 by 310)
+    s = np.arange(0, 400, 5)
+    lr = np.minimum(3e-3, 3e-3 * (s + 5) / 60)
+    lr = np.where(s >= 255, np.minimum(3e-3, 3e-3 * (s - 250) / 60), lr)
+    ev = _events(_run(lr))
+    assert [e.kind for e in ev] == ["restarts"] and ev[0].count == 1
+    # a planned step decay falls once and never climbs back; SGDR jumps back up at once
+    decay = np.where(s >= 255, 3e-4, 3e-3)
+    assert _events(_run(decay)) == []
+    jump = np.where((s >= 255) & (s < 300), 3e-4, 3e-3)
+    assert _events(_run(jump)) == []
+
+
 def test_a_geometric_rise_is_not_a_warm_up_even_when_the_loss_falls() -> None:
     # ExponentialLR(gamma=1.02) where 0.98 was meant: x1.02 per step for the whole run; the
     # loss still falls at the end, as the lr finally gets large enough

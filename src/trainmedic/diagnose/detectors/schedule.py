@@ -100,6 +100,22 @@ def _suffix_start(mask: np.ndarray) -> int:
     return int(false[-1]) + 1 if false.size else 0
 
 
+#: One restart is enough when the lr climbs back as a warm-up: >= this many logged rises
+#: in a row from the fall to >= 90% of the peak.
+RAMP_POINTS = 3
+
+
+def _ramps_back(r: np.ndarray, i: int) -> bool:
+    """Whether the lr (a share of its peak) climbs back from index ``i`` to >= 0.9 in a ramp
+    of >= RAMP_POINTS rising logged points (the warm-up run again: a scheduler re-created at
+    a resume without its state), not a jump (SGDR's restarts jump up; a step decay stays)."""
+    back = np.flatnonzero(r[i:] >= 0.9)
+    if not back.size:
+        return False
+    ramp = r[i: i + int(back[0]) + 1]
+    return ramp.size > RAMP_POINTS and bool(np.all(np.diff(ramp) > 0))
+
+
 def _cycles_to_zero(r: np.ndarray) -> list[int]:
     """Indices where an lr (as a share of its peak) reaches <= 5% after having been >= 50%
     (vectorized: the high and low points in order, and each high followed by a low)."""
@@ -155,7 +171,8 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
     r = v / peak
     falls = [i + 1 for i in np.flatnonzero((r[:-1] >= 0.9) & (r[1:] <= 0.3))
              if bool(np.any(r[i + 2:] >= 0.9))]
-    if len(falls) >= RESTARTS_MIN and not out:
+    if (len(falls) >= RESTARTS_MIN or (len(falls) == 1 and _ramps_back(r, falls[0]))) \
+            and not out:
         out.append(ScheduleEvent(
             kind="restarts", onset_step=int(steps[falls[0]]), peak_lr=peak,
             peak_step=int(steps[peak_i]), end_lr=float(v[-1]),
@@ -240,9 +257,12 @@ def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
             symptom="lr_schedule_anomaly", severity="warning", confidence=0.75,
             onset_step=ev.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank, metric="lr",
             summary=(f"lr fell at once from its peak {fmt(ev.peak_lr)} to {fmt(low)} and "
-                     f"climbed back {n} times, first at step {ev.onset_step}: the warm-up "
-                     f"starts over (a scheduler re-created every epoch, or a warm-up keyed to "
-                     f"the step within the epoch)"),
+                     f"climbed back {f'{n} times' if n > 1 else 'once'}, first at step "
+                     f"{ev.onset_step}: the warm-up starts over (" + (
+                         "a scheduler re-created every epoch, or a warm-up keyed to the step "
+                         "within the epoch)" if n > 1 else
+                         "a scheduler re-created mid-run: a resume that did not restore its "
+                         "state_dict)")),
             evidence=(Evidence("lr", ev.onset_step, low, ev.peak_lr,
                                note=f"first fall in one logged interval from >= 0.9x to "
                                     f"<= 0.3x the peak that climbed back to >= 0.9x; {n} "
