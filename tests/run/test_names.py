@@ -228,3 +228,12 @@ def test_a_scale_under_a_mixed_precision_namespace_is_the_loss_scale() -> None:
     for name in ("amp/scale", "fp16/scale", "grad_scaler/scale"):
         assert resolve_names(["loss", name]).aliases.get("loss_scale") == name
     assert "loss_scale" not in resolve_names(["loss", "image/scale"]).aliases
+
+
+def test_the_only_training_side_column_of_an_unknown_word_is_the_objective() -> None:
+    # a callback printing "Train_rf 4.856e-01" beside its memory use
+    assert resolve_names(["Train_rf", "memory_pct"]).aliases == {"loss": "Train_rf"}
+    # scores, rates and perplexities after "train" are not the objective; two unknowns are
+    # ambiguous
+    for cols in (["train_acc", "val_acc"], ["train_ppl"], ["train_wer"], ["train_rf", "train_kl"]):
+        assert "loss" not in resolve_names(cols).aliases

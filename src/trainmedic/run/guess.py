@@ -45,6 +45,24 @@ def _eval_side(key: str) -> bool:
     return any(p.split("_")[0] in VAL_SIDE | TEST_SIDE for p in parts)
 
 
+#: Words of scores and counters, never the objective, after a "train" side word.
+_NOT_OBJECTIVE = frozenset({
+    "acc", "accuracy", "top1", "top5", "acc1", "acc5", "f1", "auc", "iou", "miou", "map",
+    "precision", "recall", "bleu", "rouge", "psnr", "ssim", "samples", "steps", "step",
+    "epoch", "epochs", "batch", "batches", "time", "runtime", "speed", "throughput", "size",
+    "tokens", "examples", "lr", "mem", "memory", "count", "n", "num", "ppl", "perplexity",
+    "wer", "cer", "err", "error", "reward", "return", "score",
+})
+
+
+def _unknown_train_word(key: str) -> bool:
+    """``train_<word>`` (``train/<word>``, ``training_<word>``) whose word is one short token
+    naming no score or counter."""
+    parts = key.replace("/", "_").replace(".", "_").replace("-", "_").split("_")
+    return len(parts) == 2 and parts[0] in ("train", "training") and \
+        parts[1].isalpha() and parts[1] not in _NOT_OBJECTIVE
+
+
 def _leaf(key: str) -> str:
     return key.replace(".", "/").split("/")[-1].replace(" ", "_").replace("-", "_")
 
@@ -194,4 +212,14 @@ def _train_loss(res: NameResolution, readings: list[tuple[str, str, NameReading]
                 res.aliases["val_loss"] = twin[0]
                 res.families["val_loss"] = "vocabulary"
                 res.how["val_loss"] = "the training loss's name on the validation side"
+            return
+        # Still none: one training-side column whose word names no metric we know ("Train_rf
+        # 4.856e-01" of a callback printing its objective under the model's own name) is the
+        # objective; a score (accuracy, F1, mAP) is not.
+        train_side = [(k, raw) for k, raw in free.items() if raw not in res.aliases.values()
+                      and k not in other and _unknown_train_word(k)]
+        if len(train_side) == 1:
+            res.aliases["loss"] = train_side[0][1]
+            res.families["loss"] = "vocabulary"
+            res.how["loss"] = "the only training-side column, a word no metric uses"
 

@@ -171,7 +171,7 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
     r = v / peak
     falls = [i + 1 for i in np.flatnonzero((r[:-1] >= 0.9) & (r[1:] <= 0.3))
              if bool(np.any(r[i + 2:] >= 0.9))]
-    if (len(falls) >= RESTARTS_MIN or (len(falls) == 1 and _ramps_back(r, falls[0]))) \
+    if (len(falls) >= RESTARTS_MIN or (len(falls) == 1 and _ramps_back(r, int(falls[0])))) \
             and not out:
         out.append(ScheduleEvent(
             kind="restarts", onset_step=int(steps[falls[0]]), peak_lr=peak,
