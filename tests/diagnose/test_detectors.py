@@ -454,6 +454,20 @@ def test_a_steady_leak_of_60_mb_on_500_mb_warns() -> None:
     assert f.severity == "warning"
 
 
+def test_a_small_leak_that_rises_at_every_block_warns_a_noisy_drift_stays_info() -> None:
+    # +27 MB on 340 MB over 300 steps, every block above the one before (a graph kept per step)
+    run = Run("leak")
+    steps = np.arange(10, 310, 5)
+    run.add("rss_mb", steps, 340 + 0.09 * (steps - 10) + 0.002 * np.arange(steps.size))
+    f = worst(run_detector("memory_growth", run))
+    assert f.severity == "warning"
+    # the same climb as a noisy drift (blocks go down about a third of the time)
+    rng = np.random.default_rng(18)
+    run2 = Run("drift")
+    run2.add("rss_mb", steps, 340 + 0.09 * (steps - 10) + rng.normal(0, 3.0, steps.size))
+    assert not [f for f in run_detector("memory_growth", run2) if f.level >= 1]
+
+
 def test_a_warm_up_climb_that_levels_off_is_no_leak() -> None:
     run = Run("warm")
     steps = np.arange(200)

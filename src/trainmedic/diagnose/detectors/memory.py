@@ -17,7 +17,7 @@ from trainmedic.diagnose.stats import blocks, median, theil_sen
 from trainmedic.diagnose.trace import fmt, traces
 from trainmedic.run.series import Run
 
-__all__ = ["MEMORY_METRICS", "GROWTH_WARN_REL", "GROWTH_INFO_REL"]
+__all__ = ["MEMORY_METRICS", "GROWTH_WARN_REL", "GROWTH_INFO_REL", "GROWTH_MONOTONE_SHARE"]
 
 #: mem_peak_mb counts too: a peak that is reset every step (Detectron2's ``max_mem``) or never
 #: reset both stay flat after warm-up in a healthy run and climb with a leak.
@@ -29,6 +29,9 @@ GROWTH_WARN_MB = 100.0
 GROWTH_STEADY_MB = 50.0
 GROWTH_INFO_REL = 0.05
 GROWTH_INFO_MB = 20.0
+#: ... and a warning from the info floor on when >= this share of >= 10 block-to-block moves
+#: go up (a leak per step: the run's length sets its cost, not its size so far).
+GROWTH_MONOTONE_SHARE = 0.95
 
 
 @register_detector("memory_growth", requires_any=MEMORY_METRICS)
@@ -37,7 +40,8 @@ def detect_memory_growth(run: Run) -> list[Finding] | NotRun:
     medians) minus start level (first 3), with >= 60% of block-to-block moves upward, a
     positive Theil-Sen slope, and >= 15% of the growth in the last quarter (still growing).
     Warning at >= 20% and >= 100 MB, or >= 50 MB (and >= 5%) with >= 80% of moves upward
-    whatever its share: a leak per step costs with the run's length, not with the base."""
+    whatever its share, or >= 20 MB with >= 95% of >= 10 moves upward: a leak per step costs
+    with the run's length, not with the base."""
     out: list[Finding] = []
     ran = False
     for metric in MEMORY_METRICS:
@@ -69,8 +73,11 @@ def detect_memory_growth(run: Run) -> list[Finding] | NotRun:
             # Cost: a climb of >= 20% that is >= 100 MB, or >= 50 MB when it is steady (>= 80%
             # of moves up: a leak per step, whose cost grows with the run's length, however
             # large the base it sits on).
+            # A climb with (nearly) every block above the one before is a leak whatever its
+            # size so far: no noise makes RSS rise at 46 block boundaries out of 46.
             strong = (rel >= GROWTH_WARN_REL and growth >= GROWTH_WARN_MB) or (
-                growth >= GROWTH_STEADY_MB and up_frac >= 0.8)
+                growth >= GROWTH_STEADY_MB and up_frac >= 0.8) or (
+                up_frac >= GROWTH_MONOTONE_SHARE and nb >= 10)
             sev: Severity = "warning" if strong else "info"
             per_k = slope * 1000.0
             onset = int(s[0])
