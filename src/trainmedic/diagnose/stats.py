@@ -285,22 +285,28 @@ def theil_sen_z(y: np.ndarray) -> tuple[float, float]:
     return slope, slope / se
 
 
-def hinge_fit(y: np.ndarray, ncand: int) -> tuple[int, float]:
-    """Best hinge - a constant, then a rising line from index ``c`` - for ``c`` in
-    ``[0, ncand)``, by least squares (continuous two-phase regression; Hinkley 1971):
-    ``(c, residual sum of squares / total sum of squares)``. Closed-form simple regression of
-    ``y`` on ``max(x - c, 0)`` for every candidate at once: ``y`` should be short."""
+def _rising_sse(h: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Residual sum of squares of the simple regression ``y ~ a + b h_i`` for every row
+    ``h_i`` of ``h`` at once (closed form), inf where the slope ``b`` is not positive."""
     n = int(y.shape[0])
-    x = np.arange(n, dtype=np.float64)
-    c = np.arange(max(1, ncand), dtype=np.float64)[:, None]
-    h = np.maximum(x[None, :] - c, 0.0)
     sh, shh, shy = h.sum(1), (h * h).sum(1), h @ y
     sy, syy = float(y.sum()), float(y @ y)
     den = n * shh - sh * sh
     with np.errstate(invalid="ignore", divide="ignore"):
         slope = np.where(den > 0, (n * shy - sh * sy) / np.where(den > 0, den, 1.0), 0.0)
     icpt = (sy - slope * sh) / n
-    sse = np.where(slope > 0, syy - icpt * sy - slope * shy, np.inf)
+    out: np.ndarray = np.where(slope > 0, syy - icpt * sy - slope * shy, np.inf)
+    return out
+
+
+def hinge_fit(y: np.ndarray, ncand: int) -> tuple[int, float]:
+    """Best hinge - a constant, then a rising line from index ``c`` - for ``c`` in
+    ``[0, ncand)``, by least squares (continuous two-phase regression; Hinkley 1971):
+    ``(c, residual sum of squares / total sum of squares)``. Closed-form simple regression of
+    ``y`` on ``max(x - c, 0)`` for every candidate at once: ``y`` should be short."""
+    x = np.arange(int(y.shape[0]), dtype=np.float64)
+    c = np.arange(max(1, ncand), dtype=np.float64)[:, None]
+    sse = _rising_sse(np.maximum(x[None, :] - c, 0.0), y)
     i = int(np.argmin(sse))
     sst = float(np.sum((y - y.mean()) ** 2))
     return i, (float(sse[i]) / sst if sst > 0 and math.isfinite(float(sse[i])) else 1.0)
@@ -319,18 +325,11 @@ def ramp_fit(y: np.ndarray, ncand: int) -> tuple[int, float]:
     if n < 3 or sst <= 0:
         return 0, 1.0
     x = np.arange(n, dtype=np.float64)
-    sy, syy = float(y.sum()), float(y @ y)
     best_a, best = 0, math.inf
     for a in range(min(max(1, ncand), n - 1)):
         b = np.arange(a + 1, n + 1, dtype=np.float64)[:, None]
-        # y ~ c0 + (c1 - c0) h: simple regression of y on the ramp h in [0, 1]
-        h = np.clip((x[None, :] - a) / (b - a), 0.0, 1.0)
-        sh, shh, shy = h.sum(1), (h * h).sum(1), h @ y
-        den = n * shh - sh * sh
-        with np.errstate(invalid="ignore", divide="ignore"):
-            slope = np.where(den > 0, (n * shy - sh * sy) / np.where(den > 0, den, 1.0), 0.0)
-        icpt = (sy - slope * sh) / n
-        sse = np.where(slope > 0, syy - icpt * sy - slope * shy, np.inf)
+        # y ~ c0 + (c1 - c0) h: the ramp h rises from 0 at a to 1 at b
+        sse = _rising_sse(np.clip((x[None, :] - a) / (b - a), 0.0, 1.0), y)
         i = int(np.argmin(sse))
         if float(sse[i]) < best:
             best_a, best = a, float(sse[i])
