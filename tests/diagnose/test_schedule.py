@@ -180,6 +180,14 @@ def test_a_linear_warm_up_longer_than_the_run_with_a_falling_loss_stays_info() -
     assert f and f[0].severity == "info" and "geometrically" not in f[0].summary
 
 
+def test_a_per_epoch_log_still_in_its_warm_up_with_a_falling_loss_stays_info() -> None:
+    # DINO's log.txt, 11 epochs of a 10-epoch warm-up: its last 40% is 5 points
+    lr = 3.125e-4 * (np.arange(11) + 0.5) / 10.5
+    loss = 3.4 + 4.0 * np.exp(-np.arange(11) / 3)
+    f = [f for f in diagnose(_run(lr, loss)).findings if f.symptom == "lr_schedule_anomaly"]
+    assert f and f[0].severity == "info"
+
+
 def _resumed(lr_after: float, loss_after: float) -> Run:
     # a poly schedule near its end (lr ~1e-7 at iteration 50000), then a restart that logs
     # iteration 1, 2, 3 again
