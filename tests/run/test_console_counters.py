@@ -524,3 +524,22 @@ def test_lightning_console_with_its_banner_and_a_stale_eval_in_the_bar(tmp_path)
     run = load_run(str(p))
     assert len(run.get("loss")) == 48
     assert run.get("val_loss").values.tolist() == pytest.approx([1.5 - 0.03 * e for e in range(8)])
+
+
+def test_a_report_table_with_blank_columns_reads_values_by_their_column(tmp_path):
+    # Chainer's PrintReport (ESPnet1's exp/*/results/log): validation columns stay blank
+    # between evaluations; each value starts at its column
+    names = ["epoch", "iteration", "main/loss", "validation/main/loss", "main/acc",
+             "elapsed_time"]
+    widths = [12, 12, 12, 22, 12, 14]
+    def line(cells):
+        return "".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip() + "\n"
+    text = line(names)
+    for i in range(1, 13):
+        val = f"{3.0 - 0.1 * i:.4f}" if i % 4 == 0 else ""
+        text += line(["0", str(100 * i), f"{3.2 - 0.1 * i:.5f}", val, f"{0.1 * i:.3f}",
+                      f"{12.3 * i:.3f}"])
+    run = load_run(str(write(tmp_path / "log", text)))
+    assert run.get("loss").steps.tolist() == list(range(100, 1300, 100))
+    assert run.get("val_loss").steps.tolist() == [400, 800, 1200]
+    assert run.get("val_loss").values.tolist() == pytest.approx([2.6, 2.2, 1.8])

@@ -131,6 +131,27 @@ def _row(cells: list[str], names: list[str], indexed: bool) -> dict[str, Any] | 
     return row if any(isinstance(v, float) for v in row.values()) else None
 
 
+def _row_by_position(line: str, header: str, names: list[str]) -> dict[str, Any] | None:
+    """A row with empty cells read by where its values stand: each value under the name whose
+    column it starts in (Chainer's PrintReport, ESPnet1's ``log``, left-aligns every value at
+    its column's start and leaves a column not reported this time blank)."""
+    starts, at = [], 0
+    for name in names:
+        k = header.find(name, at)
+        if k < 0:
+            return None
+        starts.append(k)
+        at = k + len(name)
+    row: dict[str, Any] = {}
+    for m in re.finditer(r"\S+", line):
+        col = max((j for j, st in enumerate(starts) if st <= m.start() + 1), default=None)
+        v = _value(m.group())
+        if col is None or names[col] in row or v == "":
+            return None
+        row[names[col]] = v
+    return row if sum(isinstance(v, float) for v in row.values()) >= 2 else None
+
+
 def _indexed(after: list[str], n: int) -> bool:
     """pandas' ``to_string()``: the rows under the header hold one cell more than its names,
     the first counting up by one (the row index)."""
@@ -157,6 +178,7 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
     # Lines above the first header: an excerpt cut inside a table whose header repeats
     # (Ultralytics' console prints it over every epoch's row) starts with a row.
     before: list[tuple[int, list[str]]] = []
+    header_line = ""
     for i, line in enumerate(lines):
         no = i + 1
         cells = _cells(line.replace("No log", "-"))  # (HF notebooks' table cell)
@@ -173,6 +195,7 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
                 len(wide) != len(cells):
             cells = wide  # names of two words: the rows below hold one value per wide cell
         if _header(cells) and (names is None or cells == names):
+            header_line = line
             # the first header, or the same one again (Ultralytics repeats it every epoch); a
             # line of other words inside the table ("Saving checkpoint") is not a header
             if names is None:  # pandas pads its header by the index's width
@@ -189,6 +212,8 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
             before.append((no, cells))
             continue
         row = _row(cells, names, indexed)
+        if row is None and len(cells) < len(names) and not line.lstrip().startswith("|"):
+            row = _row_by_position(line, header_line, names)
         if row is not None:
             rows.append((no, row))
             fitted += 1
