@@ -543,3 +543,18 @@ def test_a_report_table_with_blank_columns_reads_values_by_their_column(tmp_path
     assert run.get("loss").steps.tolist() == list(range(100, 1300, 100))
     assert run.get("val_loss").steps.tolist() == [400, 800, 1200]
     assert run.get("val_loss").values.tolist() == pytest.approx([2.6, 2.2, 1.8])
+
+
+def test_spacy_training_table_under_its_banner(tmp_path):
+    # `spacy train`: a banner, then "E  #  LOSS TOK2VEC  LOSS TEXTCAT  ...  SCORE", a rule of
+    # dashes, one row per evaluation; the objective is the sum of the LOSS <pipe> columns
+    head = ("\u2139 Saving to output directory: training\n\n" + "=" * 20 + " Training pipeline "
+            + "=" * 20 + "\nE    #       LOSS TOK2VEC  LOSS TEXTCAT  CATS_SCORE  SCORE \n"
+            "---  ------  ------------  ------------  ----------  ------\n")
+    rows = "".join(f"{i // 5:>3}  {20 * i:>6}  {10.0 / i:>12.2f}  {20.0 / i:>12.2f}  "
+                   f"{50 + i:>10.2f}  {0.5 + i / 100:>6.2f}\n" for i in range(1, 16))
+    run = load_run(str(write(tmp_path / "train_output.txt", head + rows + "\u2714 Saved\n")))
+    loss = run.get("loss")
+    assert loss.steps.tolist() == [20 * i for i in range(1, 16)]
+    assert loss.values.tolist() == pytest.approx([round(10.0 / i, 2) + round(20.0 / i, 2)
+                                                  for i in range(1, 16)])

@@ -79,8 +79,11 @@ def _value(cell: str) -> float | None | str:
 
 
 def _header(cells: list[str]) -> bool:
-    return len(cells) >= 2 and all(_NAME.match(c) or (
-        " " in c and _HEADER_WORD.match(c) and cell_float(c) is None) for c in cells)
+    # ("#" names a counter column after the first - spaCy's "E  #  LOSS ..." - never a
+    # markdown title's "# Report")
+    return len(cells) >= 2 and all(_NAME.match(c) or (c == "#" and i > 0) or (
+        " " in c and _HEADER_WORD.match(c) and cell_float(c) is None)
+        for i, c in enumerate(cells))
 
 
 _RULE = re.compile(r"^:?-{3,}:?$")
@@ -91,7 +94,7 @@ def _cells(line: str) -> list[str] | None:
     the HF Trainer's notebook table as one: "| Epoch | Training Loss | Validation Loss |");
     None for the table's |---|---| rule."""
     if not line.lstrip().startswith("|"):
-        return line.split()
+        return None if _DASHES.match(line) else line.split()
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
     if cells and all(_RULE.match(c) for c in cells):
         return None
@@ -105,10 +108,16 @@ def _wide_header(line: str, after: list[str]) -> list[str] | None:
     notebook table copied as text): cells split on runs of >= 2 spaces or tabs, every one a
     name, as many as the values of the next non-empty line."""
     wide = [c for c in re.split(r"\s{2,}|\t", line.strip()) if c]
-    if len(wide) < 2 or not all(_HEADER_WORD.match(c) and cell_float(c) is None for c in wide):
+    if len(wide) < 2 or not all((_HEADER_WORD.match(c) or (c == "#" and i > 0)) and
+                                cell_float(c) is None for i, c in enumerate(wide)):
         return None
-    nxt = next((ln for ln in after if ln.strip()), "")
+    # (the rule of dashes under a header - spaCy's table - is not its first row)
+    nxt = next((ln for ln in after if ln.strip() and not _DASHES.match(ln)), "")
     return wide if len(nxt.split()) == len(wide) else None
+
+
+#: A rule of dash runs under a header ("---  ------  ------------": spaCy's training table).
+_DASHES = re.compile(r"^\s*-{3,}(?:\s+-{2,})+\s*$")
 
 
 def _row(cells: list[str], names: list[str], indexed: bool) -> dict[str, Any] | None:

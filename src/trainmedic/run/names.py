@@ -54,6 +54,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     # hand-written loggers' own spellings of the same counter
     "n_iter", "niter", "global_iter", "train_step", "train_iter", "opt_step",
     "optimizer_step", "n_updates", "updates", "it",
+    "#",                    # spaCy's training table ("E  #  LOSS TEXTCAT  ...  SCORE")
 )
 """Columns that carry the optimizer step, best first (matched case-insensitively)."""
 
@@ -304,6 +305,9 @@ DERIVED: tuple[Derivation, ...] = (
     # (Ren et al. 2015, eq. 1, for each stage).
     Derivation(canonical="loss", pattern=r"(?:rpn|rcnn)(?:logloss|l1loss)", family="mxnet_rcnn",
                requires_any=("rpnlogloss", "rcnnlogloss")),
+    # spaCy's `spacy train` table prints one "LOSS <COMPONENT>" column per trained pipe
+    # ("LOSS TOK2VEC  LOSS NER"); the objective it minimizes is their sum.
+    Derivation(canonical="loss", pattern=r"loss [a-z0-9_]+", family="spacy", min_components=1),
     # Its console prints the same terms without the "train/" namespace, beside GPU_mem
     # ("Epoch GPU_mem box_loss cls_loss dfl_loss Instances Size"; YOLOv5 before 7.0:
     # "Epoch gpu_mem box obj cls labels img_size").
