@@ -165,6 +165,13 @@ def test_whole_model_dead_and_saturated_fractions_are_a_layer_named_model(tmp_pa
     assert {"dead_units", "saturated_activations"} <= found
 
 
+def test_a_dead_relu_fraction_spelled_out_is_the_whole_models_dead_fraction(tmp_path):
+    p = tmp_path / "log.csv"
+    p.write_text("step,loss,dead_relu_fraction\n" + "".join(
+        f"{s},{1.0 - s / 100:.3f},0.9\n" for s in range(10, 110, 10)))
+    assert load_run(str(p)).has("layer/model/dead_frac")
+
+
 @pytest.mark.parametrize("name", ["tanh_saturation", "sat_ratio", "act_saturated_fraction"])
 def test_an_activations_saturation_share_under_other_names(tmp_path, name):
     p = tmp_path / "log.csv"

@@ -237,3 +237,8 @@ def test_the_only_training_side_column_of_an_unknown_word_is_the_objective() -> 
     # ambiguous
     for cols in (["train_acc", "val_acc"], ["train_ppl"], ["train_wer"], ["train_rf", "train_kl"]):
         assert "loss" not in resolve_names(cols).aliases
+
+
+def test_a_loss_named_with_its_unit_nats_is_the_loss() -> None:
+    res = resolve_names(["train_nll_nats", "val_nll_nats"])
+    assert res.aliases == {"loss": "train_nll_nats", "val_loss": "val_nll_nats"}

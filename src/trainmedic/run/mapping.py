@@ -45,7 +45,7 @@ _PARAM_GRAD_NORM = re.compile(r"grad_(?:\d+(?:\.\d+)?|inf)_norm[/_](?P<module>.+
 #: sigmoid) units ("dead_frac", "tanh_saturation", "sat_ratio"): read as one layer named
 #: "model" (``layer/model/dead_frac``), so the per-layer detectors judge it.
 _MODEL_STAT = re.compile(r"(?:.*/)?(?:(?P<dead>dead_frac(?:tion)?|frac(?:tion)?_dead|dead_units?_"
-                         r"frac|dead_relu_frac|dead_neurons?_frac|dead(?:_relus?|_units?|"
+                         r"frac|dead_relu_frac(?:tion)?|dead_neurons?_frac(?:tion)?|dead(?:_relus?|_units?|"
                          r"_neurons?)?(?:_ratio|_share)?)|(?P<sat>(?:tanh|sigmoid|act(?:ivation)?)"
                          r"_sat(?:urated|uration)?(?:_frac(?:tion)?|_ratio|_share)?|"
                          r"sat(?:urated|uration)?_(?:frac(?:tion)?|ratio|share)|"

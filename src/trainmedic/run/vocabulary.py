@@ -236,6 +236,8 @@ def _norm(name: str) -> str:
     # "tokens_per_second_per_gpu" (torchtune): a rate per device is still the rate; its
     # changes over the run are what the detectors read
     n = re.sub(r"(_per_(?:s|sec|second))_per_(?:gpu|device|rank|chip)$", r"\1", n)
+    # "nll_nats", "loss_in_nats": a loss's own unit (the natural log), nothing to convert
+    n = re.sub(r"_(?:in_)?nats$", "", n)
     return n
 
 
