@@ -18,8 +18,8 @@ from trainmedic.run.vocabulary import TRAIN_SIDE, VAL_SIDE
 
 __all__ = ["PROGRESS", "EPOCH_BATCH_PAIR", "MMENGINE_ITER", "KERAS_EPOCH", "END_OF_EPOCH",
            "DARKNET", "ESPNET_EPOCH", "EPOCH_THEN_ITER", "STEP_NAME_VALUE", "step_name_value",
-           "LEADING_COUNT",
-           "POSITION_KEYS", "EPOCH_KEYS", "epoch_positions", "TQDM_BAR", "bar_step_time"]
+           "LEADING_COUNT", "POSITION_KEYS", "EPOCH_KEYS", "epoch_positions", "TQDM_BAR",
+           "bar_step_time"]
 
 PROGRESS = (
     # mmcv/mmdet: "Epoch [1][1550/23454]"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainmedic.run.vocabulary import (
+    ACC_WORDS,
     DISC_LOSS,
     GEN_LOSS,
     TEST_SIDE,
@@ -46,8 +47,8 @@ def _eval_side(key: str) -> bool:
 
 
 #: Words of scores and counters, never the objective, after a "train" side word.
-_NOT_OBJECTIVE = frozenset({
-    "acc", "accuracy", "top1", "top5", "acc1", "acc5", "f1", "auc", "iou", "miou", "map",
+_NOT_OBJECTIVE = ACC_WORDS | frozenset({
+    "f1", "auc", "iou", "miou", "map",
     "precision", "recall", "bleu", "rouge", "psnr", "ssim", "samples", "steps", "step",
     "epoch", "epochs", "batch", "batches", "time", "runtime", "speed", "throughput", "size",
     "tokens", "examples", "lr", "mem", "memory", "count", "n", "num", "ppl", "perplexity",

@@ -30,6 +30,7 @@ from trainmedic.run.table import (
     duration_seconds,
     steps_across_epochs,
 )
+from trainmedic.run.vocabulary import TEST_SIDE, VAL_SIDE
 
 __all__ = ["read_jsonl", "read_json_rows", "read_json_document", "read_text", "flatten",
            "as_number", "rows_to_table"]
@@ -202,7 +203,6 @@ def _globalize(table: LogTable, rows: list[tuple[int | None, Mapping[str, Any]]]
                "by adding the last step of the epochs before")
 
 
-_EVAL_ROW = re.compile(r"^(?:val|valid|validation|eval|test)[/_]")
 _ROW_TIMINGS = ("time", "data_time", "iter_time", "batch_time")
 
 
@@ -216,7 +216,8 @@ def _durations(row: dict[str, Any]) -> dict[str, Any]:
             secs = duration_seconds(v)
             if secs is not None:
                 row[k] = secs
-    if any(_EVAL_ROW.match(k) for k in row) and "loss" not in row:
+    if "loss" not in row and any(
+            k.replace("/", "_").split("_")[0] in VAL_SIDE | TEST_SIDE for k in row):
         for k in _ROW_TIMINGS:
             if k in row:
                 row[f"val_{k}"] = row.pop(k)

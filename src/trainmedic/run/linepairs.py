@@ -164,7 +164,7 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         key = _norm_key(words[-1:] if spaced else words[-3:])
         last = key.rsplit("_", 1)[-1]
         if key not in STEP_KEYS + EPOCH_KEYS and last in STEP_KEYS + EPOCH_KEYS and \
-                key.split("_")[-2:-1] != [] and key.split("_")[-2] not in _METRIC_PARTS:
+                key.split("_")[-2] not in _METRIC_PARTS:
             # "Training iter 3150", "Training Epoch: 1" (not Lightning's "train_loss_step":
             # a metric's per-step value)
             key = last

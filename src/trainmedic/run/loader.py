@@ -22,7 +22,7 @@ from typing import Any
 from trainmedic.errors import InputError, UnreadableInputError, UnrecognizedInputError
 from trainmedic.run import names as names_mod
 from trainmedic.run.detection import WHAT_WE_READ, detect_format, names_look_like_log
-from trainmedic.run.jsonlog import EPOCH_FILE
+from trainmedic.run.jsonlog import EPOCH_FILE, read_epoch_files
 from trainmedic.run.mapping import table_to_run
 from trainmedic.run.merge import drop_superseded_hf_states, merge_into, repeats
 from trainmedic.run.rank_column import split_by_rank_column
@@ -173,8 +173,6 @@ def read_file(path: Path, fmt: str | None = None,
 
         return read_mlflow_run(path)
     if fmt == "epoch_files":
-        from trainmedic.run.jsonlog import read_epoch_files
-
         return read_epoch_files(path)
     raise UnrecognizedInputError(str(path), f"is not a training log trainmedic reads; expected "
                                  f"{WHAT_WE_READ}")
