@@ -80,6 +80,17 @@ def test_a_cosine_that_goes_back_up_past_its_t_max_is_an_anomaly() -> None:
     assert len(f) == 1 and f[0].severity == "warning"
 
 
+def test_a_cosine_stepped_per_micro_batch_cycles_a_few_times_and_is_an_anomaly() -> None:
+    # CosineAnnealingLR(eta_min=0) whose T_max ran out after a fifth of the run: it goes back
+    # up and down twice more, too few cycles for the per-batch "cycles" rule (>= 8).
+    s = np.arange(N)
+    lr = 1.5e-3 * (1 + np.cos(math.pi * s / (N / 5)))
+    run = _run(lr, _loss(np.random.default_rng(5), lr))
+    ev = _events(run)
+    assert [e.kind for e in ev] == ["rebound"] and ev[0].count >= 2
+    assert abs(ev[0].onset_step - N // 5) <= 2
+
+
 @pytest.mark.parametrize("name", ["warmup_cosine", "warmup_constant", "step_decay",
                                   "exponential", "cosine_to_zero", "constant", "linear_decay",
                                   "one_cycle", "plateau_decay", "sgdr", "triangular"])

@@ -179,17 +179,29 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
             fraction=(last - int(steps[falls[0]])) / span, count=len(falls),
             low_lr=float(v[falls[0]])))
     # A decay that came back: down to <= 5% of the peak, then a smooth climb (no jump of more
-    # than 30% of the peak between logged points) back to >= 90% of it at the end, where no
-    # schedule ends by design: a cosine whose T_max is shorter than the run (or stepped twice
-    # per step) goes on as a cosine. SGDR restarts jump up; a cyclic lr rarely dips to 5%.
-    low_i = int(np.argmin(v))
-    if not out and v[low_i] <= 0.05 * peak and 0 < low_i < n - 3 and \
-            float(np.max(v[:low_i])) >= 0.9 * peak and v[-1] >= 0.9 * peak and \
-            float(np.max(np.diff(v[low_i:]))) <= 0.3 * peak and len(_cycles_to_zero(r)) == 1:
+    # than 30% of the peak between logged points) back to >= 90% of it, once or a few times
+    # (fewer than CYCLES_MIN), where no schedule climbs by design: a cosine whose T_max is
+    # shorter than the run (or stepped per micro-batch) goes on as a cosine, back up and down
+    # again (torch's CosineAnnealingLR is periodic past T_max). SGDR restarts jump up; a
+    # cyclic lr (CLR) rarely dips to 5% of its top.
+    lows = _cycles_to_zero(r)
+    rebound = None
+    if not out and 0 < len(lows) < CYCLES_MIN:
+        for i in lows:
+            seg = r[i:]
+            low_i = i + int(np.argmin(seg[: int(np.argmax(seg >= 0.9))] if np.any(seg >= 0.9)
+                                      else seg))
+            back = np.flatnonzero(r[low_i:] >= 0.9)
+            if back.size and 0 < low_i < n - 3 and float(np.max(r[:low_i])) >= 0.9 and \
+                    float(np.max(np.diff(r[low_i: low_i + int(back[0]) + 1]))) <= 0.3:
+                rebound = low_i
+                break
+    if rebound is not None:
         out.append(ScheduleEvent(
-            kind="rebound", onset_step=int(steps[low_i]), peak_lr=peak,
+            kind="rebound", onset_step=int(steps[rebound]), peak_lr=peak,
             peak_step=int(steps[peak_i]), end_lr=float(v[-1]),
-            fraction=(last - int(steps[low_i])) / span, low_lr=float(v[low_i])))
+            fraction=(last - int(steps[rebound])) / span, low_lr=float(v[rebound]),
+            count=len(lows)))
     # Never-ending rise: non-decreasing (within 1%) from some point to the end, over most of
     # the run, by RISE_RATIO or more, ending at the peak.
     t, is_log = log_if_positive(v)
@@ -268,18 +280,20 @@ def _finding(ev: ScheduleEvent, tr: Trace, partial: str = "") -> Finding:
                                     f"<= 0.3x the peak that climbed back to >= 0.9x; {n} "
                                     f"such falls"),))
     if ev.kind == "rebound":
+        more = (f", {ev.count} times in all (each fall to <= 5% of the peak)"
+                if ev.count > 1 else "")
         return Finding(
             symptom="lr_schedule_anomaly", severity="warning", confidence=0.7,
             onset_step=ev.onset_step, end_step=int(tr.steps[-1]), rank=tr.rank, metric="lr",
             summary=(f"lr decayed to {fmt(float(ev.low_lr or 0.0))} at step {ev.onset_step}, "
-                     f"then climbed smoothly back to {fmt(ev.end_lr)} ({ev.end_lr / ev.peak_lr:.0%}"
-                     f" of its peak) by the last logged step: a cosine schedule whose T_max is "
-                     f"shorter than the run (or stepped twice per step) goes back up"),
+                     f"then climbed smoothly back to >= 90% of its peak {fmt(ev.peak_lr)}"
+                     f"{more}: a cosine schedule whose T_max is shorter than the run (or "
+                     f"stepped per micro-batch) goes back up"),
             evidence=(Evidence("lr", ev.onset_step, ev.low_lr, ev.peak_lr,
-                               note="lowest lr (<= 0.05x the peak), after the peak"),
+                               note="lowest lr of the first fall (<= 0.05x the peak)"),
                       Evidence("lr", int(tr.steps[-1]), ev.end_lr, ev.peak_lr,
-                               note="last lr (>= 0.9x the peak), reached without a jump of "
-                                    "more than 0.3x the peak between logged points")))
+                               note="last lr; the climb back to >= 0.9x the peak had no jump "
+                                    "of more than 0.3x the peak between logged points")))
     if ev.kind == "collapse":
         stalled = ev.loss_gain_after is not None and ev.loss_gain_after < 0.05
         sev: Severity = "error" if stalled and ev.fraction >= 0.5 else "warning"
