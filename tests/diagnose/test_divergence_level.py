@@ -390,3 +390,17 @@ def test_a_jump_after_a_flat_stretch_is_dated_at_the_jump_not_before_it() -> Non
     run.add("loss", s, loss)
     f = [f for f in diagnose(run).findings if f.symptom == "divergence" and f.level >= 1]
     assert f and 51 <= f[0].onset_step <= 57
+
+
+def test_a_cross_entropy_that_climbs_past_709_nats_is_reported_not_crashed() -> None:
+    # The summary gives the perplexity ratio exp(nats); past ~709 nats that overflows a float.
+    # A classifier's loss that blew up to 1e6 before it went NaN (a ViT whose accumulated
+    # loss was never divided, logged every other step) must still be reported, without it.
+    s = np.arange(60) * 2 + 1
+    loss = np.full(60, np.nan)
+    loss[:8] = [1.155, 4.11, 17.68, 27.47, 1172.0, 2232.0, 46956.0, 1.353e6]
+    run = Run(source="t")
+    run.add("loss", s, loss)
+    run.add("val_acc", s[::10], np.full(6, 0.1))
+    f = _loud(run, "divergence")
+    assert len(f) == 1 and "nats" in f[0].summary

@@ -514,7 +514,10 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
         tail = " and ended above where it started" if undone else ""
         if ce and is_log and float(inv(best)) <= CE_ABOVE_UNIFORM_NATS:
             nats = float(inv(end_lv)) - float(inv(best))
-            tail += f" (+{nats:.3g} nats: {math.exp(nats):.3g}x the perplexity)"
+            # exp overflows past ~709 nats: a loss that climbed that far has no perplexity
+            # worth printing, only its rise.
+            ppl = f": {math.exp(nats):.3g}x the perplexity" if nats < 700 else ""
+            tail += f" (+{nats:.3g} nats{ppl})"
         verb = "rose steadily" if trend_branch else "rose"
         out.append(Finding(
             symptom="divergence", severity=sev, confidence=conf, onset_step=onset,
