@@ -223,6 +223,17 @@ def test_periodic_stall_the_size_of_the_jitter_is_found_by_folding(seed: int) ->
     assert e.severity == "warning"
 
 
+def test_folding_a_step_column_of_nanosecond_timestamps_stays_small() -> None:
+    """A log whose step column is a Unix time in ns (1.7e18, 1 s apart): folding counts only
+    the phases that hold outliers (one slot per step of a ~1e11-step period was terabytes)."""
+    rng = np.random.default_rng(0)
+    v = cpu_jitter(300, 200)
+    v[49::50] = rng.uniform(0.015, 0.04, 6)
+    steps = 1_700_000_000_000_000_000 + 10**9 * np.arange(300, dtype=np.int64)
+    (e,) = events(v, steps)
+    assert e.period == 50 * 10**9 and e.severity == "warning"
+
+
 def test_a_contended_host_is_bimodal_not_stalls() -> None:
     """A quarter of the steps 5-13x slower (a shared host), a few seconds lost in all: info,
     while three rare 40x stalls in the same small run warn."""

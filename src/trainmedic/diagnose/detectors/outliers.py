@@ -240,9 +240,12 @@ def _folded_period(steps: np.ndarray, mask: np.ndarray) -> tuple[float, np.ndarr
     orel = rel[mask]
     best: tuple[float, int, int] | None = None
     for per in periods:
-        c = np.bincount(orel % per, minlength=per)
-        ph = int(np.argmax(c))
-        hits = int(c[ph])
+        # Counted over the phases that hold outliers only: a bincount over every phase
+        # allocates one slot per step of the period, which for a step column of Unix
+        # timestamps in ms (a period of ~1e13 "steps") is terabytes.
+        phases, c = np.unique(orel % per, return_counts=True)
+        ph = int(phases[int(np.argmax(c))])
+        hits = int(c.max())
         if hits < 5:
             continue
         npts = int(np.count_nonzero(rel % per == ph))
