@@ -118,3 +118,13 @@ def test_sb3_step_name_comes_after_a_framework_step(tmp_path: Path) -> None:
                  + "".join(f"{i},{2048 * i},{1.0 / (i + 1)}\n" for i in range(20)))
     loss = load_run(str(p)).get("loss")
     assert loss is not None and list(loss.steps[:3]) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("data", [b"\xffdam", b"\xff", b"ab\xff"])
+def test_a_tiny_file_with_a_bad_byte_is_an_input_error(tmp_path: Path, data: bytes) -> None:
+    # A bad UTF-8 byte near the end of the head is read as a character cut at the 64 KiB
+    # boundary; in a file of a few bytes that left no text at all (IndexError).
+    p = tmp_path / "opt"
+    p.write_bytes(data)
+    with pytest.raises(InputError):
+        load_run(str(p))

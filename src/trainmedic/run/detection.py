@@ -56,7 +56,7 @@ def detect_format(path: Path) -> str | None:
     try:
         text = stripped.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if exc.start >= len(stripped) - 4:  # a character cut at the 64 KiB boundary
+        if 0 < exc.start >= len(stripped) - 4:  # a character cut at the 64 KiB boundary
             text = stripped[:exc.start].decode("utf-8")
         else:  # a Latin-1 CSV can still be a log; random bytes fail the printable test below
             text = stripped.decode("latin-1")
