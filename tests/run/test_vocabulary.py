@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from trainmedic.diagnose import diagnose
+from trainmedic.run import load_run
 from trainmedic.run.names import resolve_names
 from trainmedic.run.vocabulary import read_name
 
@@ -20,6 +22,39 @@ from trainmedic.run.vocabulary import read_name
 def test_namespaced_and_unit_names_read(raw, canonical):
     r = read_name(raw)
     assert r is not None and r.canonical == canonical
+
+
+@pytest.mark.parametrize("cols,expected", [
+    # torchtune: get_memory_stats() in GiB without a unit in the name
+    (["step", "loss", "lr", "peak_memory_alloc", "peak_memory_reserved"],
+     {"mem_peak_mb": "peak_memory_alloc", "mem_reserved_mb": "peak_memory_reserved"}),
+    # Megatron-LM's iteration line as columns
+    (["iteration", "lm loss", "elapsed time per iteration (ms)", "learning rate"],
+     {"loss": "lm loss", "step_time_s": "elapsed time per iteration (ms)", "lr": "learning rate"}),
+    # NeMo: the unit after "in"
+    (["global_step", "reduced_train_loss", "train_step_timing in s"],
+     {"loss": "reduced_train_loss", "step_time_s": "train_step_timing in s"}),
+    (["epoch", "avg_epoch_loss", "validation_avg_epoch_loss"],
+     {"loss": "avg_epoch_loss", "val_loss": "validation_avg_epoch_loss"}),
+    (["iteration", "train/loss", "valid/loss", "optim0_lr0", "gpu_max_cached_mem_GB"],
+     {"lr": "optim0_lr0", "mem_reserved_mb": "gpu_max_cached_mem_GB"}),
+    (["global_step", "loss", "interval_samples_per_second"],
+     {"samples_per_s": "interval_samples_per_second"}),
+    (["time/total_timesteps", "train/loss", "time/fps"], {"samples_per_s": "time/fps"}),
+    (["step", "loss", "throughput(tps)"], {"tokens_per_s": "throughput(tps)"}),
+    (["step", "loss", "global_step/sec"], {"step_time_s": "global_step/sec"}),
+])
+def test_framework_column_sets_map(cols, expected, tmp_path):
+    # Read as a user's CSV would be: every column a number, the first one the step.
+    p = tmp_path / "metrics.csv"
+    rows = [",".join(f'"{c}"' for c in cols)]
+    rows += [",".join([str(10 * i)] + [f"{1.0 + 0.01 * i + 0.001 * j:.4f}"
+                                       for j in range(1, len(cols))]) for i in range(12)]
+    p.write_text("\n".join(rows) + "\n")
+    mapping = diagnose(load_run(str(p))).mapping
+    got = {m["canonical"]: m["column"] for m in mapping if m.get("canonical")}
+    for canonical, raw in expected.items():
+        assert got.get(canonical) == raw, (canonical, raw, got)
 
 
 @pytest.mark.parametrize("raw,factor", [

@@ -211,11 +211,25 @@ ALIASES: tuple[Alias, ...] = tuple(
         "torchtitan",
         ("loss", "loss_metrics/global_avg_loss"),
         ("tokens_per_s", "tps"),
+        ("tokens_per_s", "throughput(tps)"),
         ("step_time_s", "time_metrics/end_to_end(s)"),
         ("data_time_s", "time_metrics/data_loading(s)"),
         ("mem_reserved_mb", "memory/max_reserved(gib)", {"scale": 1024.0}),
         ("mem_peak_mb", "memory/max_active(gib)", {"scale": 1024.0}),
     )
+    # torchtune's training.get_memory_stats(): bytes / 2**30, i.e. GiB, with no unit in the
+    # name ("peak_memory_active", "peak_memory_alloc", "peak_memory_reserved").
+    + _family(
+        "torchtune",
+        ("mem_peak_mb", "peak_memory_alloc", {"scale": 1024.0}),
+        ("mem_reserved_mb", "peak_memory_reserved", {"scale": 1024.0}),
+    )
+    # GluonTS's trainer: "avg_epoch_loss" and, with validation data,
+    # "validation_avg_epoch_loss" (its logger's "Epoch[3] Evaluation metric ...").
+    + _family("gluonts", ("val_loss", "validation_avg_epoch_loss"))
+    # ESPnet2's reporter: one lr per optimizer and param group ("optim0_lr0"; a GAN's
+    # generator is optim0).
+    + _family("espnet", ("lr", "optim0_lr0"))
     # Ray Tune's progress.csv / result.json: the time of each reported iteration.
     + _family("raytune", ("step_time_s", "time_this_iter_s"))
     # MosaicML Composer loggers.

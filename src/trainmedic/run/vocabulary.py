@@ -125,6 +125,8 @@ WORDS: dict[str, _Word] = {
              "time_per_step", "time_per_iter", "time_per_iteration", "time_per_batch",
              "train_step_time", "step_duration", "iteration_duration", "iter_duration",
              "per_step_time", "step_t", "elapsed_per_step", "time_step", "time_iter",
+             # Megatron-LM: "elapsed time per iteration (ms): 1523.4"
+             "elapsed_time_per_iteration", "elapsed_time_per_iter", "elapsed_time_per_step",
              # PaddleSeg / PaddleDetection / PaddleOCR: "batch_cost: 0.53, reader_cost: 0.07"
              "batch_cost", "avg_batch_cost",
              # NeMo's progress bar: "train_step_timing in s=0.61"
@@ -150,7 +152,9 @@ WORDS: dict[str, _Word] = {
              "sample", "sequences", "seqs"),
     **_words("tokens_per_s", "rate", "tokens", "toks", "tok", "words"),
     **_words("tokens_per_s", "", "tps", "wps", "tgs", "tokens_per_s"),
-    **_words("samples_per_s", "", "sps", "samples_per_s", "throughput_samples"),
+    **_words("samples_per_s", "", "sps", "samples_per_s", "throughput_samples",
+             # stable-baselines3's "time/fps": environment steps (samples) per second
+             "fps"),
     **_words("step_time_s", "inv", "it", "its", "iter", "iters", "iterations", "steps",
              "step", "batches", "updates"),
     **_words("mem_alloc_mb", "mem", "mem_alloc", "memory_allocated", "mem_allocated",
@@ -160,7 +164,9 @@ WORDS: dict[str, _Word] = {
              "gpu_memory_allocated", "torch_memory_allocated"),
     **_words("mem_reserved_mb", "mem", "mem_reserved", "memory_reserved", "reserved_memory",
              "gpu_mem_reserved", "cached_memory", "memory_cached", "reserved",
-             "cuda_memory_reserved", "gpu_memory_reserved"),
+             "cuda_memory_reserved", "gpu_memory_reserved",
+             # ESPnet's reporter: "gpu_max_cached_mem_GB" (torch.cuda.max_memory_reserved)
+             "max_cached_mem", "gpu_max_cached_mem", "max_cached_memory"),
     **_words("mem_peak_mb", "mem", "max_mem", "max_memory", "peak_mem", "peak_memory",
              "mem_peak", "memory_peak", "max_memory_allocated", "max_mem_allocated",
              "max_allocated", "peak_allocated", "peak_mem_alloc", "max_memory_reserved",
@@ -238,6 +244,8 @@ def _norm(name: str) -> str:
     n = re.sub(r"(_per_(?:s|sec|second))_per_(?:gpu|device|rank|chip)$", r"\1", n)
     # "nll_nats", "loss_in_nats": a loss's own unit (the natural log), nothing to convert
     n = re.sub(r"_(?:in_)?nats$", "", n)
+    # "train_step_timing in s" (NeMo), "memory in gb": the unit after "in"
+    n = re.sub(r"_in_(ms|s|sec|secs|seconds|us|mb|mib|gb|gib)$", r"_\1", n)
     return n
 
 
@@ -287,7 +295,8 @@ _UNIT_ONLY = frozenset({"data", "dataload", "data_load", "dataloader", "dt"})
 
 #: What a rate carries before its noun: DeepSpeed's "CurrSamplesPerSec" and
 #: "RunningAvgSamplesPerSec" are samples/s (the current and the running-average reading).
-_RATE_PREFIX = re.compile(r"^(?:curr|current|running_avg|avg|mean|throughput)_")
+_RATE_PREFIX = re.compile(r"^(?:curr|current|running_avg|avg|mean|throughput|interval|global|"
+                          r"train)_")
 
 
 def _lookup(word: str) -> tuple[_Word | None, int, str, float, bool]:
