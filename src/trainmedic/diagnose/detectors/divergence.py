@@ -20,6 +20,7 @@ from trainmedic.diagnose.detectors.chance import collapsed_to_chance
 from trainmedic.diagnose.detectors.evaluations import worse_than_first_eval
 from trainmedic.diagnose.detectors.rewards import losses_trade_off
 from trainmedic.diagnose.detectors.short_log import climbing_tail, short_divergence
+from trainmedic.diagnose.detectors.worsening import worsening
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -530,7 +531,10 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             evidence=tuple(ev)))
     for rank in run.ranks():
         if not any(f.rank == rank and f.metric == "loss" for f in out):
-            climb = _climb_to_nan(run, rank) or climbing_tail(Trace.of(run, "loss", rank))
+            tl = Trace.of(run, "loss", rank)
+            climb = _climb_to_nan(run, rank) or climbing_tail(tl) or (
+                worsening(run, tl) if tl is not None and
+                collapsed_to_chance(run, tl) is None else None)
             if climb is not None:
                 out.append(climb)
     if not trs and not out:
