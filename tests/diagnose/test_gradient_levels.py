@@ -252,3 +252,22 @@ def test_an_overflow_burst_the_scaler_climbs_back_from_is_quiet() -> None:
     scales = [2.0 ** 18] * 2 + [2.0 ** 17, 2.0 ** 16, 2.0 ** 15, 2.0 ** 14] + \
         [2.0 ** 15, 2.0 ** 16, 2.0 ** 17]
     assert _loud(_scale_run(steps, scales), "loss_scale_collapse") == []
+
+
+def test_a_first_step_that_blew_up_and_was_clipped_back_explodes_at_the_start() -> None:
+    # GraphSAGE with summed neighbours under SGD: grad norm 1661 at the first logged step, then
+    # 0.03-0.3 for the rest of the run, the loss from 586 down to ln 4 and stuck there.
+    rng = np.random.default_rng(1)
+    g = np.r_[1661.0, 0.12 * np.exp(rng.normal(0, 0.4, 59))]
+    loss = np.r_[585.7, 1.37 * np.exp(rng.normal(0, 0.015, 59))]
+    f = _loud(_run(g, loss), "exploding_gradients")
+    assert len(f) == 1 and f[0].onset_step == 0 and "first logged step" in f[0].summary
+
+
+@pytest.mark.parametrize("first", [3.0, 8.0, 40.0])
+def test_large_first_norms_of_a_healthy_start_are_not_a_blowup(first: float) -> None:
+    # initialization often makes the first norms several times the later ones
+    rng = np.random.default_rng(2)
+    g = np.r_[first, np.exp(rng.normal(0, 0.3, 99)) * np.linspace(1.0, 0.3, 99)]
+    loss = 2.3 * np.exp(-np.arange(100) / 40) + 0.2
+    assert not _loud(_run(g, loss), "exploding_gradients")

@@ -189,6 +189,35 @@ def _short_jump(run: Run, g: Trace) -> Finding | None:
                                 f"(a log of {len(v)} points: judged by its shape)"),))
 
 
+#: The first logged grad norm at least this many times *every* later one: the first steps
+#: blew up and the run carried on (clipping, Adam's normalization) from wherever that left the
+#: weights. Initialization can make the first norms several times the later ones (measured on
+#: every analysed healthy run: at most 7.5x the largest later one); this is 100x all of them.
+FIRST_BLOWUP_RATIO = 100.0
+
+
+def _first_step_blowup(run: Run, g: Trace) -> Finding | None:
+    v = g.values
+    later = v[1:][np.isfinite(v[1:])]
+    if later.size < 5 or not float(v[0]) > 0 or \
+            not float(v[0]) >= FIRST_BLOWUP_RATIO * float(np.max(np.abs(later))):
+        return None
+    top, first = float(np.max(np.abs(later))), int(g.steps[0])
+    _, loss0 = loss_fall(run, g.rank)
+    return Finding(
+        symptom="exploding_gradients", severity="warning", confidence=0.6, onset_step=first,
+        end_step=first, rank=g.rank, metric="grad_norm",
+        summary=(f"grad_norm was {fmt(float(v[0]))} at the first logged step, "
+                 f"{float(v[0]) / top:.3g}x the largest of the {later.size} later ones "
+                 f"({fmt(top)}): the first steps exploded (an init scale, an lr with no warm-up, "
+                 f"an unnormalized input) and the run went on from where that left the weights"),
+        evidence=(Evidence("grad_norm", first, float(v[0]), top,
+                           note="first logged grad norm vs the largest later one"),) + ((
+            Evidence("loss", first, loss0, None,
+                     note="median of the first tenth of the logged losses"),)
+            if loss0 is not None else ()))
+
+
 @register_detector("exploding_gradients", requires=("grad_norm",))
 def detect_exploding(run: Run) -> list[Finding] | NotRun:
     """(a) sustained: the block-median grad_norm in the last 20% of the run is >= 10x its
@@ -214,7 +243,7 @@ def detect_exploding(run: Run) -> list[Finding] | NotRun:
                 out.append(short)
             continue
         ran = True
-        level = _exploding_level(run, g)
+        level = _exploding_level(run, g) or _first_step_blowup(run, g)
         if level is not None:
             out.append(level)
             continue
