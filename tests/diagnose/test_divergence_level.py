@@ -446,3 +446,25 @@ def test_a_gan_whose_generator_loss_rises_is_not_worsening() -> None:
     run.add("loss_D", s, np.full(100, 0.6))
     run.add("loss_G", s, 1.0 + 0.004 * s)
     assert not _worse(run)
+
+
+def test_a_smooth_climb_at_the_end_of_a_longer_log_is_a_divergence() -> None:
+    # fastai's history.csv (an EMA of the loss per epoch): down for 15 epochs, then a
+    # sign-flipped weight decay drives it up 16x, every epoch a new high. The 10 block
+    # medians of 3 points bend so much that 5 of their "noise" sigmas exceed the rise.
+    loss = [0.621, 0.567, 0.510, 0.450, 0.402, 0.366, 0.337, 0.315, 0.296, 0.281, 0.270, 0.261,
+            0.253, 0.249, 0.247, 0.251, 0.262, 0.273, 0.335, 0.412, 0.474, 0.537, 0.625, 0.756,
+            0.982, 1.359, 1.726, 2.257, 2.944, 3.943]
+    run = Run(source="t")
+    run.add("loss", np.arange(30), np.array(loss))
+    (f,) = _loud(run, "divergence")
+    assert f.severity == "error" and 18 <= f.onset_step <= 24
+
+
+def test_three_new_highs_at_the_end_of_a_noisy_healthy_run_do_not_happen() -> None:
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        s = np.arange(200)
+        run = Run(source="t")
+        run.add("loss", s, (2.0 * np.exp(-s / 40) + 0.3) * np.exp(rng.normal(0, 0.1, 200)))
+        assert not _loud(run, "divergence"), seed

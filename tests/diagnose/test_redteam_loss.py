@@ -291,3 +291,17 @@ def test_a_gan_whose_generator_loss_is_read_as_the_loss_is_still_a_gan(tmp_path)
     (tmp_path / "gan.log").write_text(lines)
     run = load_run(str(tmp_path / "gan.log"))
     assert run.has("loss") and "GAN" in losses_trade_off(run)
+
+
+@pytest.mark.parametrize("name,rl", [("td_loss", True), ("policy_loss", True),
+                                     ("critic_loss", True), ("q_loss", True),
+                                     ("train_loss", False), ("nll_loss", False)])
+def test_a_loss_named_as_an_rl_objective_may_rise(tmp_path, name: str, rl: bool) -> None:
+    # A DQN's TD loss steps up at every target-network sync while the agent learns.
+    from trainmedic.diagnose.detectors.rewards import losses_trade_off
+    from trainmedic.run import load_run
+
+    rows = [f"{s},{1e-4 * (1 + s / 10):.6g}" for s in range(5, 405, 5)]
+    (tmp_path / "m.csv").write_text(f"step,{name}\n" + "\n".join(rows) + "\n")
+    run = load_run(str(tmp_path / "m.csv"))
+    assert run.has("loss") and bool(losses_trade_off(run)) is rl

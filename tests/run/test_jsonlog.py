@@ -210,3 +210,20 @@ def test_an_evaluation_rows_timings_are_not_training_step_times(tmp_path):
     t = read_jsonl(write(tmp_path, "\n".join(lines) + "\n", name="scalars.json"))
     assert np.all(t.columns["time"].values == pytest.approx(0.0014))
     assert len(t.columns["val_time"]) == 6
+
+
+def test_a_progress_counter_string_is_the_step(tmp_path):
+    # ms-swift's logging.jsonl: "global_step/max_steps": "5/300", and a rate named in brackets
+    rows = [{"loss": 1.0 - 0.01 * i, "train_speed(iter/s)": 60.0 + i,
+             "global_step/max_steps": f"{5 * (i + 1)}/300", "percentage": f"{i}%"}
+            for i in range(12)]
+    p = write(tmp_path, "\n".join(json.dumps(r) for r in rows) + "\n", "logging.jsonl")
+    t = read_jsonl(p)
+    assert t.step_column == "global_step"
+    assert t.columns["loss"].steps.tolist() == [5 * (i + 1) for i in range(12)]
+    assert t.columns["max_steps"].values.tolist() == [300.0] * 12
+    from trainmedic.diagnose import diagnose
+    from trainmedic.run import load_run
+    mapping = diagnose(load_run(str(p))).mapping
+    assert {"column": "train_speed(iter/s)", "canonical": "step_time_s"}.items() <= \
+        next(m for m in mapping if m["column"] == "train_speed(iter/s)").items()

@@ -204,6 +204,8 @@ def _globalize(table: LogTable, rows: list[tuple[int | None, Mapping[str, Any]]]
 
 
 _ROW_TIMINGS = ("time", "data_time", "iter_time", "batch_time")
+#: "5/300": a progress counter (step of planned steps) written as a string.
+_PROGRESS = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
 
 def _durations(row: dict[str, Any]) -> dict[str, Any]:
@@ -211,11 +213,20 @@ def _durations(row: dict[str, Any]) -> dict[str, Any]:
     evaluation's row (mmengine's scalars.json writes ``{"val/loss": .., "data_time": ..,
     "time": .., "step": 50}``: the validation loop's per-iteration times) kept apart from the
     training step's as ``val_<name>``."""
-    for k, v in row.items():
+    for k, v in list(row.items()):
         if isinstance(v, str) and ":" in v and len(v) < 40:
             secs = duration_seconds(v)
             if secs is not None:
                 row[k] = secs
+        elif isinstance(v, str) and (m := _PROGRESS.fullmatch(v)):
+            # ms-swift's "global_step/max_steps": "5/300" (a progress counter as a string):
+            # the step is its first number, the planned total its second
+            first, _, second = k.partition("/")
+            row[first or k] = int(m.group(1))
+            if second:
+                row[second] = int(m.group(2))
+            if first and second:
+                del row[k]
     if "loss" not in row and any(
             k.replace("/", "_").split("_")[0] in VAL_SIDE | TEST_SIDE for k in row):
         for k in _ROW_TIMINGS:

@@ -244,6 +244,8 @@ def _norm(name: str) -> str:
     n = re.sub(r"(_per_(?:s|sec|second))_per_(?:gpu|device|rank|chip)$", r"\1", n)
     # "nll_nats", "loss_in_nats": a loss's own unit (the natural log), nothing to convert
     n = re.sub(r"_(?:in_)?nats$", "", n)
+    # "train_speed(iter/s)" (ms-swift), "throughput(samples/s)": a rate named in brackets
+    n = re.sub(r"^(?:[a-z_]*_)?(?:speed|throughput|rate)\((\w+)/s(?:ec)?\)$", r"\1_per_s", n)
     # "train_step_timing in s" (NeMo), "memory in gb": the unit after "in"
     n = re.sub(r"_in_(ms|s|sec|secs|seconds|us|mb|mib|gb|gib)$", r"_\1", n)
     return n

@@ -533,6 +533,7 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
         if not any(f.rank == rank and f.metric == "loss" for f in out):
             tl = Trace.of(run, "loss", rank)
             climb = _climb_to_nan(run, rank) or climbing_tail(tl) or (
+                climbing_tail(tl, any_length=True) if not losses_trade_off(run) else None) or (
                 worsening(run, tl) if tl is not None and
                 collapsed_to_chance(run, tl) is None else None)
             if climb is not None:

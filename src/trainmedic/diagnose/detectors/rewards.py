@@ -8,15 +8,22 @@ jump of such a loss is evidence only against a reward that did not improve.
 
 from __future__ import annotations
 
+import re
+
 from trainmedic.diagnose.stats import median
 from trainmedic.diagnose.trace import Trace, traces
 from trainmedic.run.series import Run
 from trainmedic.run.vocabulary import GAN_DISC_HINTS, GAN_GEN_HINTS
 
-__all__ = ["REWARD_HINTS", "reward_improved", "losses_trade_off"]
+__all__ = ["REWARD_HINTS", "RL_LOSS_WORDS", "reward_improved", "losses_trade_off"]
 
 #: Metric-name fragments of a reward/return (RL): a loss may rise while the policy improves.
 REWARD_HINTS = ("reward", "return", "ep_rew", "episode_rew", "ep_ret")
+#: Words of a loss that is a temporal-difference or policy objective (RL): its targets move
+#: with the policy and the target network, so it rises and jumps while the agent learns (a
+#: DQN's TD loss steps up at every target-network sync; Mnih et al. 2015).
+RL_LOSS_WORDS = frozenset({"td", "q", "bellman", "critic", "actor", "policy", "value_loss",
+                           "vf", "pg", "dqn"})
 
 
 def reward_improved(run: Run) -> str:
@@ -44,4 +51,11 @@ def losses_trade_off(run: Run) -> str:
     if any(h in m for m in names for h in GAN_GEN_HINTS) and \
             any(h in m for m in names for h in GAN_DISC_HINTS):
         return "generator and discriminator losses are logged (a GAN: they trade off)"
+    loss_cols = [str(m.get("column", "")).lower() for m in run.meta.get("mapping", ())
+                 if m.get("canonical") == "loss"]
+    for col in loss_cols:
+        words = set(re.split(r"[^a-z0-9]+", col))
+        if words & RL_LOSS_WORDS or any(w in col for w in RL_LOSS_WORDS if "_" in w):
+            return (f"the loss is '{col}', a reinforcement-learning objective (its targets "
+                    f"move with the policy and the target network)")
     return reward_improved(run)

@@ -77,11 +77,16 @@ CLIMB_RATIO = 1.5
 CLIMB_ERROR_RATIO = 3.0
 
 
-def climbing_tail(tr: Trace | None) -> Finding | None:
-    """A loss log of 5-11 finite points whose last >= 3 points each rose above the one before
-    and above every earlier point, ending >= 1.5x the median before them: the run is diverging
-    at the end of the excerpt (warning; error from 3x). Onset: the first point of the climb."""
-    if tr is None or not SHORT_MIN_POINTS <= len(tr) < CLIMB_MAX_POINTS or \
+def climbing_tail(tr: Trace | None, *, any_length: bool = False) -> Finding | None:
+    """A loss log of 5-11 finite points (any length from 5 with ``any_length``) whose last >= 3
+    points each rose above the one before and above every earlier point, ending >= 1.5x the
+    median before them: the run is diverging at the end of the log (warning; error from 3x).
+    Onset: the first point of the climb. A longer log's level rule can miss such a climb when
+    its curve is smooth (an EMA-smoothed loss): the block noise it measures is then the
+    curve's own bend, and 5 of those sigmas exceed the rise; three new all-time highs in a row
+    at the end of a training log do not happen by noise."""
+    top = None if any_length else CLIMB_MAX_POINTS
+    if tr is None or len(tr) < SHORT_MIN_POINTS or (top is not None and len(tr) >= top) or \
             not bool(np.all(tr.values > 0)):
         return None
     v, st = tr.values, tr.steps
