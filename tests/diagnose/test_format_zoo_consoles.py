@@ -7,8 +7,8 @@ Composer's metric blocks, Ignite, scikit-learn, diffusers, Keras verbose=2, Ligh
 and NeMo's tqdm bars, hydra, accelerate, HF stdout with its tqdm bar drawn over the dicts,
 YOLOv5's old console, TF's cifar10_train, Caffe, Darknet, kohya, Flax, Detectron2's console,
 the PyTorch-GAN and super-resolution examples, Udacity's "..." lines and epoch blocks,
-ESPnet, SpeechBrain, YOLOX, PaddleDetection, open_clip, nnU-Net, BasicSR, MONAI, YOLACT and
-build-nanogpt's one-metric-per-line log.txt.
+ESPnet, SpeechBrain, YOLOX, PaddleDetection, open_clip, nnU-Net, BasicSR, MONAI, YOLACT,
+build-nanogpt's one-metric-per-line log.txt and TF Model Garden's Orbit controller.
 
 Each is written from what the tool prints (no code copied); each must get exactly the
 divergence near its onset (in the log's own step units), and its healthy twin nothing loud."""
@@ -247,6 +247,11 @@ def _writers(L: list[float]) -> dict[str, tuple[str, Step]]:
         "log.txt": ("".join(
             (f"{i} val {L[i] * 1.05:.4f}\n{i} hella 0.2500\n" if i % 50 == 0 else "") +
             f"{i} train {L[i]:.6f}\n" for i in r), _every(1)),
+        # TF Model Garden's Orbit controller (absl prefix): the step before a printed dict
+        "orbit.log": ("".join(
+            f"I1130 09:00:00.019729 140213 controller.py:457] train | step: {(i + 1) * 10:6d} "
+            f"| steps/sec: 524.2 | output: {{'learning_rate': 0.003, 'training_loss': "
+            f"{L[i]!r}}}\n" for i in r), lambda i: (i + 1) * 10),
     }
     return w
 

@@ -223,6 +223,9 @@ class _Reader:
                 self.recognized += 1
                 return
             if any(as_number(v) is not None for v in flat.values()):
+                # Orbit's "train | step: 10 | output: {'training_loss': 0.2}": step first
+                for k, v in sectioned_pairs(raw[:raw.find("{")]).items():
+                    flat.setdefault(k, v)
                 if self._attach(no, flat):
                     return
                 if self.bars:
