@@ -84,6 +84,18 @@ def test_evaluations_frozen_from_the_second_are_a_flat_loss() -> None:
     assert not [f for f in diagnose(run).findings if f.symptom == "plateau" and f.level >= 1]
 
 
+def test_evaluations_frozen_after_a_first_one_far_away_are_not_flat_from_the_start() -> None:
+    """An fp16 scaler that collapsed after the first evaluation: the model learned (1.882,
+    then 1.273 at every evaluation to the end). It froze; it did not never learn."""
+    rng = np.random.default_rng(11)
+    s = np.arange(150)
+    loss = np.where(s < 50, 2.7 - 0.028 * s, 1.27) * np.exp(rng.normal(0, 0.03, 150))
+    val = np.array([1.8821234] + [1.2733891] * 5)
+    run = _run(loss, val)
+    assert not [f for f in diagnose(run).findings
+                if f.symptom == "flat_loss" and f.metric == "val_loss" and f.level >= 1]
+
+
 def test_tiny_lr_with_a_still_validation_loss_is_flat_despite_noisy_batches() -> None:
     rng = np.random.default_rng(10)
     loss = 1.45 * np.exp(rng.normal(0, 0.12, 150))

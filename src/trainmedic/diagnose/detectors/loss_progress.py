@@ -26,7 +26,12 @@ from trainmedic.diagnose.detectors.chance import (
 from trainmedic.diagnose.detectors.loss_nonfinite import zero_loss_without_gradient
 from trainmedic.diagnose.detectors.majority import FrozenAccuracy, frozen_accuracy
 from trainmedic.diagnose.detectors.short_log import frozen_short
-from trainmedic.diagnose.detectors.stuck import StuckTail, stuck_tail
+from trainmedic.diagnose.detectors.stuck import (
+    StuckTail,
+    frozen_from_start,
+    pinned_eval,
+    stuck_tail,
+)
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import (
@@ -446,7 +451,7 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
                    f"loss a softmax applied twice can reach over {floor.k} classes, and never "
                    f"went below it: a softmax in the head under a cross-entropy that applies "
                    f"log-softmax again")
-        frozen = _pinned_eval(run, tr.rank)
+        frozen = pinned_eval(run, tr.rank)
         if frozen_from_start(run, tr.rank) is not None:
             frozen = None  # never learned: flat_loss says so
         if frozen is not None and frozen[0] >= onset - 0.1 * span:
@@ -466,7 +471,7 @@ def detect_plateau(run: Run) -> list[Finding] | NotRun:
     if not trs and not any(frozen_accuracy(run, r) for r in run.ranks()):
         return NotRun("needs at least 12 finite loss points")
     if not out and trs:
-        frozen = _pinned_eval(run, None)
+        frozen = pinned_eval(run, None)
         if frozen_from_start(run, None) is not None:
             frozen = None  # never learned: flat_loss says so
         if frozen is not None and trs:
@@ -554,47 +559,3 @@ def _no_fall(tr: Trace) -> bool:
     v = tr.values
     return bool(np.all(v > 0)) and median(v[len(v) // 2:]) >= \
         (1.0 - FLAT_REL) * median(v[: max(1, len(v) // 10)])
-
-
-def frozen_from_start(run: Run, rank: int | None) -> tuple[int, float] | None:
-    """The pinned evaluations (see ``_pinned_eval``) when they start at the second
-    evaluation or earlier: the weights froze before the model learned anything."""
-    frozen = _pinned_eval(run, rank)
-    val = Trace.of(run, "val_loss", rank) or Trace.of(run, "val_loss", None)
-    if frozen is None or val is None or len(val) < 2:
-        return None
-    return frozen if frozen[0] <= int(val.steps[1]) else None
-
-
-#: Identical evaluations say "frozen" only when the logged digits could show a change this
-#: small relative to the level (a converged model's evaluations still move by ~1e-4 of it).
-PINNED_MIN_RESOLUTION = 1e-5
-
-
-def _resolution(v: np.ndarray) -> float:
-    """The step of the logger's rounding: 10**-d for the fewest decimals d <= 8 that write every
-    value exactly (a print log's "Val Loss: 0.1055" has 4), else 0."""
-    for d in range(9):
-        scaled = v * 10.0 ** d
-        if bool(np.all(np.abs(scaled - np.round(scaled)) <= 1e-6 * np.abs(scaled))):
-            return 10.0 ** -d
-    return 0.0
-
-
-def _pinned_eval(run: Run, rank: int | None) -> tuple[int, float] | None:
-    """(first step, value) of a run of >= 3 identical validation losses that lasts to the last
-    evaluation, while the eval had moved before it. A run of zeros is not frozen: it is a
-    loss below the logger's rounding (4 decimals in HF and most print logs)."""
-    for name in ("val_loss",):
-        val = Trace.of(run, name, rank) or Trace.of(run, name, None)
-        if val is None or len(val) < 4:
-            continue
-        v = val.values
-        if v[-1] == 0.0 or _resolution(v) > PINNED_MIN_RESOLUTION * abs(float(v[-1])):
-            continue  # at or below what the logger's rounding can show
-        k = len(v) - 1
-        while k > 0 and abs(v[k - 1] - v[-1]) <= 1e-6 * max(abs(v[-1]), 1e-12):
-            k -= 1
-        if len(v) - k >= 3 and k >= 1:
-            return int(val.steps[k]), float(v[-1])
-    return None

@@ -6,6 +6,9 @@ changes between them. A model whose outputs saturated (a sigmoid/softmax pinned 
 exactly ln 2) or whose updates are all skipped logs the same number step after step. The
 whole-log case is ``pinned`` in loss_progress.py; this is the same reading for a tail.
 
+The same reading for evaluations (``pinned_eval``): a validation loss identical to the last
+evaluation from some point on says the weights stopped changing.
+
 The evidence rule is written out in docs/symptoms.md (flat_loss); keep the two in step.
 """
 
@@ -18,9 +21,11 @@ import numpy as np
 
 from trainmedic.diagnose.detectors.loss_nonfinite import nan_grads_under_tail
 from trainmedic.diagnose.trace import Trace
+from trainmedic.run.series import Run
 
 __all__ = ["StuckTail", "stuck_tail", "stuck_resolution", "STUCK_MIN_POINTS", "STUCK_MIN_SHARE",
-           "STUCK_MAX_RESOLUTION"]
+           "STUCK_MAX_RESOLUTION", "pinned_eval", "frozen_from_start", "PINNED_MIN_RESOLUTION",
+           "FROZEN_START_GAP"]
 
 #: The identical tail holds at least this many logged points ...
 STUCK_MIN_POINTS = 5
@@ -83,3 +88,58 @@ def stuck_tail(tr: Trace, grad: Trace | None = None) -> StuckTail | None:
         return None  # a logger repeating its last finite loss over NaN steps: nan_masked
     return StuckTail(start=k, onset_step=int(tr.steps[k]), value=last, points=points,
                      before=before, resolution=res)
+
+
+#: How far (relative) the first evaluation may sit from the frozen value when the freeze starts
+#: at the second: a model that never learned evaluates the same, up to its noise.
+FROZEN_START_GAP = 0.05
+
+
+def frozen_from_start(run: Run, rank: int | None) -> tuple[int, float] | None:
+    """The pinned evaluations (see ``pinned_eval``) when they start at the second
+    evaluation or earlier: the weights froze before the model learned anything."""
+    frozen = pinned_eval(run, rank)
+    val = Trace.of(run, "val_loss", rank) or Trace.of(run, "val_loss", None)
+    if frozen is None or val is None or len(val) < 2 or frozen[0] > int(val.steps[1]):
+        return None
+    # ... and the evaluation before a freeze at the second is already near the frozen value:
+    # an fp16 scaler that collapsed after the first evaluation (1.882, then 1.273 frozen for
+    # the rest of the run) froze a model that had learned
+    v0 = float(val.values[0])
+    if frozen[0] > int(val.steps[0]) and abs(v0 - frozen[1]) > FROZEN_START_GAP * abs(frozen[1]):
+        return None
+    return frozen
+
+
+#: Identical evaluations say "frozen" only when the logged digits could show a change this
+#: small relative to the level (a converged model's evaluations still move by ~1e-4 of it).
+PINNED_MIN_RESOLUTION = 1e-5
+
+
+def _resolution(v: np.ndarray) -> float:
+    """The step of the logger's rounding: 10**-d for the fewest decimals d <= 8 that write every
+    value exactly (a print log's "Val Loss: 0.1055" has 4), else 0."""
+    for d in range(9):
+        scaled = v * 10.0 ** d
+        if bool(np.all(np.abs(scaled - np.round(scaled)) <= 1e-6 * np.abs(scaled))):
+            return 10.0 ** -d
+    return 0.0
+
+
+def pinned_eval(run: Run, rank: int | None) -> tuple[int, float] | None:
+    """(first step, value) of a run of >= 3 identical validation losses that lasts to the last
+    evaluation, while the eval had moved before it. A run of zeros is not frozen: it is a
+    loss below the logger's rounding (4 decimals in HF and most print logs)."""
+    for name in ("val_loss",):
+        val = Trace.of(run, name, rank) or Trace.of(run, name, None)
+        if val is None or len(val) < 4:
+            continue
+        v = val.values
+        if v[-1] == 0.0 or _resolution(v) > PINNED_MIN_RESOLUTION * abs(float(v[-1])):
+            continue  # at or below what the logger's rounding can show
+        k = len(v) - 1
+        while k > 0 and abs(v[k - 1] - v[-1]) <= 1e-6 * max(abs(v[-1]), 1e-12):
+            k -= 1
+        if len(v) - k >= 3 and k >= 1:
+            return int(val.steps[k]), float(v[-1])
+    return None
