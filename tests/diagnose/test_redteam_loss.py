@@ -305,3 +305,21 @@ def test_a_loss_named_as_an_rl_objective_may_rise(tmp_path, name: str, rl: bool)
     (tmp_path / "m.csv").write_text(f"step,{name}\n" + "\n".join(rows) + "\n")
     run = load_run(str(tmp_path / "m.csv"))
     assert run.has("loss") and bool(losses_trade_off(run)) is rl
+
+
+def test_swings_of_a_td_loss_are_info_those_of_a_plain_loss_a_warning(tmp_path) -> None:
+    from trainmedic.diagnose import diagnose
+
+    # A DQN's TD loss jumps at each target-network sync and settles: swings by design.
+    from trainmedic.run import load_run
+
+    r = np.random.default_rng(3)
+    s = np.arange(5, 405, 5)
+    v = 1e-3 * np.where((s // 50) % 2 == 0, 1.0, 8.0) * np.exp(r.normal(0, 0.05, s.size))
+    sev = {}
+    for name in ("train/td_loss", "train/loss"):
+        p = tmp_path / f"{name.replace('/', '_')}.csv"
+        p.write_text(f"step,{name}\n" + "".join(f"{a},{b:.6g}\n" for a, b in zip(s, v)))
+        fs = [f for f in diagnose(load_run(str(p))).findings if f.symptom == "oscillation"]
+        sev[name] = fs[0].severity if fs else None
+    assert sev == {"train/td_loss": "info", "train/loss": "warning"}, sev

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.rewards import losses_trade_off
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
 from trainmedic.diagnose.stats import blocks, diff_sigma, log_if_positive, median, theil_sen_z
@@ -130,6 +131,9 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
         cyclic = _cyclic_lr(run, tr.rank)
         if cyclic:
             sev = "info"  # the schedule itself cycles (SGDR, CLR): swings are by design
+        legit = losses_trade_off(run)
+        if legit:
+            sev = "info"  # an RL objective's targets move (a DQN's at each sync), a GAN's trade
         onset = int(bl.first_step[piv[1]])
         swing_txt = f"{math.exp(med_swing):.2f}x" if is_log else fmt(med_swing)
         out.append(Finding(
@@ -142,7 +146,8 @@ def detect_oscillation(run: Run) -> list[Finding] | NotRun:
                                     f">= {math.exp(amp) if is_log else amp:.3g}"
                                     f"{'x' if is_log else ''}; threshold = max(30%, 6 block "
                                     f"sigmas)" + ("; lr follows a cyclic schedule, so "
-                                                  "swings are expected" if cyclic else "")),)))
+                                                  "swings are expected" if cyclic else "")
+                               + (f"; swings may be expected: {legit}" if legit else "")),)))
     if not trs:
         return NotRun("needs at least 30 finite loss points")
     return out
