@@ -468,6 +468,22 @@ def test_a_small_leak_that_rises_at_every_block_warns_a_noisy_drift_stays_info()
     assert not [f for f in run_detector("memory_growth", run2) if f.level >= 1]
 
 
+def test_a_leak_switched_on_mid_run_starts_where_memory_leaves_its_level() -> None:
+    # quantized to 0.01 GiB (ms-swift's memory(GiB)): flat at 276.5 MB to step 55, then a
+    # cache that is never truncated adds ~10 MB every 5 steps
+    run = Run("leak")
+    steps = np.arange(5, 305, 5)
+    mem = 276.5 + 10.24 * np.floor(np.maximum(steps - 55, 0) / 5.0)
+    run.add("mem_alloc_mb", steps, mem)
+    f = worst(run_detector("memory_growth", run))
+    assert f.severity == "warning" and 55 <= f.onset_step <= 65
+    # a leak from the start (every block above the one before) starts at the judged start
+    run2 = Run("leak2")
+    run2.add("mem_alloc_mb", steps, 276.5 + 0.5 * steps)
+    f2 = worst(run_detector("memory_growth", run2))
+    assert f2.onset_step <= 40
+
+
 def test_a_warm_up_climb_that_levels_off_is_no_leak() -> None:
     run = Run("warm")
     steps = np.arange(200)

@@ -13,7 +13,7 @@ import numpy as np
 
 from trainmedic.diagnose.finding import Evidence, Finding, Severity
 from trainmedic.diagnose.registry import NotRun, register_detector
-from trainmedic.diagnose.stats import blocks, median, theil_sen
+from trainmedic.diagnose.stats import blocks, diff_sigma, median, theil_sen
 from trainmedic.diagnose.trace import fmt, traces
 from trainmedic.run.series import Run
 
@@ -32,6 +32,8 @@ GROWTH_INFO_MB = 20.0
 #: ... and a warning from the info floor on when >= this share of >= 10 block-to-block moves
 #: go up (a leak per step: the run's length sets its cost, not its size so far).
 GROWTH_MONOTONE_SHARE = 0.95
+#: A block within this share of the first block's level is still at the starting level.
+ONSET_BAND_REL = 0.01
 
 
 @register_detector("memory_growth", requires_any=MEMORY_METRICS)
@@ -80,13 +82,21 @@ def detect_memory_growth(run: Run) -> list[Finding] | NotRun:
                 up_frac >= GROWTH_MONOTONE_SHARE and nb >= 10)
             sev: Severity = "warning" if strong else "info"
             per_k = slope * 1000.0
-            onset = int(s[0])
+            # Onset: the first block after the last one still at the first block's level
+            # (within 2 sigmas of the block-to-block noise, or 1% of it: RSS moves by a page
+            # or an allocator chunk), not the end of the skipped warm-up: a leak switched on
+            # mid-run starts there; one that climbs from the start, at the start.
+            band = max(2.0 * diff_sigma(lv), ONSET_BAND_REL * abs(float(lv[0])))
+            at_start = np.flatnonzero(lv <= lv[0] + band)
+            first = int(at_start[-1]) + 1 if at_start.size else 0
+            onset = int(bl.first_step[min(first, nb - 1)]) if first > 1 else int(s[0])
             out.append(Finding(
                 symptom="memory_growth", severity=sev, confidence=0.8, onset_step=onset,
                 end_step=int(s[-1]), rank=tr.rank, metric=metric,
                 summary=(f"{metric} grew {fmt(growth)} MB (+{100 * rel:.0f}%) from step "
-                         f"{onset} to {int(s[-1])}, about {fmt(per_k)} MB per 1000 steps, "
-                         f"and was still growing at the end"),
+                         f"{int(s[0])} to {int(s[-1])}, climbing from about step {onset}, "
+                         f"about {fmt(per_k)} MB per 1000 steps, and was still growing at the "
+                         f"end"),
                 evidence=(Evidence(metric, int(s[-1]), end, start,
                                    note=f"median of the last 3 vs first 3 of {nb} block "
                                         f"medians, after skipping the first {skip} points; "
