@@ -319,7 +319,8 @@ def test_swings_of_a_td_loss_are_info_those_of_a_plain_loss_a_warning(tmp_path) 
     sev = {}
     for name in ("train/td_loss", "train/loss"):
         p = tmp_path / f"{name.replace('/', '_')}.csv"
-        p.write_text(f"step,{name}\n" + "".join(f"{a},{b:.6g}\n" for a, b in zip(s, v, strict=True)))
+        rows = "".join(f"{a},{b:.6g}\n" for a, b in zip(s, v, strict=True))
+        p.write_text(f"step,{name}\n" + rows)
         fs = [f for f in diagnose(load_run(str(p))).findings if f.symptom == "oscillation"]
         sev[name] = fs[0].severity if fs else None
     assert sev == {"train/td_loss": "info", "train/loss": "warning"}, sev
