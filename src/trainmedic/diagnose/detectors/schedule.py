@@ -31,8 +31,10 @@ __all__ = ["ScheduleEvent", "schedule_events", "COLLAPSE_RATIO", "COLLAPSE_BEFOR
 
 #: Collapse: the lr fell below this fraction of its peak ...
 COLLAPSE_RATIO = 1e-3
-#: ... before this fraction of the run had passed, and stayed below to the end.
+#: ... before this fraction of the run had passed, and stayed below to the end. Its onset is
+#: where it last fell below this fraction of the peak.
 COLLAPSE_BEFORE = 0.5
+COLLAPSE_ONSET_RATIO = 0.01
 #: Never-ending rise: the lr still rises over at least this fraction of the run ...
 RISE_MIN_FRACTION = 0.6
 #: ... by at least this factor, and ends at its peak.
@@ -146,10 +148,11 @@ def schedule_events(run: Run, tr: Trace) -> list[ScheduleEvent]:
     low = v <= COLLAPSE_RATIO * peak
     if bool(low[-1]) and peak_i < n - 1:
         k = _suffix_start(low)
-        # The collapse began where the lr last fell below a tenth of its peak on its way
-        # down (the first decay of a per-epoch schedule run per batch), not where it
-        # finally crossed 1e-3.
-        tenth = v > 0.1 * peak
+        # The collapse is where the lr last fell below 1% of its peak on its way down: from
+        # there the run learns at a negligible rate (a per-epoch StepLR(8, 0.5) stepped per
+        # batch is there after 56 steps, ExponentialLR(0.9) after 44), not at its first decay
+        # (an ordinary schedule's too) nor where it finally crossed 1e-3.
+        tenth = v > COLLAPSE_ONSET_RATIO * peak
         above = np.flatnonzero(tenth[peak_i + 1: k])
         j = peak_i + 1 + int(above[-1]) + 1 if above.size else peak_i + 1
         onset = int(steps[j])
