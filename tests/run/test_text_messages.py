@@ -291,3 +291,21 @@ def test_a_long_banner_before_the_metric_lines_does_not_hide_the_log(tmp_path):
     run = load_run(write(tmp_path / "training.log", banner + epochs))
     assert list(run.get("loss").steps) == list(range(1, 13))
     assert run.get("val_loss").values[0] == pytest.approx(1.48)
+
+
+def test_torchtitans_validate_lines_are_the_validation_loss(tmp_path):
+    # "validate step: 50  loss: 2.96" sits between training lines of the same step: read as
+    # the training loss it made step 50 appear twice (a replay that never happened)
+    lines = []
+    for s in range(10, 210, 10):
+        lines.append(f"[rank0]:[titan] 2025-11-30 09:00:00,011 - root - INFO - step: {s:3d}  "
+                     f"loss: {3.6 - s / 100:7.4f}  grad_norm:  0.47  tps: 31,803")
+        if s % 50 == 0:
+            lines.append(f"[rank0]:[titan] 2025-11-30 09:00:00,202 - root - INFO - validate "
+                         f"step: {s}  loss: {3.5 - s / 100:7.4f}  memory:  0.26GiB(0.00%)")
+    p = tmp_path / "train.log"
+    p.write_text("\n".join(lines) + "\n")
+    run = load_run(str(p))
+    assert run.get("val_loss").steps.tolist() == [50, 100, 150, 200]
+    loss = run.get("loss")
+    assert loss.is_monotonic and len(loss) == 20
