@@ -309,3 +309,17 @@ def test_torchtitans_validate_lines_are_the_validation_loss(tmp_path):
     assert run.get("val_loss").steps.tolist() == [50, 100, 150, 200]
     loss = run.get("loss")
     assert loss.is_monotonic and len(loss) == 20
+
+
+def test_cyclegans_loss_log_sums_the_generator_terms_and_drops_the_date_headers(tmp_path):
+    # pytorch-CycleGAN-and-pix2pix's loss_log.txt: a "Training Loss (<ctime>)" header per
+    # run, then one line per print with the generator's terms and the discriminators'
+    head = "================ Training Loss (Fri Sep  1 03:07:14 2017) ================\n"
+    rows = "".join(f"(epoch: 1, iters: {i * 100}, time: 28.9) D_A: 0.2 G_A: 0.5 Cyc_A: 1.9 "
+                   f"D_B: 0.4 G_B: 0.5 Cyc_B: 1.4 \n" for i in range(1, 11))
+    p = tmp_path / "loss_log.txt"
+    p.write_text(head + rows)
+    run = load_run(str(p))
+    assert not [m for m in run.metrics() if "sep" in m or "fri" in m]
+    loss = run.get("loss")
+    assert loss is not None and np.allclose(loss.values, 0.5 + 1.9 + 0.5 + 1.4)

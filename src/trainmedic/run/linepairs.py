@@ -101,6 +101,11 @@ _CAFFE_OUTPUT = re.compile(r"\b(Test|Train) net output #\d+:\s*([A-Za-z_][\w.-]*
                            r"(?:\s*\(\*[^)]*\))?")
 
 
+#: A date as time.ctime() writes it ("Fri Sep  1 03:07:14 2017"), with or without the time.
+_CTIME = re.compile(r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|"
+                    r"Sep|Oct|Nov|Dec)\s+\d{1,2}(?:\s+\d{1,2}:\d{2}:\d{2})?(?:\s+\d{4})?\b")
+
+
 #: A path to a source file in a warning or traceback ("functional.py:718", "TensorImpl.h:1156").
 _SOURCE_FILE = re.compile(r"\w\.(?:py|pyx|h|hpp|c|cc|cpp|cu|cuh)$")
 
@@ -113,6 +118,8 @@ _METRIC_PARTS = frozenset({"loss", "acc", "accuracy", "lr", "norm", "ppl", "perp
 def line_pairs(line: str) -> tuple[dict[str, float], bool]:
     """``{key: value}`` of one line cut into pairs, and whether a value had no key."""
     line = _LOG_PREFIX.sub(" ", translate_cjk(line))
+    if _CTIME.search(line):  # "Training Loss (Fri Sep  1 03:07:14 2017)": a date, no value
+        line = _CTIME.sub(" ", line)
     if "net output #" in line:
         line = _CAFFE_OUTPUT.sub(lambda m: ("val_" if m.group(1) == "Test" else "net_")
                                  + f"{m.group(2)} = {m.group(3)}", line)

@@ -322,6 +322,12 @@ DERIVED: tuple[Derivation, ...] = (
     # spaCy's `spacy train` table prints one "LOSS <COMPONENT>" column per trained pipe
     # ("LOSS TOK2VEC  LOSS NER"); the objective it minimizes is their sum.
     Derivation(canonical="loss", pattern=r"loss [a-z0-9_]+", family="spacy", min_components=1),
+    # pytorch-CycleGAN-and-pix2pix prints the generator's objective only as its terms
+    # (loss_G = G_A + G_B + cycle_A + cycle_B + idt_A + idt_B, the cycle and identity terms
+    # already weighted by lambda; pix2pix: G_GAN + G_L1), beside the discriminators' (D_A,
+    # D_B; D_real, D_fake). Old versions write "Cyc_A".
+    Derivation(canonical="loss", pattern=r"g_(?:a|b|gan|l1)|cyc(?:le)?_[ab]|idt_[ab]",
+               family="cyclegan", requires_any=("d_a", "d_b", "d_real", "d_fake")),
     # Its console prints the same terms without the "train/" namespace, beside GPU_mem
     # ("Epoch GPU_mem box_loss cls_loss dfl_loss Instances Size"; YOLOv5 before 7.0:
     # "Epoch gpu_mem box obj cls labels img_size").
