@@ -468,3 +468,17 @@ def test_three_new_highs_at_the_end_of_a_noisy_healthy_run_do_not_happen() -> No
         run = Run(source="t")
         run.add("loss", s, (2.0 * np.exp(-s / 40) + 0.3) * np.exp(rng.normal(0, 0.1, 200)))
         assert not _loud(run, "divergence"), seed
+
+
+def test_a_short_log_that_climbs_back_toward_its_start_is_a_divergence() -> None:
+    # an issue excerpt: 15.5 -> 1.43 by step 220, then 5.82, 7.05, 10.03 (back toward the
+    # random-init loss); the climb is no new high (the start was higher), but 7x its best
+    loss = [15.50, 13.00, 3.80, 2.39, 1.43, 5.82, 7.05, 10.03]
+    run = Run(source="t")
+    run.add("loss", np.array([1, 55, 110, 165, 220, 275, 330, 385]), np.array(loss))
+    (f,) = _loud(run, "divergence")
+    assert f.onset_step == 275
+    # a short healthy descent that ticks up a little at the end is not
+    quiet = Run(source="t")
+    quiet.add("loss", np.arange(8), np.array([3.0, 2.2, 1.6, 1.2, 1.0, 1.05, 1.1, 1.2]))
+    assert not _loud(quiet, "divergence")

@@ -74,6 +74,8 @@ CLIMB_MAX_POINTS = 12
 #: ... ending >= 1.5x the median of the points before the climb (the level rules' ratio);
 #: an error from 3x (theirs too).
 CLIMB_RATIO = 1.5
+#: ... and, in a short log, >= this many times the lowest point before the climb.
+CLIMB_OVER_BEST = 2.0
 CLIMB_ERROR_RATIO = 3.0
 
 
@@ -90,19 +92,27 @@ def climbing_tail(tr: Trace | None, *, any_length: bool = False) -> Finding | No
             not bool(np.all(tr.values > 0)):
         return None
     v, st = tr.values, tr.steps
+    # A long log's climb must set a new high at every point (its noise could make three rises
+    # at the end); in a short log the first points are the run's start, high by nature, so
+    # the climb must instead end >= 2x the lowest point before it (back well above its best).
+    new_highs = any_length
     k = 0
-    while k + 1 < len(v) - 2 and v[-k - 1] > v[-k - 2] and v[-k - 1] > v[:-k - 1].max():
+    while k + 1 < len(v) - 2 and v[-k - 1] > v[-k - 2] and (
+            not new_highs or v[-k - 1] > v[:-k - 1].max()):
         k += 1
     before = median(v[:-k]) if k else 0.0
-    if k < CLIMB_POINTS or v[-1] < CLIMB_RATIO * before:
+    if k < CLIMB_POINTS or v[-1] < CLIMB_RATIO * before or \
+            (not new_highs and v[-1] < CLIMB_OVER_BEST * float(v[-k - 1])):
         return None
     onset, ratio = int(st[len(v) - k]), float(v[-1]) / before
+    what = "every one a new high" if new_highs else \
+        f"{float(v[-1]) / float(v[-k - 1]):.3g}x the lowest point before them"
     return Finding(
         symptom="divergence", severity="error" if ratio >= CLIMB_ERROR_RATIO else "warning",
         confidence=0.6,
         onset_step=onset, end_step=int(st[-1]), rank=tr.rank, metric=tr.metric,
-        summary=(f"{tr.metric} rose at each of the last {k} of {len(v)} logged points, every "
-                 f"one a new high, to {ratio:.3g}x the median before the climb "
+        summary=(f"{tr.metric} rose at each of the last {k} of {len(v)} logged points, "
+                 f"{what}, to {ratio:.3g}x the median before the climb "
                  f"({fmt(before)} -> {fmt(float(v[-1]))}, from step {onset})"),
         evidence=(Evidence(tr.metric, int(st[-1]), float(v[-1]), before,
                            note=f"last point vs the median of the {len(v) - k} points before "
