@@ -412,3 +412,17 @@ def test_lightnings_per_parameter_grad_norms_are_per_layer_grad_norms(tmp_path):
     assert run.get("layer/body.0/grad_norm").values.tolist() == [4e-9] * 5
     assert run.get("layer/head/grad_norm") is not None
     assert run.get("layer/body.0.bias/grad_norm") is None
+
+
+def test_a_guild_run_store_is_walked_though_its_folder_is_hidden(tmp_path):
+    # Guild AI keeps each run's stdout as .guild/runs/<id>/.guild/output
+    out = tmp_path / ".guild" / "runs" / "6c1f0e7a" / ".guild"
+    out.mkdir(parents=True)
+    (out / "output").write_text("Training for 300 steps\n" + "".join(
+        f"step: {s}\ntrain_tree_nll: {1.5 - s / 1000:.4f}\nlr: 0.01\n" +
+        (f"val_tree_nll: {1.4 - s / 1000:.4f}\n" if s % 50 == 0 else "")
+        for s in range(10, 310, 10)))
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "log.csv").write_text("step,loss\n1,9\n2,9\n")
+    run = load_run(str(tmp_path))
+    assert len(run.get("loss")) == 30 and len(run.get("val_loss")) == 6

@@ -64,6 +64,14 @@ def _unknown_train_word(key: str) -> bool:
         parts[1].isalpha() and parts[1] not in _NOT_OBJECTIVE
 
 
+def _sideless(leaf: str) -> str:
+    """A leaf name without a leading side word ("train_tree_nll", "val_tree_nll" ->
+    "tree_nll")."""
+    head, _, rest = leaf.lower().partition("_")
+    return rest if rest and head in ("train", "training", "val", "valid", "validation", "eval",
+                                     "test") else leaf.lower()
+
+
 def _leaf(key: str) -> str:
     return key.replace(".", "/").split("/")[-1].replace(" ", "_").replace("-", "_")
 
@@ -207,8 +215,10 @@ def _train_loss(res: NameResolution, readings: list[tuple[str, str, NameReading]
             res.aliases["loss"] = lossy[0][1]
             res.families["loss"] = "vocabulary"
             res.how["loss"] = "the only column named as a loss"
-            twin = [raw for k, raw in free.items() if _leaf(k) == _leaf(lossy[0][0])
-                    and _eval_side(k) and raw not in res.aliases.values()]
+            word = _sideless(_leaf(lossy[0][0]))  # "train_tree_nll" and "val_tree_nll"
+            twin = [raw for k, raw in free.items() if _sideless(_leaf(k)) == word
+                    and (_eval_side(k) or _leaf(k).lower().split("_")[0] in
+                         VAL_SIDE | TEST_SIDE) and raw not in res.aliases.values()]
             if len(twin) == 1 and "val_loss" not in res.aliases:
                 res.aliases["val_loss"] = twin[0]
                 res.families["val_loss"] = "vocabulary"

@@ -55,6 +55,9 @@ _TEXT_SUFFIXES = frozenset({".py", ".md", ".rst", ".sh"})
 #: at HF's global step made a spike and a resume that never happened).
 _SUMMARY_FILES = frozenset({"wandb-summary.json"})
 _SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints", "node_modules", ".venv"})
+#: Hidden folders that are a tracker's run store, walked like any other: Guild AI keeps each
+#: run's stdout as ``.guild/runs/<id>/.guild/output``.
+_TRACKER_DOT_DIRS = frozenset({".guild"})
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?!\d)", re.IGNORECASE)
 # Keras' TensorBoard callback writes train/ and validation/ sub-folders with the same tags.
 _ATTEMPT_RE = re.compile(r"attempt_\d+")
@@ -248,7 +251,8 @@ def _walk(root: Path, skip: frozenset[Path] = frozenset()) -> Iterator[tuple[Pat
             raise UnreadableInputError(str(d), f"cannot list the folder ({exc.strerror})"
                                        ) from exc
         for e in entries:
-            if e.name.startswith(".") or e.name in _SKIP_DIRS:
+            if (e.name.startswith(".") and e.name not in _TRACKER_DOT_DIRS) or \
+                    e.name in _SKIP_DIRS:
                 continue
             p = Path(e.path)
             try:
