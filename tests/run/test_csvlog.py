@@ -11,6 +11,7 @@ import pytest
 
 import trainmedic.run.csvlog as csvlog
 from trainmedic.errors import TrainmedicError, UnreadableInputError, UnrecognizedInputError
+from trainmedic.run import load_run
 from trainmedic.run.csvlog import read_csv
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -309,3 +310,21 @@ def test_bare_carriage_return_is_a_bad_row_not_a_crash(tmp_path):
     assert t.columns["loss"].steps.tolist() == [3]
     assert {"non_numeric_cell", "ragged_row"} <= set(kinds(t))
     assert all(n.line == 2 for n in t.notes)
+
+
+def test_a_long_form_export_is_pivoted_into_one_series_per_metric(tmp_path):
+    # Comet's metrics.csv: one row per value; read as columns, the step repeated per metric
+    # and faked a resumed run
+    rows = ["metricName,metricValue,timestamp,step,epoch,runContext,offset"]
+    for i, s in enumerate(range(5, 105, 5)):
+        rows += [f"train_logloss,{0.8 - s / 200:.4f},{1764666000008 + s},{s},0,train,{3 * i}",
+                 f"train_lr,0.005,{1764666000008 + s},{s},0,train,{3 * i + 1}"]
+        if s % 50 == 0:
+            rows.append(f"validate_logloss,{0.7 - s / 250:.4f},{1764666000009 + s},{s},0,"
+                        f"validate,{3 * i + 2}")
+    p = tmp_path / "metrics.csv"
+    p.write_text("\n".join(rows) + "\n")
+    run = load_run(str(p))
+    assert run.get("loss").steps.tolist() == list(range(5, 105, 5))
+    assert run.get("val_loss").steps.tolist() == [50, 100]
+    assert run.get("lr") is not None and run.get("loss").is_monotonic

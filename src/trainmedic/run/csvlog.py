@@ -36,6 +36,7 @@ import numpy as np
 
 from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
 from trainmedic.run.decimal_comma import decimal_commas, read_decimal_commas
+from trainmedic.run.longcsv import long_form, read_long_csv
 from trainmedic.run.names import FALLBACK_STEP_COLUMNS, find_step_column
 from trainmedic.run.series import Series
 from trainmedic.run.table import (
@@ -408,6 +409,8 @@ def read_csv(path: Path) -> LogTable:
             raise UnrecognizedInputError(str(path), "first line has no ',', tab or ';'; expected "
                                          "a CSV header row such as 'step,loss'")
         names = split_header(header_line, delim)
+        if (long_cols := long_form(names)) is not None:
+            return read_long_csv(path, long_cols, delim.decode())
         if delim == b";" and decimal_commas(body[:65536]):
             return read_decimal_commas(path)
         if all(_is_number(n) for n in names):

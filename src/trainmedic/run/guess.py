@@ -68,8 +68,8 @@ def _sideless(leaf: str) -> str:
     """A leaf name without a leading side word ("train_tree_nll", "val_tree_nll" ->
     "tree_nll")."""
     head, _, rest = leaf.lower().partition("_")
-    return rest if rest and head in ("train", "training", "val", "valid", "validation", "eval",
-                                     "test") else leaf.lower()
+    return rest if rest and head in ("train", "training", *VAL_SIDE, *TEST_SIDE) \
+        else leaf.lower()
 
 
 def _leaf(key: str) -> str:

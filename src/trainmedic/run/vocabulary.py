@@ -20,7 +20,7 @@ __all__ = ["translate_cjk", "is_top1_accuracy", "NameReading", "read_name", "WOR
            "ACC_WORDS", "split_camel", "CUMULATIVE_TIME", "EPOCH_TIME", "unit_factor",
            "unit_label", "time_unit_of"]
 
-VAL_SIDE = frozenset({"val", "valid", "validation", "eval", "evaluation", "dev"})
+VAL_SIDE = frozenset({"val", "valid", "validation", "validate", "eval", "evaluation", "dev"})
 TEST_SIDE = frozenset({"test", "testing"})
 TRAIN_SIDE = frozenset({"train", "training", "tr", "trn"})
 
