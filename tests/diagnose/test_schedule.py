@@ -284,3 +284,13 @@ def test_a_zero_lr_that_costs_nothing_or_is_a_setting_is_not_a_schedule_anomaly(
         steps = np.arange(5, 105, 5)
         loss = np.full(20, 3.74) + np.random.default_rng(0).normal(0, 0.01, 20)
     assert _schedule_findings(_zero_lr_run(steps, lr, loss)) == []
+
+
+def test_an_lr_that_goes_negative_is_an_anomaly() -> None:
+    # a linear decay to 0 at 45% of the run that carries on below 0
+    s = np.arange(N)
+    lr = 3e-3 * (1 - s / (0.45 * N))
+    rng = np.random.default_rng(6)
+    run = _run(lr, _loss(rng, np.abs(lr)))
+    f = [f for f in diagnose(run).findings if f.symptom == "lr_schedule_anomaly"]
+    assert f and f[0].severity == "error" and abs(f[0].onset_step - int(0.45 * N)) <= 2

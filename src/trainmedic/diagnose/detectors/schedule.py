@@ -460,6 +460,30 @@ def _reset_at_resume(run: Run, rank: int | None) -> Finding | None:
     return None
 
 
+def _negative_lr(run: Run, rank: int | None) -> Finding | None:
+    """The lr logged below 0 at >= 2 points (no schedule goes there by design): the
+    optimizer steps up the gradient, climbing the loss it should descend (a linear decay that
+    runs past its end step, a warm-up or decay formula with the wrong sign). Error, onset at
+    the first negative point."""
+    tr = Trace.of(run, "lr", rank)
+    if tr is None or len(tr) < 3:
+        return None
+    neg = np.flatnonzero(tr.values < 0)
+    if neg.size < 2:
+        return None
+    first = int(tr.steps[neg[0]])
+    return Finding(
+        symptom="lr_schedule_anomaly", severity="error", confidence=0.9, onset_step=first,
+        end_step=int(tr.steps[-1]), rank=tr.rank, metric="lr",
+        summary=(f"lr went below 0 at step {first} ({fmt(float(tr.values[neg[0]]))}) and was "
+                 f"negative at {neg.size} of {len(tr)} logged points (down to "
+                 f"{fmt(float(tr.values.min()))}): the optimizer climbs the loss instead of "
+                 f"descending it (a linear decay that runs past its last step, a schedule "
+                 f"formula with the wrong sign)"),
+        evidence=(Evidence("lr", first, float(tr.values[neg[0]]), 0.0,
+                           note=f"first negative lr; {neg.size} negative points in all"),))
+
+
 @register_detector("lr_schedule_anomaly", requires=("lr",))
 def detect_lr_schedule_anomaly(run: Run) -> list[Finding] | NotRun:
     """The lr fell below 1e-3 x its peak before half the run and stayed there (warning; an
@@ -468,6 +492,7 @@ def detect_lr_schedule_anomaly(run: Run) -> list[Finding] | NotRun:
     (warning when the loss improved < 5% over the last 40% of the run; info when it still
     fell, or when the log is known to end before the run's planned end)."""
     out: list[Finding] = [f for r in run.ranks() if (f := _reset_at_resume(run, r))]
+    out += [f for r in run.ranks() if (f := _negative_lr(run, r))]
     zeros = [f for r in run.ranks() if (f := _zero_lr(run, r))]
     trs = traces(run, "lr", min_points=10)
     if not trs:
