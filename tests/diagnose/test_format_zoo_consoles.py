@@ -220,7 +220,7 @@ def _writers(L: list[float]) -> dict[str, tuple[str, Step]]:
             for i in r), _epochs(10, 50, 500, 0)),
         "open_clip.log": ("".join(
             f"2023-01-01,10:00:00 | INFO | Train Epoch: {i // 10} [{(i % 10) * 1024:8d}/10240 "
-            f"({(i % 10) * 10}%)] Data (t): 0.500 Batch (t): 1.200, 800.000/s, 100.000/s/gpu LR:"
+            f"({(i % 10) * 10}%)] Data (t): 0.010 Batch (t): 1.200, 800.000/s, 100.000/s/gpu LR:"
             f" 0.000001 Logit Scale: 14.286 Contrastive_loss: {L[i]:.4f} ({L[i]:.4f}) Loss: "
             f"{L[i]:.4f} ({L[i]:.4f})\n" for i in r), _epochs(10, 1024, 10240, 0)),
         "nnunet.log": ("".join(

@@ -323,3 +323,17 @@ def test_cyclegans_loss_log_sums_the_generator_terms_and_drops_the_date_headers(
     assert not [m for m in run.metrics() if "sep" in m or "fri" in m]
     loss = run.get("loss")
     assert loss is not None and np.allclose(loss.values, 0.5 + 1.9 + 0.5 + 1.4)
+
+
+def test_openclips_times_and_lr_are_read(tmp_path):
+    # "Data (t): 0.002 Batch (t): 0.031, 2064.5/s, 2064.5/s/gpu LR: 0.0005": the (t) times
+    # are the data wait and the step time; "/gpu" is the rate's, not part of "LR"
+    p = tmp_path / "out.log"
+    p.write_text("".join(
+        f"2025-12-02,09:00:00 | INFO | Train Epoch: 0 [{k * 640:5d}/6400 ({k * 10}%)] Data (t): "
+        f"0.002 Batch (t): 0.031, 2064.5/s, 2064.5/s/gpu LR: 0.000500 Logit Scale: 14.286 "
+        f"Loss: {1.0 - k / 20:.5f} ({1.0 - k / 20:.5f})\n" for k in range(1, 11)))
+    run = load_run(str(p))
+    assert np.allclose(run.get("data_time_s").values, 0.002)
+    assert np.allclose(run.get("step_time_s").values, 0.031)
+    assert np.allclose(run.get("lr").values, 5e-4)

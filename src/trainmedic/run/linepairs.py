@@ -79,8 +79,11 @@ def _norm_key(words: list[str]) -> str:
 
 #: A unit in parentheses after a name ("elapsed time per iteration (ms): 1234.5", DeepSpeed's
 #: "iter time (s): 0.51") joins the name, as a unit written after the number does.
-_NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB)\s*\)\s*(?=[:=])|"
+_NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB|t)\s*\)\s*(?=[:=])|"
                         r"\s+in\s+(ms|s|sec)\s*(?=[:=])")  # NeMo: "train_step_timing in s=0.6"
+#: A rate per device after a rate ("9226.24/s, 9226.24/s/gpu LR: 0.005", OpenCLIP): the
+#: device word is no part of the next name.
+_PER_DEVICE = re.compile(r"(\d)/s/(?:gpu|device|rank)\b")
 
 
 #: big_vision's "[100] train_loss=6.81, learning_rate=0.0001": a bracketed count before
@@ -129,6 +132,8 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         line = _TENSOR_REPR.sub(r"\1", line)
     if "] " in line:
         line = _BRACKET_STEP.sub(r" | step=\1 | ", line)
+    if "/s/" in line:
+        line = _PER_DEVICE.sub(r"\1/s", line)
     if ")" in line or " in " in line:
         line = _NAME_UNIT.sub(lambda m: "_" + ("pct" if m.group(1) == "%" else
                                                m.group(1) or m.group(2)), line)

@@ -131,8 +131,9 @@ WORDS: dict[str, _Word] = {
              "batch_cost", "avg_batch_cost",
              # NeMo's progress bar: "train_step_timing in s=0.61"
              "train_step_timing", "step_timing",
-             # abbreviated beside a read time ("rtime 0.06; itime 1.95"; PIPs' trainer)
-             "itime", "iter_t",
+             # abbreviated beside a read time ("rtime 0.06; itime 1.95"; PIPs' trainer);
+             # OpenCLIP's "Data (t): 0.003 Batch (t): 0.007" (t: the time)
+             "itime", "iter_t", "batch_t",
              # a loop's "dt" (t1 - t0 of the step), named with its unit: "dt_ms"
              "dt"),
     **_words("data_time_s", "time", "data_time", "data_load_time", "data_loading_time",
@@ -141,7 +142,7 @@ WORDS: dict[str, _Word] = {
              "loader_time", "io_time", "reader_cost", "data_cost", "avg_reader_cost",
              # the same words in the other order
              "load_data_time", "load_data", "data_loader_time", "dataloading_time",
-             "read_time", "rtime"),
+             "read_time", "rtime", "data_t"),
     **_words("compute_time_s", "time", "compute_time", "fwd_bwd_time", "forward_backward_time",
              "fwd_bwd", "forward_backward", "fwdbwd", "fwd_bwd_step", "compute"),
     **_words("comm_time_s", "time", "comm_time", "communication_time", "allreduce_time",
