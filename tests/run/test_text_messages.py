@@ -337,3 +337,26 @@ def test_openclips_times_and_lr_are_read(tmp_path):
     assert np.allclose(run.get("data_time_s").values, 0.002)
     assert np.allclose(run.get("step_time_s").values, 0.031)
     assert np.allclose(run.get("lr").values, 5e-4)
+
+
+def test_deepspeeds_wall_clock_breakdown_gives_each_rank_its_forward_time(tmp_path):
+    # ds_train_node0_rank<N>.log: "time (ms) | fwd_microstep: 0.65 | ... | step_microstep:
+    # 0.09" after each step line; rank 1 slows from step 100 (anomaly detection left on)
+    from trainmedic.diagnose import diagnose
+
+    for rank in (0, 1):
+        lines = []
+        for s in range(5, 305, 5):
+            fwd = 0.6 * (25 if rank == 1 and s > 100 else 1)
+            lines.append(f"[2025-12-02 09:00:00,024] [INFO] [logging.py:128:log_dist] [Rank "
+                         f"{rank}] step={s}, skipped=0, lr=[0.003], mom=[(0.9, 0.999)]")
+            lines.append(f"[2025-12-02 09:00:00,024] [INFO] [logging.py:128:log_dist] [Rank "
+                         f"{rank}] time (ms) | fwd_microstep: {fwd:.2f} | bwd_microstep: 1.46 | "
+                         f"step_microstep: 0.09")
+            lines.append(f"[2025-12-02 09:00:00,025] [INFO] [engine.py:2100:train] step={s} "
+                         f"loss={1.0 / (1 + s / 50):.4f}")
+        (tmp_path / f"ds_train_node0_rank{rank}.log").write_text("\n".join(lines) + "\n")
+    run = load_run(str(tmp_path))
+    assert np.allclose(run.get("compute_time_s", 0).values, 6e-4)
+    f = [f for f in diagnose(run).findings if f.symptom == "straggler"]
+    assert f and f[0].rank == 1 and f[0].severity == "warning"

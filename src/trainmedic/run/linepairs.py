@@ -84,6 +84,8 @@ _NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB|t)\s*\)\s*(?=
 #: A rate per device after a rate ("9226.24/s, 9226.24/s/gpu LR: 0.005", OpenCLIP): the
 #: device word is no part of the next name.
 _PER_DEVICE = re.compile(r"(\d)/s/(?:gpu|device|rank)\b")
+_MS_SECTION = re.compile(r"\btime \(ms\)\s*\|")
+_MS_NAME = re.compile(r"([A-Za-z_]\w*)\s*:")
 
 
 #: big_vision's "[100] train_loss=6.81, learning_rate=0.0001": a bracketed count before
@@ -134,6 +136,12 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         line = _BRACKET_STEP.sub(r" | step=\1 | ", line)
     if "/s/" in line:
         line = _PER_DEVICE.sub(r"\1/s", line)
+    if "time (ms)" in line and (tm := _MS_SECTION.search(line)):
+        # DeepSpeed's wall_clock_breakdown: "time (ms) | fwd_microstep: 0.65 | ... |
+        # step_microstep: 0.09": every time after it is in ms; its "step" is the optimizer's
+        rest = _MS_NAME.sub(lambda m: ("optimizer_step" if m.group(1).lower() == "step"
+                                       else m.group(1)) + "_ms:", line[tm.end():])
+        line = line[:tm.start()] + " | " + rest
     if ")" in line or " in " in line:
         line = _NAME_UNIT.sub(lambda m: "_" + ("pct" if m.group(1) == "%" else
                                                m.group(1) or m.group(2)), line)

@@ -144,7 +144,10 @@ WORDS: dict[str, _Word] = {
              "load_data_time", "load_data", "data_loader_time", "dataloading_time",
              "read_time", "rtime", "data_t"),
     **_words("compute_time_s", "time", "compute_time", "fwd_bwd_time", "forward_backward_time",
-             "fwd_bwd", "forward_backward", "fwdbwd", "fwd_bwd_step", "compute"),
+             "fwd_bwd", "forward_backward", "fwdbwd", "fwd_bwd_step", "compute",
+             # DeepSpeed's wall_clock_breakdown: the forward of one micro-step (or of the
+             # step), what the straggler rule compares across ranks
+             "fwd_microstep", "fwd", "forward_microstep", "forward_time", "fwd_time"),
     **_words("comm_time_s", "time", "comm_time", "communication_time", "allreduce_time",
              "all_reduce_time", "comm", "communication", "allreduce", "all_reduce",
              "sync_wait", "comm_wait", "allreduce_wait", "collective_wait", "sync_time"),
