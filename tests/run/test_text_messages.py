@@ -360,3 +360,20 @@ def test_deepspeeds_wall_clock_breakdown_gives_each_rank_its_forward_time(tmp_pa
     assert np.allclose(run.get("compute_time_s", 0).values, 6e-4)
     f = [f for f in diagnose(run).findings if f.symptom == "straggler"]
     assert f and f[0].rank == 1 and f[0].severity == "warning"
+
+
+def test_a_validation_bars_rate_is_not_the_training_step_time(tmp_path):
+    # NeMo / Lightning: "Validation DataLoader 0: 100%|...| 1/1 [00:00<00:00, 55.02it/s]"
+    # between training bars whose postfix carries "train_step_timing in s"
+    lines = []
+    for s in range(5, 125, 5):
+        lines.append(f"Epoch 0:  8%|          | {s}/120 [00:00<00:00, 259.14it/s, v_num=0, "
+                     f"reduced_train_loss={1.5 - s / 100:.3f}, global_step={s - 1}.000, "
+                     f"train_step_timing in s=0.00386, lr=0.003]")
+        if s % 50 == 0:
+            lines.append("Validation DataLoader 0: 100%|██████████| 1/1 [00:00<00:00, "
+                         "55.02it/s]")
+    p = tmp_path / "nemo.log"
+    p.write_text("\n".join(lines) + "\n")
+    run = load_run(str(p))
+    assert np.allclose(run.get("step_time_s").values, 0.00386)

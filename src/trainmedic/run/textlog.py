@@ -82,6 +82,7 @@ _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validati
                          r"(?:epoch|step|iter(?:ation)?)\b|\b(?:validat|evaluat)(?:e|ing)\s+"
                          r"(?:epoch|step|iter(?:ation)?)\s*[:=]?\s*\d", re.I)
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
+_EVAL_BAR = re.compile(r"\b(?:validat|evaluat|testing\b|test\b|predict|sanity)", re.I)
 _TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
 _SAMPLE_LINES = 400
 _MAX_LINE = 2048
@@ -189,8 +190,7 @@ class _Reader:
         if raw[:1] in "IWEF" and (am := _ABSL_PREFIX.match(raw)):
             raw = raw[am.end():]
         if (scale := scale_message(raw)) is not None:
-            # DeepSpeed prints its OVERFLOW line right after the tqdm bar of that step
-            bm = TQDM_BAR.search(raw) if "%|" in raw else None
+            bm = TQDM_BAR.search(raw) if "%|" in raw else None  # DeepSpeed's: after the bar
             self.scales.append((no, scale, int(bm.group("pos")) if bm else None))
             if bm is not None:  # the bar is drawn all the same
                 of = int(bm.group("of"))
@@ -200,14 +200,16 @@ class _Reader:
             return
         bar = TQDM_BAR.search(raw) if "%|" in raw else None
         if bar is not None and not _EPOCH_WORD.search(raw[:bar.start()]):
-            # A bare tqdm bar (HF Trainer's "  3%|▎  | 100/3000 [00:10<05:00, 9.8it/s]"):
-            # its position is the step of the metric lines printed next to or after it.
+            # A bare tqdm bar (HF Trainer's "  3%|▎  | 100/3000 [00:10<05:00, 9.8it/s]"): its
+            # position is the step of the metric lines printed next to or after it; its rate
+            # the step time, unless it is an evaluation's ("Validation DataLoader 0: 100%|").
             of = int(bar.group("of"))
             self.bars[of] = int(bar.group("pos"))
             self.bar_draws[of] = self.bar_draws.get(of, 0) + 1
+            evaluating = _EVAL_BAR.search(raw[:bar.start()])
             raw = raw[:bar.start()] + " | " + raw[bar.end():]
             words = _TOKEN_WORDS.search(raw)
-            raw += bar_step_time(bar)
+            raw += "" if evaluating else bar_step_time(bar)
             if not words:
                 self.recognized += 1
                 return
@@ -408,11 +410,10 @@ def _scan(text: str | list[tuple[int, str]], limit: int | None = None) -> _Reade
     reader.counters_are_global()
     epoch_positions(reader.rows)
     if not reader.rows and len(reader.stepless) >= 3:
-        # "Loss: 2.30" printed once per step with no counter: the lines are the steps, when
-        # a loss key repeats on them (a config dump names its keys once). A log of known
-        # metrics alone, two or more and nothing else repeated ("load_data_time: 0.0001,
-        # train_step_time: 0.665"), counts too: its timing is judged, and the report says no
-        # loss was recognised (a tqdm bar's "4.27s/it" beside a table's cells does not).
+        # "Loss: 2.30" once per step with no counter: the lines are the steps, when a loss
+        # key repeats on them (a config dump names its keys once). Two or more known metrics
+        # alone and nothing else repeated ("load_data_time: 0.0001, train_step_time: 0.665")
+        # count too: its timing is judged, the report says no loss was recognised.
         from trainmedic.run.names import resolve_names
 
         counts: dict[str, int] = {}
@@ -539,11 +540,10 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
                 # "step 20: train loss ..." among "iter 20: loss ..." lines: one counter
                 v = next((r.pop(k) for k in STEP_KEYS if k in r), None)
             if v is None:
-                # A validation line after a training line often omits the step
-                # (fairseq's "valid on 'valid' subset"), and so does a loss the stepped
-                # lines never hold (the HF Trainer's loss dict between DeepSpeed's
-                # "step=10, skipped=0" lines): it belongs to the last step.
-                # A training line without one (a cut last line) is left out.
+                # A validation line after a training line often omits the step (fairseq's
+                # "valid on 'valid' subset"), and so does a loss the stepped lines never hold
+                # (the HF dict between DeepSpeed's "step=10, skipped=0" lines): it belongs to
+                # the last step. A training line without one (a cut last line) is left out.
                 new = set(r) - stepped - set(EPOCH_KEYS)
                 if last_step is None or (not all(
                         k.startswith(VAL_PREFIXES) for k in r if k not in EPOCH_KEYS) and (
