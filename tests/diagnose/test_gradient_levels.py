@@ -165,7 +165,7 @@ def test_a_lone_skipped_fp16_step_after_a_spike_stays_info() -> None:
     assert not _loud(_run(g, loss), "exploding_gradients")
 
 
-@pytest.mark.parametrize("name", ["grad_first", "gn_first"])
+@pytest.mark.parametrize("name", ["grad_first", "gn_first", "layer_grad_norm/first"])
 def test_a_first_layer_norm_logged_beside_the_whole_models_shows_vanishing(tmp_path,
                                                                            name) -> None:
     """A hand-written log with the model's grad norm and the first layer's ("grad_first",

@@ -54,9 +54,10 @@ _MODEL_STAT = re.compile(r"(?:.*/)?(?:(?P<dead>dead_frac(?:tion)?|frac(?:tion)?_
 
 #: The first layer's gradient norm, logged beside the whole model's by someone watching for
 #: vanishing gradients ("grad_first", "gn_first", "first_layer_grad_norm",
-#: "grad_norm/first_layer"): read as the per-layer norm of a module named FIRST_LAYER, which
-#: the vanishing rule compares with the whole model's grad_norm.
-_FIRST_GRAD = re.compile(r"(?:.*/)?(?:(?:grad(?:ient)?(?:_norm)?|g_?norm|gn)[_/]first(?:_layer)?|"
+#: "grad_norm/first_layer", "layer_grad_norm/first"): read as the per-layer norm of a module
+#: named FIRST_LAYER, which the vanishing rule compares with the whole model's grad_norm.
+_FIRST_GRAD = re.compile(r"(?:.*/)?(?:(?:(?:layer_)?grad(?:ient)?(?:_norm)?|g_?norm|gn)[_/]first"
+                         r"(?:_layer)?|"
                          r"first(?:_layer)?[_/](?:grad(?:ient)?(?:_norm)?|g_?norm|gn))", re.I)
 FIRST_LAYER = "first_layer"
 
