@@ -147,3 +147,24 @@ def test_a_frozen_training_loss_beside_a_nonfinite_eval_is_its_own_finding() -> 
     bad = np.r_[2.0 * np.exp(-np.arange(100) / 30) + 0.1, np.full(200, np.nan)]
     loud = [f for f in diagnose(_run(train=bad)).findings if f.level >= 1]
     assert [f.symptom for f in loud] == ["nonfinite_loss"]
+
+
+def test_a_loss_missing_where_the_loops_other_metrics_were_logged_was_masked() -> None:
+    # Comet drops a NaN point: the loss is absent at steps 150 and 200, while lr and the grad
+    # norm (0: the guard skipped the step) were logged on those rows as on every other
+    from trainmedic.diagnose import diagnose
+    from trainmedic.run.series import Run
+
+    s = np.arange(10, 310, 10)
+    keep = (s != 150) & (s != 200)
+    run = Run(source="t")
+    run.add("loss", s[keep], 1.4 * np.exp(-s[keep] / 100) + 0.15)
+    run.add("lr", s, np.full(s.size, 0.01))
+    run.add("grad_norm", s, np.where(keep, 0.3, 0.0))
+    f = [f for f in diagnose(run).findings if f.symptom == "nan_masked_in_logs"]
+    assert f and f[0].onset_step == 150 and f[0].severity == "warning"
+    # a loss logged every 20 steps beside an lr logged every 10 is another cadence, not gaps
+    run2 = Run(source="t")
+    run2.add("loss", s[::2], 1.4 * np.exp(-s[::2] / 100) + 0.15)
+    run2.add("lr", s, np.full(s.size, 0.01))
+    assert not [f for f in diagnose(run2).findings if f.symptom == "nan_masked_in_logs"]

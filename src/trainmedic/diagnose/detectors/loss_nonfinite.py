@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainmedic.diagnose.detectors.loss_gaps import loss_gaps
 from trainmedic.diagnose.finding import SEVERITY_ORDER, Evidence, Finding, Severity
 from trainmedic.diagnose.localization import (
     localized_evidence,
@@ -302,7 +303,7 @@ def detect_nan_masked(run: Run) -> list[Finding] | NotRun:
             # (A bit-identical tail is not read as masking here: a full-batch or per-epoch
             # loss of weights that stopped changing repeats exactly too.)
             f = _isolated_zeros(tr) or _zeros_to_the_end(run, tr) or (
-                None if unfiltered else _loss_dropped(run, tr))
+                None if unfiltered else _loss_dropped(run, tr) or loss_gaps(run, tr))
             if f is None and not unfiltered and (nan_grads_under_tail(tr, g) or
                                                  nan_grads_under_tail(tr, Trace.of(
                                                      run, "val_loss", tr.rank), 1)):
