@@ -377,3 +377,14 @@ def test_a_validation_bars_rate_is_not_the_training_step_time(tmp_path):
     p.write_text("\n".join(lines) + "\n")
     run = load_run(str(p))
     assert np.allclose(run.get("step_time_s").values, 0.00386)
+
+
+def test_a_metrics_readings_in_brackets_keep_the_value_across_ranks(tmp_path):
+    # MAE-style metric logger: "predict_loss: [local: 0.6975 | reduced: 0.6919]"
+    p = tmp_path / "log.txt"
+    p.write_text("".join(
+        f"[02:40:09.090134] Epoch: [3]  [{k * 20}/460]  eta: 0:03:07  lr: 0.000100  predict_loss:"
+        f" [local: {0.69 + 0.01 * (k % 3):.4f} | reduced: 0.6919]  time: 0.4870  data: 0.0002  "
+        f"max mem: 9145\n" for k in range(6, 14)))
+    run = load_run(str(p))
+    assert np.allclose(run.get("loss").values, 0.6919)

@@ -85,6 +85,22 @@ _NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB|t)\s*\)\s*(?=
 #: device word is no part of the next name.
 _PER_DEVICE = re.compile(r"(\d)/s/(?:gpu|device|rank)\b")
 _MS_SECTION = re.compile(r"\btime \(ms\)\s*\|")
+#: One metric's readings in brackets: "predict_loss: [local: 0.6975 | reduced: 0.6919]".
+_SUB_VALUES = re.compile(r"([A-Za-z_][\w.]*):\s*\[((?:\s*[A-Za-z_]\w*:\s*[-+\w.]+\s*[|,]?)+)\]")
+_SUB_PAIR = re.compile(r"([A-Za-z_]\w*):\s*([-+\w.]+)")
+#: Readings that are the run's value across ranks (the one to keep; a rank's own is dropped).
+_REDUCED = ("reduced", "global", "all_reduced", "allreduce", "synced", "avg", "mean")
+
+
+def _sub_values(m: re.Match[str]) -> str:
+    """``name: [local: a | reduced: b]`` -> ``name: b`` (the value across ranks), or
+    ``name_<k>: v`` for each reading when none of them is the reduced one."""
+    name = m.group(1)
+    pairs = _SUB_PAIR.findall(m.group(2))
+    reduced = [v for k, v in pairs if k.lower() in _REDUCED]
+    if reduced:
+        return f" | {name}: {reduced[0]} | "
+    return " | " + " | ".join(f"{name}_{k}: {v}" for k, v in pairs) + " | "
 _MS_NAME = re.compile(r"([A-Za-z_]\w*)\s*:")
 
 
@@ -139,6 +155,8 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         line = _BRACKET_STEP.sub(r" | step=\1 | ", line)
     if "/s/" in line:
         line = _PER_DEVICE.sub(r"\1/s", line)
+    if ": [" in line:
+        line = _SUB_VALUES.sub(_sub_values, line)
     if "time (ms)" in line and (tm := _MS_SECTION.search(line)):
         # DeepSpeed's wall_clock_breakdown: "time (ms) | fwd_microstep: 0.65 | ... |
         # step_microstep: 0.09": every time after it is in ms; its "step" is the optimizer's
