@@ -299,3 +299,16 @@ def test_three_or_four_points_that_each_wait_most_of_the_step_are_input_bound() 
     run2.add("step_time_s", steps, np.array([5.98, 3.77, 2.78, 4.40]))
     res = get_detector("input_bound").fn(run2)
     assert not isinstance(res, list) or not [f for f in res if f.level >= 1]
+
+
+def test_an_excerpt_from_a_later_epoch_has_no_warm_up_to_skip() -> None:
+    # seq2seq-attn lines from epoch 10: 4 lines at ~2130 tokens/s, then ~1090 from epoch 11 on;
+    # skipping 3 "warm-up" points left one fast point, and the drop read as a 17% creep
+    s = np.arange(50, 800, 50)
+    tps = np.r_[2135.0, 2122, 2127, 2130, 1316, 1189, 1148, 1132, 1088, 1083, 1090, 1089, 1089,
+                1086, 1086]
+    run = Run(source="t")
+    run.add("tokens_per_s", s, tps)
+    run.add("epoch", s, np.repeat([10, 11, 12, 13], [4, 4, 4, 3]))
+    (f,) = run_detector("throughput_regression", run)
+    assert f.severity == "warning" and f.onset_step == 250

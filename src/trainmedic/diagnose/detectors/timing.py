@@ -360,7 +360,10 @@ def throughput_events(run: Run) -> tuple[list[ThroughputEvent], bool]:
             if v.size < THROUGHPUT_MIN_POINTS:
                 continue
             ran = True
-            skip = warmup_skip(v.size)
+            # A log that starts in a later epoch (an excerpt from epoch 10) has no warm-up.
+            ep = Trace.of(run, "epoch", tr.rank) or Trace.of(run, "epoch", None)
+            skip = 0 if ep is not None and len(ep) and float(ep.values[0]) >= 2 \
+                else warmup_skip(v.size)
             k = _stride(v.size - skip)
             v, s = v[skip::k], s[skip::k]
             lt = np.log(v) if higher_better else -np.log(v)
