@@ -426,3 +426,36 @@ def test_a_guild_run_store_is_walked_though_its_folder_is_hidden(tmp_path):
     (tmp_path / ".git" / "log.csv").write_text("step,loss\n1,9\n2,9\n")
     run = load_run(str(tmp_path))
     assert len(run.get("loss")) == 30 and len(run.get("val_loss")) == 6
+
+
+def test_polyaxon_event_files_and_submitit_task_logs_are_found(tmp_path):
+    # Polyaxon: .polyaxon/<run>/events/metric/<name>.plx, one {"timestamp","step","metric"}
+    # line per value; submitit: .submitit/<job>/<job>_<task>_log.out, one task per rank
+    ev = tmp_path / "p" / ".polyaxon" / "b1f4" / "events" / "metric"
+    ev.mkdir(parents=True)
+    for name, f in (("train_ce", lambda s: 1.4 - s / 400), ("lr", lambda s: 0.003)):
+        (ev / f"{name}.plx").write_text("".join(json.dumps(
+            {"timestamp": "2025-12-02T09:00:00+00:00", "step": s, "metric": f(s)}) + "\n"
+            for s in range(5, 305, 5)))
+    run = load_run(str(tmp_path / "p"))
+    assert len(run.get("loss")) == 60 and run.get("lr") is not None
+    sub = tmp_path / "m" / ".submitit" / "48213"
+    sub.mkdir(parents=True)
+    for task in (0, 1):
+        (sub / f"48213_{task}_log.out").write_text("".join(
+            f"[2025-12-02 09:00:00,010][__main__][INFO] - it {s} | loss {1.0 - s / 400:.4f} | "
+            f"lr 3.00e-03\n" for s in range(5, 305, 5)))
+    assert load_run(str(tmp_path / "m")).ranks() == [0, 1]
+
+
+def test_a_wandb_chart_export_of_the_validation_loss_alone_is_not_the_training_loss(tmp_path):
+    d = tmp_path / "exports"
+    d.mkdir()
+    for key, f in (("train/ce", lambda s: 1.4 - s / 400), ("val/ce", lambda s: 1.3 - s / 400)):
+        name = f"wandb_export_{key.replace('/', '_')}.csv"
+        (d / name).write_text(f'"Step","run-7 - {key}","run-7 - {key}__MIN","run-7 - {key}__MAX"\n'
+                              + "".join(f"{s},{f(s)},{f(s)},{f(s)}\n"
+                                        for s in range(5 if key[0] == "t" else 50, 305,
+                                                       5 if key[0] == "t" else 50)))
+    run = load_run(str(d))
+    assert run.get("loss").is_monotonic and len(run.get("val_loss")) == 6

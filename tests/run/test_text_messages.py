@@ -388,3 +388,33 @@ def test_a_metrics_readings_in_brackets_keep_the_value_across_ranks(tmp_path):
         f"max mem: 9145\n" for k in range(6, 14)))
     run = load_run(str(p))
     assert np.allclose(run.get("loss").values, 0.6919)
+
+
+def test_progress_bar_redraws_give_one_row_per_step(tmp_path):
+    # kohya's "steps: 0%| | 1/400 [..., avr_loss=0.704]" after "epoch 1/2": the bar's position
+    # is the step, not the epoch line before it
+    draws = "".join(f"\rsteps:   {k // 4}%|          | {k}/400 [00:00<00:00, 185.24it/s, "
+                    f"avr_loss={0.7 - k / 2000:.3f}]" for k in range(1, 401))
+    (tmp_path / "kohya.log").write_text("epoch 1/2\n" + draws + "\n")
+    run = load_run(str(tmp_path / "kohya.log"))
+    assert len(run.get("loss")) == 400 and run.get("loss").is_monotonic
+    # Ultralytics' console captured to a file: every redraw of an epoch's row is kept; the
+    # finished draw (40/40) is the epoch's
+    lines = ["      Epoch    GPU_mem       loss  Instances       Size"]
+    for ep in range(1, 9):
+        lines.append("".join(f"\r        {ep}/8         0G      {1.4 - ep / 10 - p / 4000:.3f}"
+                             f"         32         64:  {p * 100 // 40}%|██        | {p}/40 "
+                             f"[00:00<00:00, 283.71it/s]" for p in (10, 20, 30, 40)))
+    (tmp_path / "yolo.log").write_text("\n".join(lines) + "\n")
+    loss = load_run(str(tmp_path / "yolo.log")).get("loss")
+    assert loss.steps.tolist() == list(range(1, 9)) and loss.is_monotonic
+
+
+def test_a_last_epoch_cut_short_keeps_its_steps_after_the_others(tmp_path):
+    # Lightning's Rich bar, epochs of 40 batches and a last one of 20 (max_steps reached)
+    lines = [f"Epoch {ep}/7 ━━━━ {p}/{40 if ep < 7 else 20} 0:00:00 • 0:00:00 1115.01it/s "
+             f"v_num: 0 train_loss_step: {44.6 - ep / 10:.3f}"
+             for ep in range(8) for p in range(5, (41 if ep < 7 else 21), 5)]
+    (tmp_path / "rich.log").write_text("\n".join(lines) + "\n")
+    loss = load_run(str(tmp_path / "rich.log")).get("loss")
+    assert loss.is_monotonic and int(loss.steps[-1]) == 7 * 40 + 20

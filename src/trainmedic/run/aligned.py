@@ -37,6 +37,7 @@ import math
 import re
 from typing import Any
 
+from trainmedic.run.counters import TQDM_BAR
 from trainmedic.run.table import MISSING_TOKENS, cell_float
 from trainmedic.run.vocabulary import unit_factor
 
@@ -188,6 +189,7 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
     # (Ultralytics' console prints it over every epoch's row) starts with a row.
     before: list[tuple[int, list[str]]] = []
     header_line = ""
+    drawn: dict[int, bool] = {}  # line number -> the row's progress bar is full
     for i, line in enumerate(lines):
         no = i + 1
         cells = _cells(line.replace("No log", "-"))  # (HF notebooks' table cell)
@@ -226,8 +228,14 @@ def aligned_rows(text: str, limit: int | None = None) -> list[tuple[int, dict[st
         if row is not None:
             rows.append((no, row))
             fitted += 1
+            if "%|" in line and (bar := TQDM_BAR.search(line)):
+                drawn[no] = int(bar.group("pos")) >= int(bar.group("of"))
     if len(rows) < MIN_ROWS or fitted < 0.5 * nonempty:
         return None
+    if any(drawn.values()):
+        # A console captured to a file keeps every redraw of a row's progress bar (the
+        # epoch's running mean at 10/40, 20/40, ...): the finished draw is the epoch's row.
+        rows = [(no, r) for no, r in rows if drawn.get(no, True)]
     _drop_unlogged_nans(rows)
     return rows
 

@@ -16,7 +16,8 @@ import numpy as np
 from trainmedic.run.table import cell_float
 from trainmedic.run.vocabulary import TRAIN_SIDE, VAL_SIDE
 
-__all__ = ["PROGRESS", "EPOCH_BATCH_PAIR", "MMENGINE_ITER", "KERAS_EPOCH", "END_OF_EPOCH",
+__all__ = ["progress_offsets", "PROGRESS", "EPOCH_BATCH_PAIR", "MMENGINE_ITER", "KERAS_EPOCH",
+           "END_OF_EPOCH",
            "DARKNET", "ESPNET_EPOCH", "EPOCH_THEN_ITER", "STEP_NAME_VALUE", "step_name_value",
            "LEADING_COUNT", "POSITION_KEYS", "EPOCH_KEYS", "epoch_positions", "TQDM_BAR",
            "bar_step_time"]
@@ -148,3 +149,19 @@ def bar_step_time(bar: re.Match[str]) -> str:
     if rate is None or not rate > 0:
         return ""
     return f" | step_time {1.0 / rate if bar.group('unit') == 'it/s' else rate:.6g} s"
+
+
+def progress_offsets(progress: list[tuple[dict[str, Any], int, int, int]]) -> None:
+    """Global steps of progress counters (``(row, epoch, position, positions per epoch)``)
+    in place, where reading them line by line (``(epoch - 1) * of + position``) is wrong: a
+    log whose epochs count from 0 (``Epoch: [0][10/500]``; epochs 0 and 1 would share their
+    steps), or one whose last epoch shows a shorter ``/of`` (a run cut by ``max_steps``:
+    ``/20`` after epochs of ``/40``): an epoch's offset is in full epochs."""
+    if not progress:
+        return
+    full = max(p[3] for p in progress)
+    first = min(p[1] for p in progress)
+    if first == 0 or any(p[3] != full for p in progress):
+        base = min(1, first)
+        for row, ep, pos, _of in progress:
+            row["_global"] = (ep - base) * full + pos

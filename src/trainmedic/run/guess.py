@@ -179,7 +179,10 @@ def _train_loss(res: NameResolution, readings: list[tuple[str, str, NameReading]
                 free: dict[str, str]) -> None:
     if "loss" in res.aliases or "loss" in res.derived:
         return
-    cands = [c for c in readings if c[2].canonical == "loss"]
+    # (a raw column is read once: a W&B export's "<run> - val/ce" is also present as
+    # "val/ce", and the validation side may have taken it)
+    cands = [c for c in readings if c[2].canonical == "loss" and c[1] not in
+             res.aliases.values()]
     if cands:
         k, raw, r = min(cands, key=lambda c: (c[2].group != "", c[2].word_rank, c[2].agg,
                                               c[2].side not in ("train", ""),

@@ -56,11 +56,14 @@ _TEXT_SUFFIXES = frozenset({".py", ".md", ".rst", ".sh"})
 _SUMMARY_FILES = frozenset({"wandb-summary.json"})
 _SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints", "node_modules", ".venv"})
 #: Hidden folders that are a tracker's run store, walked like any other: Guild AI keeps each
-#: run's stdout as ``.guild/runs/<id>/.guild/output``.
-_TRACKER_DOT_DIRS = frozenset({".guild"})
+#: run's stdout as ``.guild/runs/<id>/.guild/output``, Polyaxon one JSON-lines file per metric
+#: as ``.polyaxon/<run>/events/metric/<name>.plx``, submitit each task's output as
+#: ``.submitit/<job>/<job>_<task>_log.out``.
+_TRACKER_DOT_DIRS = frozenset({".guild", ".polyaxon", ".submitit"})
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?!\d)", re.IGNORECASE)
 # Keras' TensorBoard callback writes train/ and validation/ sub-folders with the same tags.
 _ATTEMPT_RE = re.compile(r"attempt_\d+")
+_SUBMITIT_LOG = re.compile(r"(\d+)_(\d+)_log\.(?:out|err)")
 _SPLIT_DIRS = frozenset({"train", "training", "validation", "val", "eval", "evaluation", "test"})
 
 
@@ -81,6 +84,9 @@ def rank_of(path: Path, root: Path | None = None) -> int | None:
     # torchrun --log-dir: <dir>/<run id>/attempt_<n>/<local rank>/stdout.log
     if path.parent.name.isdigit() and _ATTEMPT_RE.fullmatch(path.parent.parent.name):
         return int(path.parent.name)
+    # submitit: .submitit/<job id>/<job id>_<task>_log.out, one task per rank
+    if (sm := _SUBMITIT_LOG.fullmatch(path.name)) and sm.group(1) == path.parent.name:
+        return int(sm.group(2))
     return None
 
 
@@ -183,8 +189,9 @@ def read_file(path: Path, fmt: str | None = None,
 
 #: A one-metric export names its metric in the file, not in the column: TensorBoard's "Download
 #: CSV" writes ``Wall time,Step,Value`` to ``run-<run>-tag-<tag>.csv``; trackers' per-metric
-#: exports write ``step,value,timestamp``.
-_VALUE_COLUMNS = frozenset({"value", "values", "y"})
+#: exports write ``step,value,timestamp``; Polyaxon's event files ``{"timestamp", "step",
+#: "metric"}`` lines.
+_VALUE_COLUMNS = frozenset({"value", "values", "y", "metric"})
 _CLOCK_COLUMNS = frozenset({"wall time", "wall_time", "walltime", "timestamp", "time", "wall",
                             "relative time", "relative_time", "epoch_time"})
 _TB_EXPORT = re.compile(r"^run[-_].*?[-_]tag[-_](?P<tag>.+)$")

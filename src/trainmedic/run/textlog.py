@@ -51,6 +51,7 @@ from trainmedic.run.counters import (
     TQDM_BAR,
     bar_step_time,
     epoch_positions,
+    progress_offsets,
     step_name_value,
 )
 from trainmedic.run.linepairs import (
@@ -128,14 +129,6 @@ class _Reader:
 
     def scale_bar_steps(self) -> list[int]:
         return [b for _, _, b in self.scales if b is not None]
-
-    def zero_based_epochs(self) -> None:
-        """A log whose epochs count from 0 (``Epoch: [0][10/500]``): the global step of a
-        progress counter is then ``epoch * of + position`` (read line by line as if epochs
-        counted from 1, epoch 0 and epoch 1 would share their steps)."""
-        if self.progress and min(p[1] for p in self.progress) == 0:
-            for row, ep, pos, of in self.progress:
-                row["_global"] = ep * of + pos
 
     def counters_are_global(self) -> None:
         """``Epoch [2/3] Step [95/200]``: when the position never restarts as the epoch
@@ -320,8 +313,8 @@ class _Reader:
             any(k.endswith(("_iter", "_step", "_epoch")) and k.split("_")[0] in (
                 "training", "train") for k in row)
         by_keras_epoch = False
-        if not has_step and self.epoch is not None and any(
-                "loss" in k or "acc" in k for k in pairs):
+        if not has_step and self.epoch is not None and (bar is None or _EPOCH_WORD.search(
+                raw)) and any("loss" in k or "acc" in k for k in pairs):  # (a bar's own step)
             row["epoch"] = self.epoch
             has_step = by_keras_epoch = True
             if "ETA:" in text:
@@ -406,7 +399,7 @@ def _scan(text: str | list[tuple[int, str]], limit: int | None = None) -> _Reade
         reader.line(no, line)
     reader.undo_blocks()
     _bar_steps(reader)
-    reader.zero_based_epochs()
+    progress_offsets(reader.progress)
     reader.counters_are_global()
     epoch_positions(reader.rows)
     if not reader.rows and len(reader.stepless) >= 3:
