@@ -16,11 +16,10 @@ import numpy as np
 from trainmedic.run.table import cell_float
 from trainmedic.run.vocabulary import TRAIN_SIDE, VAL_SIDE
 
-__all__ = ["progress_offsets", "PROGRESS", "EPOCH_BATCH_PAIR", "MMENGINE_ITER", "KERAS_EPOCH",
-           "END_OF_EPOCH",
+__all__ = ["PROGRESS", "EPOCH_BATCH_PAIR", "MMENGINE_ITER", "KERAS_EPOCH", "END_OF_EPOCH",
            "DARKNET", "ESPNET_EPOCH", "EPOCH_THEN_ITER", "STEP_NAME_VALUE", "step_name_value",
            "LEADING_COUNT", "POSITION_KEYS", "EPOCH_KEYS", "epoch_positions", "TQDM_BAR",
-           "bar_step_time"]
+           "bar_step_time", "progress_offsets"]
 
 PROGRESS = (
     # mmcv/mmdet: "Epoch [1][1550/23454]"

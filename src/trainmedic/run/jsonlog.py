@@ -208,8 +208,9 @@ _ROW_TIMINGS = ("time", "data_time", "iter_time", "batch_time")
 _PROGRESS = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
 
-def _durations(row: dict[str, Any]) -> dict[str, Any]:
-    """Elapsed times written as ``"H:MM:SS"`` strings read as seconds; the timings of an
+def _normalized_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A JSON row's values as the table reads them: elapsed times written as ``"H:MM:SS"``
+    strings in seconds; a progress counter ``"5/300"`` as its numbers; the timings of an
     evaluation's row (mmengine's scalars.json writes ``{"val/loss": .., "data_time": ..,
     "time": .., "step": 50}``: the validation loop's per-iteration times) kept apart from the
     training step's as ``val_<name>``."""
@@ -292,7 +293,7 @@ def read_jsonl(path: Path) -> LogTable:
         if not isinstance(obj, dict):
             bad_lines.add(i + 1)
             continue
-        rows.append((i + 1, _durations(flatten(obj))))
+        rows.append((i + 1, _normalized_row(flatten(obj))))
     bad_lines.flush(table)
     if not rows:
         what = "is empty" if not text.strip() else "has no line holding a JSON object"

@@ -85,10 +85,12 @@ _NAME_UNIT = re.compile(r"\s*\(\s*(ms|s|sec|us|min|%|GB|GiB|MB|MiB|t)\s*\)\s*(?=
 #: device word is no part of the next name.
 _PER_DEVICE = re.compile(r"(\d)/s/(?:gpu|device|rank)\b")
 _MS_SECTION = re.compile(r"\btime \(ms\)\s*\|")
+_MS_NAME = re.compile(r"([A-Za-z_]\w*)\s*:")
 #: One metric's readings in brackets: "predict_loss: [local: 0.6975 | reduced: 0.6919]".
 _SUB_VALUES = re.compile(r"([A-Za-z_][\w.]*):\s*\[((?:\s*[A-Za-z_]\w*:\s*[-+\w.]+\s*[|,]?)+)\]")
 _SUB_PAIR = re.compile(r"([A-Za-z_]\w*):\s*([-+\w.]+)")
-#: Readings that are the run's value across ranks (the one to keep; a rank's own is dropped).
+#: Readings that are the run's value across ranks, or its average (the one to keep; a rank's
+#: own or the current batch's is dropped).
 _REDUCED = ("reduced", "global", "all_reduced", "allreduce", "synced", "avg", "mean")
 
 
@@ -101,7 +103,6 @@ def _sub_values(m: re.Match[str]) -> str:
     if reduced:
         return f" | {name}: {reduced[0]} | "
     return " | " + " | ".join(f"{name}_{k}: {v}" for k, v in pairs) + " | "
-_MS_NAME = re.compile(r"([A-Za-z_]\w*)\s*:")
 
 
 #: big_vision's "[100] train_loss=6.81, learning_rate=0.0001": a bracketed count before

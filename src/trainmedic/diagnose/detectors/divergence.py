@@ -89,7 +89,7 @@ def _epoch_sawtooth(run: Run, tr: Trace, t: np.ndarray, onset_step: int) -> str:
     return ""
 
 
-def _hinge_onset(lv: np.ndarray, lo: int, hi: int, is_log: bool) -> int:
+def _hinge_onset(lv: np.ndarray, lo: int, hi: int) -> int:
     """The change point of a flat-then-rising level: the index in ``[lo, hi]`` after which
     ``lv[lo:]`` leaves a constant, by a flat-ramp-flat least-squares fit (``ramp_fit``: a
     three-phase regression; the two-phase hinge of Hinkley 1971 with a plateau after the
@@ -97,8 +97,7 @@ def _hinge_onset(lv: np.ndarray, lo: int, hi: int, is_log: bool) -> int:
     or a blow-up that saturates, is no straight line, and a line fitted to it leans back and
     dates the rise blocks early. A positive loss is fitted in log space only: an exponential
     blow-up is a line there, and in linear units its first doublings look flat beside the
-    plateau it reaches."""
-    del is_log  # (the levels are already in log space for a positive loss)
+    plateau it reaches (the block levels are already in log space for a positive loss)."""
     c, _ = ramp_fit(lv[lo:], hi - lo + 1)
     return lo + c
 
@@ -466,7 +465,7 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             continue
         # The lowest level before the rise, then the change point between it and the rise.
         kmin = int(np.argmin(lv[:k])) if k > 0 else 0
-        j = _hinge_onset(lv, kmin, max(kmin, k - 1), is_log) if k - kmin >= 2 else k
+        j = _hinge_onset(lv, kmin, max(kmin, k - 1)) if k - kmin >= 2 else k
         base = float(cummin[max(0, k - 1)])
         onset_i = _foot(t, bl.start, j, base + math.log(DIVERGE_RATIO) if is_log
                         else base + (DIVERGE_RATIO - 1.0) * abs(base))

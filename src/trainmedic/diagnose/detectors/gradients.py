@@ -199,10 +199,11 @@ FIRST_BLOWUP_RATIO = 100.0
 def _first_step_blowup(run: Run, g: Trace) -> Finding | None:
     v = g.values
     later = v[1:][np.isfinite(v[1:])]
-    if later.size < 5 or not float(v[0]) > 0 or \
-            not float(v[0]) >= FIRST_BLOWUP_RATIO * float(np.max(np.abs(later))):
+    if later.size < 5 or not float(v[0]) > 0:
         return None
     top, first = float(np.max(np.abs(later))), int(g.steps[0])
+    if not float(v[0]) >= FIRST_BLOWUP_RATIO * top:
+        return None
     _, loss0 = loss_fall(run, g.rank)
     return Finding(
         symptom="exploding_gradients", severity="warning", confidence=0.6, onset_step=first,

@@ -47,10 +47,10 @@ def loss_gaps(run: Run, tr: Trace) -> Finding | None:
         if not {s for s in have if lo < s < hi} <= inside_set:
             continue  # the reference is not on the loss's rows: another cadence
         g = Trace.of(run, "grad_norm", tr.rank)
-        at = [s for s in missing if g is not None and s in set(g.all_steps.tolist())]
-        gv = [float(g.all_values[int(np.flatnonzero(g.all_steps == s)[0])]) for s in at] \
-            if g is not None else []
-        skipped = [s for s, v in zip(at, gv, strict=True) if v == 0.0 or not np.isfinite(v)]
+        g_at = {} if g is None else dict(zip(g.all_steps.tolist()[::-1],  # (first wins)
+                                             g.all_values.tolist()[::-1], strict=True))
+        gv = [float(g_at[s]) for s in missing if s in g_at]
+        skipped = [v for v in gv if v == 0.0 or not np.isfinite(v)]
         where = ", ".join(str(s) for s in missing[:4]) + ("..." if len(missing) > 4 else "")
         extra = (f"; the grad norm there is {'0' if all(np.isfinite(gv)) else 'non-finite'} "
                  f"(the step was skipped)" if skipped and len(skipped) == len(missing) else "")

@@ -80,9 +80,11 @@ CLIMB_ERROR_RATIO = 3.0
 
 
 def climbing_tail(tr: Trace | None, *, any_length: bool = False) -> Finding | None:
-    """A loss log of 5-11 finite points (any length from 5 with ``any_length``) whose last >= 3
-    points each rose above the one before and above every earlier point, ending >= 1.5x the
-    median before them: the run is diverging at the end of the log (warning; error from 3x).
+    """A loss log of 5-11 finite points whose last >= 3 points each rose above the one before,
+    ending >= 1.5x the median before them and >= 2x the lowest point before the climb; or,
+    with ``any_length``, a log of any length from 5 whose last >= 3 points each rose above the
+    one before and above every earlier point, ending >= 1.5x the median before them: the run
+    is diverging at the end of the log (warning; error from 3x).
     Onset: the first point of the climb. A longer log's level rule can miss such a climb when
     its curve is smooth (an EMA-smoothed loss): the block noise it measures is then the
     curve's own bend, and 5 of those sigmas exceed the rise; three new all-time highs in a row

@@ -97,7 +97,8 @@ FROZEN_START_GAP = 0.05
 
 def frozen_from_start(run: Run, rank: int | None) -> tuple[int, float] | None:
     """The pinned evaluations (see ``pinned_eval``) when they start at the second
-    evaluation or earlier: the weights froze before the model learned anything."""
+    evaluation or earlier, the first within FROZEN_START_GAP of the frozen value when the
+    freeze starts at the second: the weights froze before the model learned anything."""
     frozen = pinned_eval(run, rank)
     val = Trace.of(run, "val_loss", rank) or Trace.of(run, "val_loss", None)
     if frozen is None or val is None or len(val) < 2 or frozen[0] > int(val.steps[1]):
@@ -118,7 +119,9 @@ PINNED_MIN_RESOLUTION = 1e-5
 
 def _resolution(v: np.ndarray) -> float:
     """The step of the logger's rounding: 10**-d for the fewest decimals d <= 8 that write every
-    value exactly (a print log's "Val Loss: 0.1055" has 4), else 0."""
+    value exactly (a print log's "Val Loss: 0.1055" has 4), else 0. Unlike ``stuck_resolution``
+    the tolerance is relative to each value alone: an evaluation of 1.8e-11 (fp16 underflow)
+    keeps its digits instead of reading as a whole number."""
     for d in range(9):
         scaled = v * 10.0 ** d
         if bool(np.all(np.abs(scaled - np.round(scaled)) <= 1e-6 * np.abs(scaled))):
