@@ -88,14 +88,26 @@ def _header(cells: list[str]) -> bool:
 
 
 _RULE = re.compile(r"^:?-{3,}:?$")
+_GRID_RULE = re.compile(r"^\s*\+(?:[-=]{3,}\+)+\s*$")
 
 
 def _cells(line: str) -> list[str] | None:
     """The cells of a line: split on spaces, or on "|" for a markdown table row (people paste
     the HF Trainer's notebook table as one: "| Epoch | Training Loss | Validation Loss |");
     None for the table's |---|---| rule."""
+    if _GRID_RULE.match(line):
+        return None  # tabulate's grid: "+-------+------+" / "+=======+======+"
     if not line.lstrip().startswith("|"):
-        return None if _DASHES.match(line) else line.split()
+        if _DASHES.match(line):
+            return None
+        piped = [c.strip() for c in line.split("|")]
+        # "epoch | train_loss | val_loss" over "1 | 2.20 | 2.40": a table printed with pipes
+        # between its cells and none at the ends (each cell one value, or a name of words:
+        # "step 10 | loss 2.3" is a line of pairs, not a table row)
+        if len(piped) >= 3 and all(c and (" " not in c or (
+                _HEADER_WORD.match(c) and not any(ch.isdigit() for ch in c))) for c in piped):
+            return piped
+        return line.split()
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
     if cells and all(_RULE.match(c) for c in cells):
         return None

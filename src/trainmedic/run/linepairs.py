@@ -29,8 +29,9 @@ __all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "choose_step", "STEP
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+|" \
        r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b"
 _RATE = r"(?:(?:samples?|imgs?|images?|tokens?|toks?|words?|seqs?|sequences?|it|its|steps?|" \
-        r"batches?)\s?)?/\s?s(?:ec)?(?!\w|\s*=|\s?:\s*[-+.\d])"
-# (not a name: "samples/sec: 250.1"; Marian's "9876.54 words/s : L.r. 3e-04" is a unit)
+        r"batches?)\s?)?/\s?s(?:ec)?(?!\w|\s*=|\s?:\s*[-+.\d]|\s+[-+]?\d)"
+# (not a name: "samples/sec: 250.1", "tokens/s 123456"; Marian's "9876.54 words/s : L.r. 3e-04"
+# is a unit)
 # (a bare "929.35/s" after a number is timm's samples per second)
 _TOKEN = re.compile(r"(?P<num>" + _NUM + r")(?P<unit>s/\d+ iters?\b|"
                     r"\s?(?:ms|s|us)/(?:step|it|iter|batch)\b|"
@@ -110,6 +111,22 @@ def _sub_values(m: re.Match[str]) -> str:
 _BRACKET_STEP = re.compile(r"(?<![\w\]])\[(\d+)\]\s+(?=[A-Za-z_][\w/.-]*\s*=\s*[-+.\d])")
 
 
+#: A bare "[i/N]" counter that no name precedes ("[rank0]: [100/3000] loss: 2.3"): a position,
+#: taken as the step only when nothing else counts steps and it never goes back (see
+#: ``choose_step``). "Step [100/600]" keeps its name; "Epoch [1/10]" too.
+_BARE_COUNT = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
+
+
+def _bare_counts(line: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        before = line[:m.start()].rstrip()
+        if before[-1:].isalpha() or before[-1:] in (":", "=", "_", ")") or int(m.group(1)) > \
+                int(m.group(2)):
+            return m.group(0)
+        return f" | bracket_pos={m.group(1)} | "
+    return _BARE_COUNT.sub(sub, line)
+
+
 #: A tensor printed as it is ("loss: tensor(2.3456, device='cuda:0', grad_fn=<...>)") is its
 #: number.
 _TENSOR_REPR = re.compile(r"\btensor\(\s*(" + _NUM + r")\s*(?:,[^()]*)?\)")
@@ -154,6 +171,8 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         line = _TENSOR_REPR.sub(r"\1", line)
     if "] " in line:
         line = _BRACKET_STEP.sub(r" | step=\1 | ", line)
+    if "/" in line and "[" in line:
+        line = _bare_counts(line)
     if "/s/" in line:
         line = _PER_DEVICE.sub(r"\1/s", line)
     if ": [" in line:
@@ -307,6 +326,14 @@ def _rises(rows: list[tuple[int, dict[str, Any]]], key: str) -> bool:
         d >= -0.1 * (vals.max() - vals.min())))
 
 
+def _never_back(rows: list[tuple[int, dict[str, Any]]], key: str) -> bool:
+    """A counter present on most rows that rises and never goes back (a per-epoch position
+    that restarts is no step)."""
+    vals = np.asarray([r[key] for _, r in rows if isinstance(r.get(key), (int, float))], float)
+    d = np.diff(vals)
+    return vals.size >= max(3, len(rows) // 2) and bool(np.mean(d > 0) >= 0.9 and np.all(d >= 0))
+
+
 def choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:
     """The key that counts steps: a global position if the lines gave one, else the first of
     the step keys present in most rows whose values do not repeat, else an epoch key."""
@@ -318,6 +345,10 @@ def choose_step(rows: list[tuple[int, dict[str, Any]]]) -> str | None:
         return "_global"
     suffixed = tuple(sorted(k for k in {k for _, r in rows for k in r}
                             if k.endswith(("_iter", "_step", "num_updates"))))
+    if _never_back(rows, "bracket_pos") and sum(
+            1 for _, r in rows if any(k in r for k in STEP_KEYS + suffixed + ("_bar_step",))) \
+            < n / 2:
+        return "bracket_pos"
     for cands in (STEP_KEYS, suffixed, ("_bar_step",), EPOCH_KEYS):
         if cands is EPOCH_KEYS and _rises(rows, "batch"):
             return "batch"  # "[epoch=1][batch=10/100]": a batch counter that never resets

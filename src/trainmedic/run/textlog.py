@@ -82,6 +82,13 @@ _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validati
                          r"validation|eval)\b\s*[:|]|^\s*(?:val|valid|validation|eval)\s+"
                          r"(?:epoch|step|iter(?:ation)?)\b|\b(?:validat|evaluat)(?:e|ing)\s+"
                          r"(?:epoch|step|iter(?:ation)?)\s*[:=]?\s*\d", re.I)
+#: What a logger writes before the message (the stamp is already " | "): brackets, a level, a
+#: logger's name, a rank ("2024-03-01 12:00:01,123 - INFO - Validation | step 50",
+#: "INFO:root:Validation ...", "[rank0]: Validation ..."): a message that starts with a side
+#: word is that side's.
+_LEAD = re.compile(r"(?:\[[^\]]{0,40}\]|[\s|:,\-\]\[]+|\b(?:INFO|DEBUG|WARNING|WARN|ERROR|"
+                   r"CRITICAL)\b(?::[\w.]*:)?|\b[\w.]+(?=\s+-\s+(?:INFO|DEBUG|WARNING|ERROR)\b)|"
+                   r"\brank\d+\b|\d+\b)+")
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
 _EVAL_BAR = re.compile(r"\b(?:validat|evaluat|testing\b|test\b|predict|sanity)", re.I)
 _TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
@@ -294,7 +301,9 @@ class _Reader:
             if self.per_epoch:
                 row["_global"] = ep * self.per_epoch
             text = text[:em.start()] + " | " + text[em.end():]
-        side = "valid" if _VALID_LINE.search(text) or self.eval_next else None
+        side = "valid" if _VALID_LINE.search(text) or self.eval_next or (
+            (lv := _LEAD.match(text)) and lv.end() and _VALID_LINE.match(text[lv.end():])) \
+            else None
         if sm := _SET_LINE.match(text):
             # the PyTorch MNIST example's "Test set: Average loss: 0.0331, Accuracy: ..."
             side = "test" if sm.group(1).lower() == "test" else "valid"
@@ -310,6 +319,7 @@ class _Reader:
                 k = f"{side}_{k}"
             row.setdefault(k, v)
         has_step = "_global" in row or any(k in row for k in STEP_KEYS + EPOCH_KEYS) or \
+            "bracket_pos" in row or \
             any(k.endswith(("_iter", "_step", "_epoch")) and k.split("_")[0] in (
                 "training", "train") for k in row)
         by_keras_epoch = False
@@ -326,7 +336,8 @@ class _Reader:
             # "67s - loss: ..." after "Epoch 3/20": the time the epoch took
             row[("epoch_time_" if by_keras_epoch else "step_time_") + k[len("line_time_"):]] = \
                 row.pop(k)
-        metrics = [k for k in row if k not in EPOCH_KEYS + STEP_KEYS and k != "_global"]
+        metrics = [k for k in row if k not in EPOCH_KEYS + STEP_KEYS
+                   and k not in ("_global", "bracket_pos")]
         if not metrics and not has_step and EVAL_ANNOUNCED.match(text):
             self.eval_next = True
             return
@@ -523,6 +534,7 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
     for no, r in reader.rows:
         r = dict(r)
         r.pop("_bar_step" if step != "_bar_step" else "", None)
+        r.pop("bracket_pos" if step != "bracket_pos" else "", None)
         if step is not None:
             v = r.pop(step, None)
             r.pop("_global", None)
@@ -573,6 +585,8 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
     if step == "_bar_step":
         table.note("step_from_progress_bar", "steps are the positions of the progress bar "
                    "drawn before each metric line")
+    elif step == "bracket_pos":
+        table.note("step_from_counter", "steps are the bare [i/N] counters of the metric lines")
     elif step is not None and step not in ("step", "_global"):
         table.meta["text_step_key"] = step
     if not table.columns:
