@@ -37,3 +37,17 @@ def test_two_towering_points_in_a_noisy_eleven_point_log() -> None:
 ])
 def test_no_towering_point(values) -> None:
     assert towering_points(np.asarray(values)) == []
+
+
+def test_a_towering_first_point_of_an_excerpt_is_a_spike() -> None:
+    # An issue excerpt from epoch 2 (steps 2200-3400 every 200): its first point is 1590x
+    # the others. Seven intervals into the run, it is no start.
+    values = [25545.7, 16.06, 10.78, 6.70, 6.12, 5.02, 5.57]
+    run = Run(source="t")
+    run.add("loss", np.arange(2200, 3600, 200), np.asarray(values))
+    f = [g for g in diagnose(run).findings if g.symptom == "loss_spike"]
+    assert [(g.onset_step, g.severity, g.end_step) for g in f] == [(2200, "warning", 2400)]
+    # the same values from the run's first logged interval are its start
+    run = Run(source="t")
+    run.add("loss", np.arange(200, 1600, 200), np.asarray(values))
+    assert not [g for g in diagnose(run).findings if g.symptom == "loss_spike"]

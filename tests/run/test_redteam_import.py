@@ -112,6 +112,25 @@ def test_sb3_progress_csv_steps_are_total_timesteps(tmp_path: Path) -> None:
     assert "row numbers" not in notes(run)
 
 
+def test_baselines_progress_csv_steps_are_timesteps_so_far(tmp_path: Path) -> None:
+    # OpenAI Baselines' PPO1 logger: no loss column of its own (value, policy and entropy
+    # terms only), so the run is read but not judged on a guessed loss
+    p = tmp_path / "progress.csv"
+    p.write_text("TimeElapsed,loss_vf_loss,EpisodesSoFar,EpRewMean,TimestepsSoFar,loss_ent\n"
+                 + "".join(f"{2.0 * i},{0.06 / i},{12 * i},{0.01 * i},{1024 * i},1.16\n"
+                           for i in range(1, 21)))
+    run = load_run(str(tmp_path))  # found inside its folder: the header names a step
+    assert run.get("loss_vf_loss").steps.tolist()[:2] == [1024, 2048]
+
+
+def test_all_loss_is_the_objective_beside_its_terms(tmp_path: Path) -> None:
+    p = tmp_path / "train_output.txt"
+    p.write_text("".join(f"Epoch: 2, Step: {200 * i}, accuracy: 0.97, det loss: 0.7, "
+                         f"bbox loss: {9 + i}, all_loss: {5 + i / 2}, lr:0.01\n"
+                         for i in range(1, 12)))
+    assert load_run(str(p)).get("loss").values[0] == pytest.approx(5.5)
+
+
 def test_sb3_step_name_comes_after_a_framework_step(tmp_path: Path) -> None:
     p = tmp_path / "log.csv"
     p.write_text("global_step,time/total_timesteps,loss\n"

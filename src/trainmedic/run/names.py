@@ -49,6 +49,8 @@ STEP_COLUMNS: tuple[str, ...] = (
     "train/global_step",    # HF Trainer under W&B
     "time/total_timesteps",  # Stable-Baselines3 logger (environment steps); its
                              # "rollout/ep_rew_mean" is a reward and keeps its raw name
+    "timestepssofar",       # OpenAI Baselines' PPO1/TRPO progress.csv (environment steps)
+    "total_timesteps",      # OpenAI Baselines' PPO2/A2C progress.csv (environment steps)
     "training_iteration",   # Ray Tune progress.csv / result.json (one per tune.report)
     "_step",                # W&B history export (counts log calls, so after the above)
     # hand-written loggers' own spellings of the same counter

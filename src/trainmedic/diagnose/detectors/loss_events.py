@@ -245,7 +245,10 @@ def _towering(run: Run, seen: set[int | None]) -> list[Finding]:
     points) and noise."""
     out: list[Finding] = []
     for tr in traces(run, "loss", min_points=SHORT_MIN_POINTS):
-        idx = towering_points(tr.values)
+        # A log whose first point comes >= 5 logging intervals into the run is an excerpt
+        # (or a resumed run): its first point is not the run's start, high by nature.
+        mid_run = tr.interval > 0 and int(tr.steps[0]) >= 5 * tr.interval
+        idx = towering_points(tr.values, mid_run=mid_run)
         for i in idx:
             step = int(tr.steps[i])
             if any(s is not None and abs(s - step) <= tr.interval for s in seen):

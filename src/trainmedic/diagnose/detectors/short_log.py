@@ -151,10 +151,11 @@ TOWER_RATIO = 10.0
 TOWER_MAX = 2
 
 
-def towering_points(values: np.ndarray) -> list[int]:
+def towering_points(values: np.ndarray, *, mid_run: bool = False) -> list[int]:
     """Indices of the (at most 2) points >= 10x every other point, each after >= 2 others
-    (a log's first points are its start, high by nature). Positive finite values only; [] for
-    fewer than 5 points or when more than 2 points stand that high."""
+    (a log's first points are its start, high by nature), or anywhere in a log that starts
+    ``mid_run`` (an excerpt: its first point is no start). Positive finite values only; []
+    for fewer than 5 points or when more than 2 points stand that high."""
     v = np.asarray(values, dtype=np.float64)
     if v.size < SHORT_MIN_POINTS or not bool(np.all(np.isfinite(v) & (v > 0))):
         return []
@@ -164,4 +165,4 @@ def towering_points(values: np.ndarray) -> list[int]:
     rest_max = float(v[~high].max())
     before = np.cumsum(~high)
     return [int(i) for i in np.flatnonzero(high)
-            if v[i] >= TOWER_RATIO * rest_max and before[i] >= 2]
+            if v[i] >= TOWER_RATIO * rest_max and (mid_run or before[i] >= 2)]
