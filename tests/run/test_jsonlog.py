@@ -227,3 +227,22 @@ def test_a_progress_counter_string_is_the_step(tmp_path):
     mapping = diagnose(load_run(str(p))).mapping
     assert {"column": "train_speed(iter/s)", "canonical": "step_time_s"}.items() <= \
         next(m for m in mapping if m["column"] == "train_speed(iter/s)").items()
+
+
+def test_mmcv_evaluation_rows_are_validation_at_the_training_position(tmp_path):
+    # mmcv 1.x's .log.json: "iter" restarts every epoch, and an evaluation row's "iter" is
+    # the length of the validation loader (16 here), not a position
+    rows = [{"env_info": "MMCV: 1.7.2", "seed": 1}]
+    for ep in (1, 2, 3):
+        for it in (5, 10, 15, 20):
+            rows.append({"mode": "train", "epoch": ep, "iter": it, "lr": 0.003,
+                         "loss": 2.0 / (ep * it)})
+            if it == 20:
+                rows.append({"mode": "val", "epoch": ep, "iter": 16, "lr": 0.003,
+                             "loss": 1.0 / ep})
+    p = write(tmp_path, "".join(json.dumps(r) + "\n" for r in rows), name="x.log.json")
+    t = read_jsonl(p)
+    assert t.columns["loss"].steps.tolist() == list(range(5, 65, 5))
+    assert t.columns["val_loss"].steps.tolist() == [20, 40, 60]
+    assert t.columns["val_loss"].values.tolist() == [1.0, 0.5, 1 / 3]
+    assert t.columns["lr"].steps.tolist() == t.columns["loss"].steps.tolist()

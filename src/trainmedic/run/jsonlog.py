@@ -295,6 +295,8 @@ def read_jsonl(path: Path) -> LogTable:
             continue
         rows.append((i + 1, _normalized_row(flatten(obj))))
     bad_lines.flush(table)
+    if any(r.get("mode") in _EVAL_MODES for _, r in rows):
+        rows = _evaluation_rows(rows, table)
     if not rows:
         what = "is empty" if not text.strip() else "has no line holding a JSON object"
         raise UnrecognizedInputError(str(path), f"{what}; expected a JSON Lines log "
@@ -304,6 +306,50 @@ def read_jsonl(path: Path) -> LogTable:
         raise UnrecognizedInputError(str(path), "has JSON objects but no numeric values; "
                                      "expected metrics such as {\"step\": 1, \"loss\": 2.3}")
     return table
+
+
+#: mmcv/mmdetection 2.x's ``.log.json`` marks each row ``"mode": "train"`` or ``"val"``.
+_EVAL_MODES = frozenset({"val", "test", "eval"})
+_POSITION_KEYS = ("epoch", "iter", "step")
+
+
+def _evaluation_rows(rows: list[tuple[int | None, dict[str, Any]]], table: LogTable
+                     ) -> list[tuple[int | None, dict[str, Any]]]:
+    """mmcv's evaluation rows (``"mode": "val"``): their ``iter`` is the length of the
+    validation loader, not a training position, and their ``loss`` is the validation loss.
+    Each takes the position of the training row before it; its metrics that the training rows
+    also hold are ``val_<name>`` (its ``lr`` repeats the training row's and is dropped)."""
+    out: list[tuple[int | None, dict[str, Any]]] = []
+    last_train: dict[str, Any] | None = None
+    moved = 0
+    trained = {k for _, r in rows if r.get("mode") not in _EVAL_MODES for k in r}
+    for line, r in rows:
+        if r.get("mode") not in _EVAL_MODES:
+            if r.get("mode") is not None:
+                last_train = r
+            out.append((line, r))
+            continue
+        if last_train is None:
+            continue  # an evaluation before any training row has no position
+        row = {k: last_train[k] for k in _POSITION_KEYS if k in last_train}
+        for k, v in r.items():
+            if k in _POSITION_KEYS or k in ("mode", "lr") or k.startswith(VAL_PREFIX_WORDS):
+                if k.startswith(VAL_PREFIX_WORDS):
+                    row[k] = v
+                continue
+            # a name the training rows use too is the validation side's here ("loss"); an
+            # evaluation's own metric ("bbox_mAP") keeps its name
+            row[f"val_{k}" if k in trained else k] = v
+        out.append((line, row))
+        moved += 1
+    if moved:
+        table.note("evaluation_rows", f"{moved} rows marked \"mode\": \"val\" read as "
+                   "evaluations at the training position before them (their 'iter' counts "
+                   "validation batches)")
+    return out
+
+
+VAL_PREFIX_WORDS = ("val_", "val/", "valid", "eval", "test")
 
 
 def _numeric_list(v: Any) -> bool:
