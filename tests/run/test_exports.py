@@ -180,3 +180,16 @@ def test_an_activations_saturation_share_under_other_names(tmp_path, name):
     run = load_run(str(p))
     assert run.has("layer/model/saturated_frac")
     assert run.has("saturation")  # a bare "saturation" (an augmentation knob) is not it
+
+
+@pytest.mark.parametrize(("name", "read_as"), [
+    ("Act/DeadFraction", "layer/model/dead_frac"),
+    ("Act/SaturatedFraction", "layer/model/saturated_frac"),
+    ("GradNorm/first_layer", "layer/first_layer/grad_norm"),
+])
+def test_camel_case_tags_of_whole_model_stats(tmp_path, name, read_as):
+    # TensorBoard tags written in CamelCase under a namespace read as their snake_case twins
+    p = tmp_path / "log.csv"
+    p.write_text(f"step,loss,grad_norm,{name}\n" + "".join(
+        f"{s},{1.0 - s / 100:.3f},1.0,0.8\n" for s in range(10, 110, 10)))
+    assert load_run(str(p)).has(read_as)

@@ -18,7 +18,7 @@ import numpy as np
 from trainmedic.run import names as names_mod
 from trainmedic.run.series import Run, Series
 from trainmedic.run.table import LogTable
-from trainmedic.run.vocabulary import CUMULATIVE_TIME, EPOCH_TIME, time_unit_of
+from trainmedic.run.vocabulary import CUMULATIVE_TIME, EPOCH_TIME, split_camel, time_unit_of
 
 __all__ = ["table_to_run", "MAX_RAW_ENTRIES", "entry"]
 
@@ -67,9 +67,10 @@ def _per_layer_name(raw: str) -> tuple[str, str] | None:
     grad norm; None for any other column."""
     if raw.lower().startswith("layer/"):
         return None
-    if _FIRST_GRAD.fullmatch(raw):
+    words = split_camel(raw)  # "Act/DeadFraction", "GradNorm/first_layer" (TensorBoard tags)
+    if _FIRST_GRAD.fullmatch(words):
         return f"layer/{FIRST_LAYER}/grad_norm", "per-layer (the first layer's grad norm)"
-    m = _MODEL_STAT.fullmatch(raw)
+    m = _MODEL_STAT.fullmatch(words)
     if m is None:
         return None
     return ("layer/model/" + ("dead_frac" if m.group("dead") else "saturated_frac"),
