@@ -418,3 +418,19 @@ def test_a_last_epoch_cut_short_keeps_its_steps_after_the_others(tmp_path):
     (tmp_path / "rich.log").write_text("\n".join(lines) + "\n")
     loss = load_run(str(tmp_path / "rich.log")).get("loss")
     assert loss.is_monotonic and int(loss.steps[-1]) == 7 * 40 + 20
+
+
+def test_detectron2s_run_summary_does_not_shadow_the_step_time(tmp_path):
+    # the last line averages the whole run: read as a step it became the only step_time_s
+    # point, and the per-step "time" column went unread
+    lines = [f"[12/02 09:00:00 d2.utils.events]:  eta: 0:00:03  iter: {i}  total_loss: "
+             f"{1 - i / 1000:.4f}  time: 0.0135  last_time: 0.0123  data_time: 0.0088  "
+             f"last_data_time: 0.0074   lr: 0.003  max_mem: 267M" for i in range(19, 300, 20)]
+    lines += ["[12/02 09:00:03 d2.engine.hooks]: Overall training speed: 298 iterations in "
+              "0:00:03 (0.0117 s / it)",
+              "[12/02 09:00:03 d2.engine.hooks]: Total training time: 0:00:03 (0:00:00 on hooks)"]
+    p = tmp_path / "log.txt"
+    p.write_text("\n".join(lines) + "\n")
+    run = load_run(str(p))
+    assert len(run.get("step_time_s")) == 15
+    assert run.get("step_time_s").values[0] == pytest.approx(0.0135)

@@ -89,6 +89,10 @@ _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validati
 _LEAD = re.compile(r"(?:\[[^\]]{0,40}\]|[\s|:,\-\]\[]+|\b(?:INFO|DEBUG|WARNING|WARN|ERROR|"
                    r"CRITICAL)\b(?::[\w.]*:)?|\b[\w.]+(?=\s+-\s+(?:INFO|DEBUG|WARNING|ERROR)\b)|"
                    r"\brank\d+\b|\d+\b)+")
+#: Detectron2's last lines ("Overall training speed: 298 iterations in 0:00:03 (0.0117 s /
+#: it)", "Total training time: 0:00:03 (0:00:00 on hooks)"): averages over the whole run, which
+#: read as one step's time would shadow the per-step "time" column.
+_RUN_SUMMARY = re.compile(r"\b(?:Overall training speed|Total training time):", re.I)
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
 _EVAL_BAR = re.compile(r"\b(?:validat|evaluat|testing\b|test\b|predict|sanity)", re.I)
 _TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
@@ -187,6 +191,8 @@ class _Reader:
         if not raw.strip():
             return
         self.lines += 1
+        if "training " in raw and _RUN_SUMMARY.search(raw):
+            return  # a whole-run average, not a step's reading
         if raw[:1] in "IWEF" and (am := _ABSL_PREFIX.match(raw)):
             raw = raw[am.end():]
         if (scale := scale_message(raw)) is not None:
