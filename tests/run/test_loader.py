@@ -459,3 +459,22 @@ def test_a_wandb_chart_export_of_the_validation_loss_alone_is_not_the_training_l
                                                        5 if key[0] == "t" else 50)))
     run = load_run(str(d))
     assert run.get("loss").is_monotonic and len(run.get("val_loss")) == 6
+
+
+def test_a_later_torchrun_attempt_continues_each_ranks_series(tmp_path):
+    # torchrun --log-dir: attempt_1 holds the ranks' output after a restart whose step counter
+    # went back to 0; it continues the series (the resume is there to judge), it is no second
+    # sampling of them
+    from trainmedic.diagnose import diagnose
+
+    for attempt, steps in ((0, range(5, 185, 5)), (1, range(5, 125, 5))):
+        for rank in (0, 1):
+            d = tmp_path / "logs" / "a3f9_7q1k" / f"attempt_{attempt}" / str(rank)
+            d.mkdir(parents=True)
+            (d / "stdout.log").write_text("".join(
+                f"[step {s}] loss={1.0 / (s + 5 * attempt):.4f} step_ms=7.1\n" for s in steps))
+            (d / "stderr.log").write_text("")
+    run = load_run(str(tmp_path))
+    assert len(run.get("loss", 0)) == 36 + 24
+    found = [f for f in diagnose(run).findings if f.symptom == "resume_discontinuity"]
+    assert found and found[0].level >= 1

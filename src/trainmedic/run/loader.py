@@ -472,13 +472,14 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
     # Console logs last: one beside the metrics file extracted from it is read once.
     for t in sorted(tables, key=lambda t: t.format == "text"):
         part = table_to_run(t, mapping)
-        if t.format == "text" and total.series and repeats(total, part):
+        if t.format == "text" and total.series and repeats(total, part) and \
+                not _restarted(t.path):
             notes.append(ImportNote(
                 "duplicate_source", "holds the metrics of another file of the run at the same "
                 "steps (a console log beside the metrics taken from it); not read again",
                 path=t.path))
             continue
-        if t.format == "text" and total.series:
+        if t.format == "text" and total.series and not _restarted(t.path):
             shared = sorted({m for (m, rk) in part.series if (m, rk) in total.series
                              and m in names_mod.CANONICAL})
             if shared:
@@ -504,6 +505,13 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
         raise UnrecognizedInputError(source, "was read but holds no numeric series; expected "
                                      "metrics such as loss or lr over steps")
     return total
+
+
+def _restarted(path: str) -> bool:
+    """A console log of a later attempt (torchrun --log-dir's ``attempt_<n>``, n >= 1): the
+    same ranks restarted, whose lines continue the run's series (a step counter that goes
+    back there is the resume to judge), not another sampling of them."""
+    return any(_ATTEMPT_RE.fullmatch(part) and part != "attempt_0" for part in Path(path).parts)
 
 
 def _remap_store_run(run: Run, mapping: dict[str, str]) -> Run:
