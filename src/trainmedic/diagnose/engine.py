@@ -113,6 +113,10 @@ CONSEQUENCES: dict[str, frozenset[str]] = {
     # A validation loss that jumped and never came back while the model memorizes is the
     # overfitting itself, seen as a step (a tracker repeating its last evaluation).
     "overfitting": frozenset({"loss_spike"}),
+    # Steps skipped for a non-finite gradient change what the logged loss averages: a loss
+    # that "changed scale" right where the NaN gradients begin is the NaN incident, not a
+    # micro-batch normalization switched on there.
+    "nonfinite_grad": frozenset({"grad_accum_misnormalization"}),
 }
 
 #: Roots whose consequences are only some findings of a kind (the rest are their own).
@@ -122,6 +126,9 @@ CONSEQUENCE_FILTERS: dict[str, Callable[[Finding, Finding], bool]] = {
     # A validation loss that went non-finite while the training loss stayed finite does not
     # stop training: a flat or stalled *training* loss beside it is its own incident.
     "nonfinite_loss": lambda root, f: not (root.metric == "val_loss" and f.metric == "loss"),
+    # only a change of scale that starts with the NaN gradients (not after them)
+    "nonfinite_grad": lambda root, f: f.onset_step is not None and root.onset_step is not None
+    and f.onset_step <= root.onset_step,
 }
 
 
