@@ -18,6 +18,10 @@ from trainmedic.run.vocabulary import read_name
     ("tokens_per_sec", "tokens_per_s"), ("data_time", "data_time_s"),
     ("max_mem_mb", "mem_peak_mb"), ("gpu_util_pct", "gpu_util"),
     ("perf/data_ms", "data_time_s"), ("data_s", "data_time_s"),
+    # a name ending in "_step" that is no per-step aggregate of another name
+    ("time_per_step", "step_time_s"), ("seconds_per_step", "step_time_s"),
+    # the whole model's norm under a gradient namespace (not one module's)
+    ("grad_norm/total", "grad_norm"), ("grads/norm", "grad_norm"), ("loss_value", "loss"),
 ])
 def test_namespaced_and_unit_names_read(raw, canonical):
     r = read_name(raw)
@@ -184,3 +188,20 @@ def test_spelled_out_names(raw, canonical):
 def test_a_bare_data_column_is_not_taken_for_the_data_wait():
     # "data 50000" beside "time 120.5s" is a count, not seconds spent waiting for data
     assert read_name("data") is None and read_name("dataloader") is None
+
+
+@pytest.mark.parametrize("name", ["valLoss", "ValidationLoss", "Perf/StepTime_ms"])
+def test_camel_case_columns_read_like_their_snake_case_twins(tmp_path, name):
+    # the table's keys are matched in lower case, where "valLoss" lost its word boundary
+    p = tmp_path / "log.csv"
+    p.write_text(f"step,loss,{name}\n" + "".join(f"{10 * i},{2 - i / 50},{1 + i / 100}\n"
+                                                  for i in range(1, 30)))
+    canon = {m["column"]: m["canonical"] for m in load_run(str(p)).meta["mapping"]}
+    assert canon[name] == ("step_time_s" if "Time" in name else "val_loss")
+
+
+@pytest.mark.parametrize("raw", ["grads/encoder.0.weight", "grads/fc1", "time/batch"])
+def test_names_that_stay_unread(raw):
+    # one module's gradient; Composer's time/batch counts batches, it is no duration
+    r = read_name(raw)
+    assert r is None or r.canonical not in ("grad_norm", "step_time_s")

@@ -21,6 +21,7 @@ from trainmedic.run.vocabulary import (
     VAL_SIDE,
     NameReading,
     read_name,
+    split_camel,
     unit_label,
 )
 
@@ -90,6 +91,9 @@ def guess_names(res: NameResolution, present: dict[str, str]) -> None:
         if raw in res.aliases.values():
             continue
         r = read_name(key)
+        if r is None and raw != key:
+            # camelCase words are lost in the lower-case key ("valLoss" -> "valloss")
+            r = read_name(split_camel(raw).lower())
         if r is not None:
             readings.append((key, raw, r))
 

@@ -35,6 +35,7 @@ GENERIC_NS = frozenset({
 
 LOSS_WORDS: tuple[str, ...] = (
     "loss", "total_loss", "loss_total", "tot_loss", "loss_tot", "all_loss", "loss_all",
+    "loss_value",
     "overall_loss", "sum_loss", "loss_sum", "avg_loss", "loss_avg",
     "average_loss", "mean_loss",
     "running_loss", "avr_loss", "smoothed_loss", "smooth_loss", "ema_loss", "epoch_loss",
@@ -212,6 +213,8 @@ _PER_MODULE_NS = frozenset({"layer", "layers", "module", "modules", "params", "p
                             "param", "weights", "gradients", "grads", "grad", "activations",
                             "act", "acts", "per_layer", "blocks", "block", "heads", "head"})
 _TOTAL_WORDS = frozenset({"total", "main", "all", "sum", "overall", "objective"})
+_GRAD_NS = frozenset({"grad_norm", "grad_norms", "grads", "grad", "gradients", "gradient",
+                      "gradient_norm"})
 _STEP_NOUNS = frozenset({"step", "iter", "iteration", "batch", "it", "update"})
 _SPLIT = re.compile(r"/|(?<=[a-z_])\.(?=[a-z_])")
 _AGG_SUFFIX = ("_step", "_epoch", "_mean", "_avg")
@@ -400,6 +403,11 @@ def _read_name(raw: str) -> NameReading | None:
         parts = parts[:-2] + [parts[-2]]
     leaf = parts[-1]
     ns = parts[:-1]
+    # "grad_norm/total", "grads/norm": the whole model's under a gradient namespace
+    if ns and (leaf in _TOTAL_WORDS or leaf in ("norm", "global", "l2")) and \
+            ns[-1] in _GRAD_NS:
+        leaf = "grad_norm"
+        ns = ns[:-1]
     if any(p in _PER_MODULE_NS for p in ns) or any(re.search(r"\.\d", p) for p in ns):
         return None  # "layer/encoder.0/grad_norm": one module's, not the run's
     if leaf == "norm" and any(p not in ("train", "grad", "grads", "gradient") for p in ns):
@@ -425,6 +433,11 @@ def _read_name(raw: str) -> NameReading | None:
             group_parts.append(p)
     word, agg = _with_agg(_singular(leaf))
     w, rank, unit, factor, invert = _lookup(word)
+    if w is None and agg and (whole := _lookup(_singular(leaf)))[0] is not None:
+        # "time_per_step", "seconds_per_step": the "_step" is the name's, not Lightning's
+        # per-step aggregate of it
+        word, agg = _singular(leaf), 0
+        w, rank, unit, factor, invert = whole
     leaf_group = ""
     if w is None:
         stripped, s2, leaf_group = _strip_side(word)
