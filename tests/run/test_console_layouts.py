@@ -173,3 +173,33 @@ def test_a_validation_line_after_a_logger_prefix_is_the_validation_side(tmp_path
     run = load_run(str(p))
     assert len(run.get("loss")) == 20
     assert run.get("val_loss").steps.tolist() == [25, 50, 75, 100]
+
+
+BAR_HEAD = ["Epoch {e}: ", "Epoch {e}/{E}: ", "train epoch {e}: ", "[Epoch {e}] ",
+            "epoch {e} train: ", "Train Epoch {e}: "]
+BAR_POST = ["loss={v}", "loss={v}, v_num=0", "loss: {v}", "train_loss={v}", "loss={v}, acc=0.9"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_progress_bars_drawn_several_times_per_epoch_give_increasing_steps(tmp_path, seed):
+    # a tqdm bar under a script's own epoch description, redrawn within each epoch (one line
+    # per draw, or the draws joined by carriage returns): one global position per draw
+    rng = random.Random(seed)
+    head, post = rng.choice(BAR_HEAD), rng.choice(BAR_POST)
+    n_epochs, per_epoch, draws = rng.choice([3, 5]), rng.choice([20, 100]), rng.choice([2, 4])
+    lines, finals = [], []
+    for e in range(1, n_epochs + 1):
+        parts = []
+        for d in range(1, draws + 1):
+            i = per_epoch * d // draws
+            v = round(2.0 * math.exp(-(e - 1 + d / draws) / 2) + 0.2, 4)
+            parts.append(head.format(e=e, E=n_epochs) + f"{100 * i // per_epoch:3d}%|"
+                         f"{'#' * (10 * i // per_epoch):<10}| {i}/{per_epoch} [00:05<00:05, "
+                         f"3.30it/s, {post.format(v=v)}]")
+        finals.append(v)
+        lines += ["\r".join(parts)] if seed % 2 else parts
+    p = tmp_path / "bar.log"
+    p.write_text("\n".join(lines) + "\n")
+    loss = load_run(str(p)).get("loss")
+    assert loss is not None and bool(np.all(np.diff(loss.steps) > 0)), loss
+    assert set(finals) <= set(loss.values.tolist())

@@ -28,8 +28,9 @@ PROGRESS = (
     re.compile(r"\bepoch(?:\(train\))?:?\s*\[(?P<epoch>\d+)\]\s*\[\s*(?P<pos>\d+)\s*/\s*"
                r"(?P<of>\d+)\]", re.I),
     # tqdm / Lightning progress bars: "Epoch 0:  50%|#####     | 500/1000 [00:10<00:10, ..."
-    re.compile(r"\bepoch\s+(?P<epoch>\d+)\s*:\s*\d+%\|[^|]*\|\s*(?P<pos>\d+)\s*/\s*"
-               r"(?P<of>\d+)", re.I),
+    # (and a script's own description: "Epoch 3/10: ", "[Epoch 3] ", "epoch 3 train: ")
+    re.compile(r"\bepoch\s*\[?\s*(?P<epoch>\d+)(?:\s*/\s*\d+)?\s*\]?[^%|\d]{0,20}?\s*\d+%\|"
+               r"[^|]*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
     # timm: "Train: 3 [ 100/1251 (  8%)]" (epochs from 0)
     re.compile(r"\btrain:\s*(?P<epoch>\d+)\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
     # fairseq train_inner: "epoch 001:    200 / 1374" (before 0.6: "epoch 001  1000 / 331737")
