@@ -203,3 +203,17 @@ def test_progress_bars_drawn_several_times_per_epoch_give_increasing_steps(tmp_p
     loss = load_run(str(p)).get("loss")
     assert loss is not None and bool(np.all(np.diff(loss.steps) > 0)), loss
     assert set(finals) <= set(loss.values.tolist())
+
+
+def test_printed_trainer_dicts_holding_numpy_scalars(tmp_path: Path) -> None:
+    # NumPy 2 prints a scalar as np.float64(0.52): the HF Trainer's printed log dict holding
+    # one was no dict to literal_eval, and the loss was the run summary's train_loss alone
+    lines = []
+    for k in range(1, 21):
+        lines.append(f"{{'loss': np.float64({2.5 - k / 10:.4f}), 'grad_norm': np.float32(1.25), "
+                     f"'learning_rate': 4.9e-05, 'epoch': {k / 100}}}")
+    lines.append("{'train_runtime': 123.4, 'train_loss': 1.1, 'epoch': 0.2}")
+    p = tmp_path / "trainer.log"
+    p.write_text("\n".join(lines) + "\n")
+    run = load_run(str(p))
+    assert len(run.get("loss")) == 20 and run.get("grad_norm").values[0] == 1.25

@@ -28,6 +28,7 @@ from trainmedic.run.table import (
     NoteCounter,
     cell_float,
     duration_seconds,
+    plain_scalars,
     steps_across_epochs,
 )
 from trainmedic.run.vocabulary import TEST_SIDE, VAL_SIDE
@@ -429,6 +430,7 @@ def _python_literal(text: str) -> Any:
         return None
     import ast
 
+    text = plain_scalars(text)
     body = re.sub(r"(?<=[\[,:]\s)-?(?:nan|inf)\b|(?<=[\[,:])-?(?:nan|inf)\b",
                   lambda m: f'"{m.group(0)}"', text) if "nan" in text or "inf" in text else text
     try:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from trainmedic.run.counters import EPOCH_KEYS
-from trainmedic.run.table import cell_float
+from trainmedic.run.table import cell_float, plain_scalars
 from trainmedic.run.vocabulary import split_camel, translate_cjk
 
 __all__ = ["line_pairs", "sectioned_pairs", "dict_in_line", "choose_step", "STEP_KEYS",
@@ -305,7 +305,7 @@ def dict_in_line(line: str) -> dict[str, Any] | None:
     i = line.find("{")
     if i < 0 or "}" not in line[i:]:
         return None
-    body = line[i:line.rfind("}") + 1]
+    body = plain_scalars(line[i:line.rfind("}") + 1])
     if "nan" in body or "inf" in body:
         # print() of a dict writes float('nan') as a bare nan ({'loss': nan}): no literal
         body = _BARE_NONFINITE.sub(lambda m: f'"{m.group(0)}"', body)

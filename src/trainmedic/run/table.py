@@ -17,7 +17,8 @@ import numpy as np
 from trainmedic.run.series import ImportNote, Series
 
 __all__ = ["UTF16_BOMS", "skip_preamble", "numbers_only", "LogTable", "NoteCounter",
-           "steps_across_epochs", "cell_float", "MISSING_TOKENS", "MAX_STEP", "duration_seconds"]
+           "steps_across_epochs", "cell_float", "MISSING_TOKENS", "MAX_STEP", "duration_seconds",
+           "plain_scalars"]
 
 
 #: The byte-order marks of UTF-16 text (little-endian first): PowerShell's `>` writes it.
@@ -115,6 +116,20 @@ _MSVC_NONFINITE = {
     "-1.#qnan": float("nan"), "nan(ind)": float("nan"), "-nan(ind)": float("nan"),
     "1.#snan": float("nan"), "-1.#snan": float("nan"),
 }
+
+
+#: A numpy or torch scalar printed inside a dict or list (NumPy 2 prints ``np.float64(0.52)``,
+#: so does the HF Trainer's log line holding one; torch ``tensor(0.52)``).
+_SCALAR_REPR = re.compile(r"\b(?:np|numpy)\.(?:float|int|uint)(?:16|32|64|128)?\(\s*([^()]*?)\s*\)|"
+                          r"\btensor\(\s*([-+\w.]+)\s*(?:,[^()]*)?\)")
+
+
+def plain_scalars(text: str) -> str:
+    """``text`` with numpy/torch scalar reprs replaced by their numbers."""
+    if "(" not in text:
+        return text
+    return _SCALAR_REPR.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2),
+                            text)
 
 
 MAX_STEP = 2 ** 62
