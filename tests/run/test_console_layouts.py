@@ -217,3 +217,18 @@ def test_printed_trainer_dicts_holding_numpy_scalars(tmp_path: Path) -> None:
     p.write_text("\n".join(lines) + "\n")
     run = load_run(str(p))
     assert len(run.get("loss")) == 20 and run.get("grad_norm").values[0] == 1.25
+
+
+def test_keras_3_bars_drawn_partway_through_an_epoch_are_not_epochs(tmp_path: Path) -> None:
+    # Keras 3 prints no "ETA:" word on its partial draws: "234/938 ━━━━━━ 2s - loss: ..."
+    lines = []
+    for e in range(1, 6):
+        lines.append(f"Epoch {e}/5")
+        lines.append(f"\x1b[1m234/938\x1b[0m \x1b[32m━━━━━\x1b[0m\x1b[37m━━━━━━━━━━━━━━━\x1b[0m "
+                     f"\x1b[1m2s\x1b[0m - loss: {3.0 - e / 10:.4f}")
+        lines.append(f"\x1b[1m938/938\x1b[0m \x1b[32m━━━━━━━━━━━━━━━━━━━━\x1b[0m\x1b[37m\x1b[0m "
+                     f"\x1b[1m3s\x1b[0m 3ms/step - loss: {2.0 - e / 10:.4f} - val_loss: 2.1000")
+    p = tmp_path / "keras.log"
+    p.write_text("\n".join(lines) + "\n")
+    loss = load_run(str(p)).get("loss")
+    assert loss.values.tolist() == pytest.approx([1.9, 1.8, 1.7, 1.6, 1.5])

@@ -89,6 +89,9 @@ _VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validati
 _LEAD = re.compile(r"(?:\[[^\]]{0,40}\]|[\s|:,\-\]\[]+|\b(?:INFO|DEBUG|WARNING|WARN|ERROR|"
                    r"CRITICAL)\b(?::[\w.]*:)?|\b[\w.]+(?=\s+-\s+(?:INFO|DEBUG|WARNING|ERROR)\b)|"
                    r"\brank\d+\b|\d+\b)+")
+#: A Keras progress bar's count before its bar ("  32/100 [===>...", "32/100 ━━━━"), after
+#: any terminal styling is gone.
+_KERAS_COUNT = re.compile(r"^\s*(\d+)/(\d+)\s*(?:\[[=>.]|[━─])")
 #: Detectron2's last lines ("Overall training speed: 298 iterations in 0:00:03 (0.0117 s /
 #: it)", "Total training time: 0:00:03 (0:00:00 on hooks)"): averages over the whole run, which
 #: read as one step's time would shadow the per-step "time" column.
@@ -333,9 +336,11 @@ class _Reader:
                 raw)) and any("loss" in k or "acc" in k for k in pairs):  # (a bar's own step)
             row["epoch"] = self.epoch
             has_step = by_keras_epoch = True
-            if "ETA:" in text:
-                # "32/100 [=====>....] - ETA: 1s - loss: 0.52": a progress bar's running
-                # mean partway through the epoch; the epoch's line is the one without ETA
+            if "ETA:" in text or ((km := _KERAS_COUNT.match(raw)) and
+                                  int(km.group(1)) < int(km.group(2))):
+                # "32/100 [=====>....] - ETA: 1s - loss: 0.52" (Keras 3: "32/100 ━━━━ 1s -
+                # loss: 0.52"): a progress bar's running mean partway through the epoch; the
+                # epoch's line is the finished draw
                 self.recognized += 1
                 return
         for k in [k for k in row if k.startswith("line_time_")]:
