@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from trainmedic.errors import UnrecognizedInputError
+from trainmedic.run import line_marks as marks
 from trainmedic.run.aligned import aligned_rows, bare_numbers, is_single_column, record_rows
 from trainmedic.run.counters import (
     DARKNET,
@@ -72,38 +73,10 @@ __all__ = ["read_text_log", "read_text_logs", "recognized_share", "MIN_SHARE"]
 MIN_SHARE = 0.3
 """Share of non-empty lines the reader must recognise for a file to count as a training log."""
 
-#: What a terminal draws but a log does not mean: ANSI escape sequences (colours, cursor
-#: moves) and backspaces (Keras' verbose=1 progress bar redrawing itself).
-_TERMINAL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\x08")
-_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T_]\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?|"
-                    r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b|\[rank\d+\]:?|\brank\d+\b")
-_VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validation|eval|"
-                         r"evaluation) (?:subset|set|results?|metrics)\b|^\s*(?:valid|"
-                         r"validation|eval)\b\s*[:|]|^\s*(?:val|valid|validation|eval)\s+"
-                         r"(?:epoch|step|iter(?:ation)?)\b|\b(?:validat|evaluat)(?:e|ing)\s+"
-                         r"(?:epoch|step|iter(?:ation)?)\s*[:=]?\s*\d", re.I)
-#: What a logger writes before the message (the stamp is already " | "): brackets, a level, a
-#: logger's name, a rank ("2024-03-01 12:00:01,123 - INFO - Validation | step 50",
-#: "INFO:root:Validation ...", "[rank0]: Validation ..."): a message that starts with a side
-#: word is that side's.
-_LEAD = re.compile(r"(?:\[[^\]]{0,40}\]|[\s|:,\-\]\[]+|\b(?:INFO|DEBUG|WARNING|WARN|ERROR|"
-                   r"CRITICAL)\b(?::[\w.]*:)?|\b[\w.]+(?=\s+-\s+(?:INFO|DEBUG|WARNING|ERROR)\b)|"
-                   r"\brank\d+\b|\d+\b)+")
-#: A Keras progress bar's count before its bar ("  32/100 [===>...", "32/100 ━━━━"), after
-#: any terminal styling is gone.
-_KERAS_COUNT = re.compile(r"^\s*(\d+)/(\d+)\s*(?:\[[=>.]|[━─])")
-#: Detectron2's last lines ("Overall training speed: 298 iterations in 0:00:03 (0.0117 s /
-#: it)", "Total training time: 0:00:03 (0:00:00 on hooks)"): averages over the whole run, which
-#: read as one step's time would shadow the per-step "time" column.
-_RUN_SUMMARY = re.compile(r"\b(?:Overall training speed|Total training time):", re.I)
 _SIDE_WORDS = ("valid", "val", "validation", "eval", "test", "train", "training")
-_EVAL_BAR = re.compile(r"\b(?:validat|evaluat|testing\b|test\b|predict|sanity)", re.I)
 _TIME_SUFFIXES = ("_ms", "_s", "_us", "_sec", "_min")
 _SAMPLE_LINES = 400
 _MAX_LINE = 2048
-#: absl / glog's line prefix ("I0101 10:00:00.000000 140000 model_lib_v2.py:705] "): TF, JAX.
-_ABSL_PREFIX = re.compile(r"^[IWEF]\d{4}\s+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+\s+[\w.-]+:\d+\]\s?")
-_SET_LINE = re.compile(r"^\W*(test|valid|validation|val|eval|dev)\s+set\s*:", re.I)
 _EPOCH_WORD = re.compile(r"\bepoch\b", re.I)
 _TOKEN_WORDS = re.compile(r"[A-Za-z]{2,}")
 
@@ -190,13 +163,13 @@ class _Reader:
 
     def line(self, no: int, raw: str) -> None:
         if "\x1b" in raw or "\b" in raw:
-            raw = _TERMINAL.sub("", raw)
+            raw = marks.TERMINAL.sub("", raw)
         if not raw.strip():
             return
         self.lines += 1
-        if "training " in raw and _RUN_SUMMARY.search(raw):
+        if "training " in raw and marks.RUN_SUMMARY.search(raw):
             return  # a whole-run average, not a step's reading
-        if raw[:1] in "IWEF" and (am := _ABSL_PREFIX.match(raw)):
+        if raw[:1] in "IWEF" and (am := marks.ABSL_PREFIX.match(raw)):
             raw = raw[am.end():]
         if (scale := scale_message(raw)) is not None:
             bm = TQDM_BAR.search(raw) if "%|" in raw else None  # DeepSpeed's: after the bar
@@ -215,7 +188,7 @@ class _Reader:
             of = int(bar.group("of"))
             self.bars[of] = int(bar.group("pos"))
             self.bar_draws[of] = self.bar_draws.get(of, 0) + 1
-            evaluating = _EVAL_BAR.search(raw[:bar.start()])
+            evaluating = marks.EVAL_BAR.search(raw[:bar.start()])
             raw = raw[:bar.start()] + " | " + raw[bar.end():]
             words = _TOKEN_WORDS.search(raw)
             raw += "" if evaluating else bar_step_time(bar)
@@ -266,7 +239,7 @@ class _Reader:
             self.epoch = int(m.group("epoch"))
             self.recognized += 1
             return
-        text = MMENGINE_ITER.sub(r"iter \1", _STAMP.sub(" | ", raw))
+        text = MMENGINE_ITER.sub(r"iter \1", marks.STAMP.sub(" | ", raw))
         if "epoch" in text:  # ESPnet: "3epoch:train:201-300batch:", "3epoch results:"
             text = ESPNET_EPOCH.sub(lambda m: f" epoch {m.group(1)} " + (
                 f"batch {m.group(3)} | " if m.group(3) else "| "), text)
@@ -310,10 +283,10 @@ class _Reader:
             if self.per_epoch:
                 row["_global"] = ep * self.per_epoch
             text = text[:em.start()] + " | " + text[em.end():]
-        side = "valid" if _VALID_LINE.search(text) or self.eval_next or (
-            (lv := _LEAD.match(text)) and lv.end() and _VALID_LINE.match(text[lv.end():])) \
-            else None
-        if sm := _SET_LINE.match(text):
+        lead = marks.LEAD.match(text)
+        side = "valid" if marks.VALID_LINE.search(text) or self.eval_next or (
+            lead and lead.end() and marks.VALID_LINE.match(text[lead.end():])) else None
+        if sm := marks.SET_LINE.match(text):
             # the PyTorch MNIST example's "Test set: Average loss: 0.0331, Accuracy: ..."
             side = "test" if sm.group(1).lower() == "test" else "valid"
             text = " | " + text[sm.end():]
@@ -336,7 +309,7 @@ class _Reader:
                 raw)) and any("loss" in k or "acc" in k for k in pairs):  # (a bar's own step)
             row["epoch"] = self.epoch
             has_step = by_keras_epoch = True
-            if "ETA:" in text or ((km := _KERAS_COUNT.match(raw)) and
+            if "ETA:" in text or ((km := marks.KERAS_COUNT.match(raw)) and
                                   int(km.group(1)) < int(km.group(2))):
                 # "32/100 [=====>....] - ETA: 1s - loss: 0.52" (Keras 3: "32/100 ━━━━ 1s -
                 # loss: 0.52"): a progress bar's running mean partway through the epoch; the

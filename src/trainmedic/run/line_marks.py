@@ -1,0 +1,39 @@
+"""What marks a line of a training console: terminal drawing, time stamps and logger
+prefixes before the message, evaluation lines and bars, and lines that summarize the whole run
+rather than a step. Used by ``textlog``'s reader."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["TERMINAL", "STAMP", "VALID_LINE", "LEAD", "KERAS_COUNT", "RUN_SUMMARY", "EVAL_BAR",
+           "ABSL_PREFIX", "SET_LINE"]
+
+#: What a terminal draws but a log does not mean: ANSI escape sequences (colours, cursor
+#: moves) and backspaces (Keras' verbose=1 progress bar redrawing itself).
+TERMINAL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\x08")
+STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T_]\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?|"
+                   r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b|\[rank\d+\]:?|\brank\d+\b")
+VALID_LINE = re.compile(r"valid(?:ation)? on\b|\bon '?valid|\b(?:valid|validation|eval|"
+                        r"evaluation) (?:subset|set|results?|metrics)\b|^\s*(?:valid|"
+                        r"validation|eval)\b\s*[:|]|^\s*(?:val|valid|validation|eval)\s+"
+                        r"(?:epoch|step|iter(?:ation)?)\b|\b(?:validat|evaluat)(?:e|ing)\s+"
+                        r"(?:epoch|step|iter(?:ation)?)\s*[:=]?\s*\d", re.I)
+#: What a logger writes before the message (the stamp is already " | "): brackets, a level, a
+#: logger's name, a rank ("2024-03-01 12:00:01,123 - INFO - Validation | step 50",
+#: "INFO:root:Validation ...", "[rank0]: Validation ..."): a message that starts with a side
+#: word is that side's.
+LEAD = re.compile(r"(?:\[[^\]]{0,40}\]|[\s|:,\-\]\[]+|\b(?:INFO|DEBUG|WARNING|WARN|ERROR|"
+                  r"CRITICAL)\b(?::[\w.]*:)?|\b[\w.]+(?=\s+-\s+(?:INFO|DEBUG|WARNING|ERROR)\b)|"
+                  r"\brank\d+\b|\d+\b)+")
+#: A Keras progress bar's count before its bar ("  32/100 [===>...", "32/100 ━━━━"), after
+#: any terminal styling is gone.
+KERAS_COUNT = re.compile(r"^\s*(\d+)/(\d+)\s*(?:\[[=>.]|[━─])")
+#: Detectron2's last lines ("Overall training speed: 298 iterations in 0:00:03 (0.0117 s /
+#: it)", "Total training time: 0:00:03 (0:00:00 on hooks)"): averages over the whole run, which
+#: read as one step's time would shadow the per-step "time" column.
+RUN_SUMMARY = re.compile(r"\b(?:Overall training speed|Total training time):", re.I)
+EVAL_BAR = re.compile(r"\b(?:validat|evaluat|testing\b|test\b|predict|sanity)", re.I)
+#: absl / glog's line prefix ("I0101 10:00:00.000000 140000 model_lib_v2.py:705] "): TF, JAX.
+ABSL_PREFIX = re.compile(r"^[IWEF]\d{4}\s+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+\s+[\w.-]+:\d+\]\s?")
+SET_LINE = re.compile(r"^\W*(test|valid|validation|val|eval|dev)\s+set\s*:", re.I)
