@@ -246,3 +246,18 @@ def test_mmcv_evaluation_rows_are_validation_at_the_training_position(tmp_path):
     assert t.columns["val_loss"].steps.tolist() == [20, 40, 60]
     assert t.columns["val_loss"].values.tolist() == [1.0, 0.5, 1 / 3]
     assert t.columns["lr"].steps.tolist() == t.columns["loss"].steps.tolist()
+
+
+@pytest.mark.parametrize(("key", "word"), [("split", "valid"), ("phase", "eval"),
+                                           ("stage", "validation"), ("mode", "test")])
+def test_rows_an_evaluation_wrote_are_the_validation_side(tmp_path, key, word):
+    # {"phase": "eval", "step": 100, "loss": ...}: a loss on the evaluation's rows is the
+    # validation loss, at the row's own step (only mmcv's "iter" counts validation batches)
+    rows = []
+    for s in range(10, 210, 10):
+        rows.append({key: "train", "step": s, "loss": 2.0 - s / 200})
+        if s % 50 == 0:
+            rows.append({key: word, "step": s, "loss": 2.1 - s / 250})
+    t = read_jsonl(write(tmp_path, "".join(json.dumps(r) + "\n" for r in rows)))
+    assert len(t.columns["loss"]) == 20
+    assert t.columns["val_loss"].steps.tolist() == [50, 100, 150, 200]

@@ -296,8 +296,10 @@ def read_jsonl(path: Path) -> LogTable:
             continue
         rows.append((i + 1, _normalized_row(flatten(obj))))
     bad_lines.flush(table)
-    if any(r.get("mode") in _EVAL_MODES for _, r in rows):
-        rows = _evaluation_rows(rows, table)
+    phase = next((k for k in _PHASE_KEYS if any(_is_eval(r.get(k)) for _, r in rows[:2000])),
+                 None)
+    if phase is not None:
+        rows = _evaluation_rows(rows, table, phase)
     if not rows:
         what = "is empty" if not text.strip() else "has no line holding a JSON object"
         raise UnrecognizedInputError(str(path), f"{what}; expected a JSON Lines log "
@@ -309,45 +311,59 @@ def read_jsonl(path: Path) -> LogTable:
     return table
 
 
-#: mmcv/mmdetection 2.x's ``.log.json`` marks each row ``"mode": "train"`` or ``"val"``.
-_EVAL_MODES = frozenset({"val", "test", "eval"})
+#: A key that says which loop wrote the row: mmcv/mmdetection 2.x's ``.log.json`` writes
+#: ``"mode": "train"`` or ``"val"``; other loggers "split", "phase", "stage", "subset".
+_PHASE_KEYS = ("mode", "split", "phase", "stage", "subset")
+_EVAL_PHASES = frozenset({"val", "valid", "validation", "eval", "evaluation", "test", "dev"})
 _POSITION_KEYS = ("epoch", "iter", "step")
 
 
-def _evaluation_rows(rows: list[tuple[int | None, dict[str, Any]]], table: LogTable
-                     ) -> list[tuple[int | None, dict[str, Any]]]:
-    """mmcv's evaluation rows (``"mode": "val"``): their ``iter`` is the length of the
-    validation loader, not a training position, and their ``loss`` is the validation loss.
-    Each takes the position of the training row before it; its metrics that the training rows
-    also hold are ``val_<name>`` (its ``lr`` repeats the training row's and is dropped)."""
+def _is_eval(v: Any) -> bool:
+    return isinstance(v, str) and v.strip().lower() in _EVAL_PHASES
+
+
+def _evaluation_rows(rows: list[tuple[int | None, dict[str, Any]]], table: LogTable,
+                     phase: str) -> list[tuple[int | None, dict[str, Any]]]:
+    """Rows an evaluation wrote (``"<phase>": "val"``): their ``loss`` is the validation
+    loss, so the metrics the training rows also hold become ``val_<name>`` (an ``lr`` repeats
+    the training row's and is dropped). mmcv's rows (``mode`` with ``iter``) count validation
+    batches in ``iter``, not a training position: they take the position of the training row
+    before them."""
     out: list[tuple[int | None, dict[str, Any]]] = []
     last_train: dict[str, Any] | None = None
     moved = 0
-    trained = {k for _, r in rows if r.get("mode") not in _EVAL_MODES for k in r}
+    trained = {k for _, r in rows if not _is_eval(r.get(phase)) for k in r}
+    mmcv = phase == "mode" and any("iter" in r for _, r in rows[:50])
     for line, r in rows:
-        if r.get("mode") not in _EVAL_MODES:
-            if r.get("mode") is not None:
+        if not _is_eval(r.get(phase)):
+            if r.get(phase) is not None:
                 last_train = r
             out.append((line, r))
             continue
-        if last_train is None:
+        if mmcv and last_train is None:
             continue  # an evaluation before any training row has no position
-        row = {k: last_train[k] for k in _POSITION_KEYS if k in last_train}
+        row = {k: last_train[k] for k in _POSITION_KEYS if k in last_train} \
+            if mmcv and last_train is not None else {}
         for k, v in r.items():
-            if k in _POSITION_KEYS or k in ("mode", "lr") or k.startswith(VAL_PREFIX_WORDS):
-                if k.startswith(VAL_PREFIX_WORDS):
-                    row[k] = v
+            if k in (phase, "lr") or (mmcv and k in _POSITION_KEYS):
                 continue
-            # a name the training rows use too is the validation side's here ("loss"); an
-            # evaluation's own metric ("bbox_mAP") keeps its name
-            row[f"val_{k}" if k in trained else k] = v
+            if k.startswith(VAL_PREFIX_WORDS) or (not mmcv and _is_position(k)):
+                row[k] = v  # already the validation side's, or the row's own position
+            else:
+                # a name the training rows use too is the validation side's here ("loss"); an
+                # evaluation's own metric ("bbox_mAP") keeps its name
+                row[f"val_{k}" if k in trained else k] = v
         out.append((line, row))
         moved += 1
     if moved:
-        table.note("evaluation_rows", f"{moved} rows marked \"mode\": \"val\" read as "
-                   "evaluations at the training position before them (their 'iter' counts "
-                   "validation batches)")
+        table.note("evaluation_rows", f"{moved} rows marked \"{phase}\": <evaluation> read "
+                   "as evaluations" + (" at the training position before them (their 'iter' "
+                                       "counts validation batches)" if mmcv else ""))
     return out
+
+
+def _is_position(key: str) -> bool:
+    return key in STEP_COLUMNS or key.lower() in STEP_COLUMNS or key in ("epoch", "Epoch")
 
 
 VAL_PREFIX_WORDS = ("val_", "val/", "valid", "eval", "test")
