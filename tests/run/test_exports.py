@@ -186,6 +186,7 @@ def test_an_activations_saturation_share_under_other_names(tmp_path, name):
     ("Act/DeadFraction", "layer/model/dead_frac"),
     ("Act/SaturatedFraction", "layer/model/saturated_frac"),
     ("GradNorm/first_layer", "layer/first_layer/grad_norm"),
+    ("act_dead_frac", "layer/model/dead_frac"),
 ])
 def test_camel_case_tags_of_whole_model_stats(tmp_path, name, read_as):
     # TensorBoard tags written in CamelCase under a namespace read as their snake_case twins

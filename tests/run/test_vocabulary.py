@@ -22,6 +22,8 @@ from trainmedic.run.vocabulary import read_name
     ("time_per_step", "step_time_s"), ("seconds_per_step", "step_time_s"),
     # the whole model's norm under a gradient namespace (not one module's)
     ("grad_norm/total", "grad_norm"), ("grads/norm", "grad_norm"), ("loss_value", "loss"),
+    # a namespace joined by "_" (TensorBoard's CSV export names a tag's file so)
+    ("perf_step_time_ms", "step_time_s"), ("sys_rss_mb", "rss_mb"), ("loss_scale", "loss_scale"),
 ])
 def test_namespaced_and_unit_names_read(raw, canonical):
     r = read_name(raw)

@@ -44,7 +44,8 @@ _PARAM_GRAD_NORM = re.compile(r"grad_(?:\d+(?:\.\d+)?|inf)_norm[/_](?P<module>.+
 #: A whole-model activation stat a hand-written logger computes over all its ReLU (tanh,
 #: sigmoid) units ("dead_frac", "tanh_saturation", "sat_ratio"): read as one layer named
 #: "model" (``layer/model/dead_frac``), so the per-layer detectors judge it.
-_MODEL_STAT = re.compile(r"(?:.*/)?(?:(?P<dead>dead_frac(?:tion)?|frac(?:tion)?_dead|dead_units?_"
+_MODEL_STAT = re.compile(r"(?:.*/|act_|acts_|activations?_)?"
+                         r"(?:(?P<dead>dead_frac(?:tion)?|frac(?:tion)?_dead|dead_units?_"
                          r"frac|dead_relu_frac(?:tion)?|dead_neurons?_frac(?:tion)?|dead(?:_relus?|_units?|"
                          r"_neurons?)?(?:_ratio|_share)?)|(?P<sat>(?:tanh|sigmoid|act(?:ivation)?)"
                          r"_sat(?:urated|uration)?(?:_frac(?:tion)?|_ratio|_share)?|"

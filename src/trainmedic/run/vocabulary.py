@@ -381,7 +381,18 @@ def read_name(raw: str) -> NameReading | None:
     got = _read_name(raw)
     if got is None and (split := split_camel(raw.strip())) != raw.strip():
         got = _read_name(split)
+    head, _, rest = raw.strip().partition("_")
+    if got is None and rest and "/" not in raw and head.lower() in _FLAT_NS:
+        # "perf_step_time_ms", "sys_rss_mb": a namespace joined by "_" (TensorBoard's CSV
+        # export names each tag's file so, "perf/step_time_ms" -> "..-tag-perf_step_time_ms")
+        got = _read_name(f"{head}/{rest}")
     return got
+
+
+#: Namespace words that, followed by "_", still name a namespace and not a metric.
+_FLAT_NS = frozenset({"perf", "performance", "sys", "system", "metrics", "metric", "charts",
+                      "stats", "trainer", "timing", "timings", "throughput", "speed",
+                      "scalars"})
 
 
 def _read_name(raw: str) -> NameReading | None:
