@@ -558,3 +558,18 @@ def test_spacy_training_table_under_its_banner(tmp_path):
     assert loss.steps.tolist() == [20 * i for i in range(1, 16)]
     assert loss.values.tolist() == pytest.approx([round(10.0 / i, 2) + round(20.0 / i, 2)
                                                   for i in range(1, 16)])
+
+
+def test_ignite_progress_bar_positions_are_global_steps(tmp_path):
+    # PyTorch-Ignite's ProgressBar: "Epoch [e/E]: [i/N]  pct%|bar, batch_loss=x [..]" (no
+    # closing "|" after its bar), redrawn with carriage returns, one line per epoch
+    lines = []
+    for e in range(1, 5):
+        draws = [f"Epoch [{e}/4]: [{i}/16] {100 * i // 16:3d}%|{'#' * (i // 2):<8}, "
+                 f"batch_loss={2.0 / (e + i / 16):.3g} [00:00<00:00]" for i in (4, 8, 12, 16)]
+        lines.append("\r".join(draws))
+        lines.append(f"Validation Results - Epoch: {e}  Avg loss: {1.5 / e:.4f}")
+    p = write(tmp_path / "ignite_console.txt", "\n".join(lines) + "\n")
+    run = load_run(str(p))
+    assert run.get("loss").steps.tolist() == list(range(4, 68, 4))
+    assert run.get("val_loss").steps.tolist() == [16, 32, 48, 64]

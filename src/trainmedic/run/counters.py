@@ -31,6 +31,9 @@ PROGRESS = (
     # (and a script's own description: "Epoch 3/10: ", "[Epoch 3] ", "epoch 3 train: ")
     re.compile(r"\bepoch\s*\[?\s*(?P<epoch>\d+)(?:\s*/\s*\d+)?\s*\]?[^%|\d]{0,20}?\s*\d+%\|"
                r"[^|]*\|\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
+    # PyTorch-Ignite's ProgressBar: "Epoch [1/19]: [4/16]  25%|██        , batch_loss=5.85"
+    re.compile(r"\bepoch\s*\[\s*(?P<epoch>\d+)\s*/\s*\d+\s*\]\s*:\s*\[\s*(?P<pos>\d+)\s*/\s*"
+               r"(?P<of>\d+)\s*\]", re.I),
     # timm: "Train: 3 [ 100/1251 (  8%)]" (epochs from 0)
     re.compile(r"\btrain:\s*(?P<epoch>\d+)\s*\[\s*(?P<pos>\d+)\s*/\s*(?P<of>\d+)", re.I),
     # fairseq train_inner: "epoch 001:    200 / 1374" (before 0.6: "epoch 001  1000 / 331737")
