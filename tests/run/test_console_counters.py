@@ -158,7 +158,7 @@ def test_a_rising_time_column_is_still_a_clock(tmp_path):
     assert run.get("step_time_s").values.tolist() == pytest.approx([10.0] * 6)
 
 
-@pytest.mark.parametrize("prefix", ["[rank{r}]: ", "[default{r}]:", "{r}: "])
+@pytest.mark.parametrize("prefix", ["[rank{r}]: ", "[default{r}]:", "{r}: ", "[1,{r}]<stdout>:"])
 def test_interleaved_rank_lines_are_one_series_per_rank(tmp_path, prefix):
     text = "".join(prefix.format(r=r) + f"step {i} loss {_loss(i) + r / 100:.4f}\n"
                    for i in range(6) for r in range(3))

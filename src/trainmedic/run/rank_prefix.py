@@ -1,6 +1,7 @@
 """The lines of several ranks interleaved in one console log, told apart by their prefixes:
-torchrun's ``[rank1]:`` and ``[default1]:`` (``--tee``, ``--log-line-prefix-template``) and
-srun -l's ``1: ``. ``textlog`` reads each rank's lines as a log of its own.
+torchrun's ``[rank1]:`` and ``[default1]:`` (``--tee``, ``--log-line-prefix-template``),
+srun -l's ``1: `` and Open MPI's ``--tag-output`` (horovodrun, mpirun: ``[1,0]<stdout>:``).
+``textlog`` reads each rank's lines as a log of its own.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import re
 
 __all__ = ["rank_lines"]
 
-_RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)\s*(?P<a>\d+)\]:?|(?P<b>\d{1,4}):\s)")
+_RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)\s*(?P<a>\d+)\]:?|(?P<b>\d{1,4}):\s|"
+                          r"\[\d+,(?P<c>\d+)\]<(?:stdout|stderr)>:)")
 
 
 def rank_lines(text: str) -> dict[int, list[tuple[int, str]]] | None:
@@ -25,7 +27,7 @@ def rank_lines(text: str) -> dict[int, list[tuple[int, str]]] | None:
         m = _RANK_PREFIX.match(line)
         if m:
             prefixed += 1
-            groups.setdefault(int(m.group("a") or m.group("b")), []).append(
+            groups.setdefault(int(m.group("a") or m.group("b") or m.group("c")), []).append(
                 (no, line[m.end():]))
     if len(groups) < 2 or prefixed < 0.5 * nonempty or \
             min(len(v) for v in groups.values()) < 3:
