@@ -44,9 +44,9 @@ def test_no_accumulation_reading(ratio, first) -> None:
     assert _accum(_run(ratio, first_step=first)) == []
 
 
-def test_a_mid_run_scale_step_the_validation_loss_does_not_follow() -> None:
-    # Accumulation switched on at step 210 without dividing: the logged loss steps up ~4x,
-    # the validation loss keeps its level.
+def _scale_step_run() -> Run:
+    """Accumulation switched on at step 210 without dividing: the logged loss steps up ~4x,
+    the validation loss keeps its level."""
     rng = np.random.default_rng(1)
     steps = np.arange(10, 410, 10)
     loss = 0.16 * np.exp(rng.normal(0, 0.05, steps.size))
@@ -56,6 +56,11 @@ def test_a_mid_run_scale_step_the_validation_loss_does_not_follow() -> None:
     run.add("loss", steps, loss)
     run.add("val_loss", np.arange(50, 450, 50), np.array([0.23, 0.19, 0.16, 0.19, 0.17, 0.15,
                                                            0.17, 0.18]))
+    return run
+
+
+def test_a_mid_run_scale_step_the_validation_loss_does_not_follow() -> None:
+    run = _scale_step_run()
     d = diagnose(run)
     f = [x for x in d.findings if x.level >= 1]
     assert [(x.symptom, x.onset_step) for x in f] == [("grad_accum_misnormalization", 210)]
@@ -69,16 +74,8 @@ def test_a_mid_run_scale_step_the_validation_loss_does_not_follow() -> None:
 def test_a_scale_step_where_the_gradients_turn_nan_is_the_nan_incident() -> None:
     # The same step up at 210, but the grad norm is NaN from there (a guarded loop skips
     # those updates): one incident, reported as the NaN gradients
-    rng = np.random.default_rng(1)
-    steps = np.arange(10, 410, 10)
-    loss = 0.16 * np.exp(rng.normal(0, 0.05, steps.size))
-    loss[:5] = [1.29, 0.8, 0.5, 0.3, 0.2]
-    loss[steps >= 210] *= 4.0
-    run = Run(source="t")
-    run.add("loss", steps, loss)
-    run.add("val_loss", np.arange(50, 450, 50), np.array([0.23, 0.19, 0.16, 0.19, 0.17, 0.15,
-                                                           0.17, 0.18]))
-    gn = np.where(steps >= 210, np.nan, 0.5)
-    run.add("grad_norm", steps, gn)
+    run = _scale_step_run()
+    steps = run.get("loss").steps
+    run.add("grad_norm", steps, np.where(steps >= 210, np.nan, 0.5))
     f = [(x.symptom, x.onset_step) for x in diagnose(run).findings if x.level >= 1]
     assert f == [("nonfinite_grad", 210)]
