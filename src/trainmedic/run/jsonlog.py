@@ -347,7 +347,7 @@ def _evaluation_rows(rows: list[tuple[int | None, dict[str, Any]]], table: LogTa
         for k, v in r.items():
             if k in (phase, "lr") or (mmcv and k in _POSITION_KEYS):
                 continue
-            if k.startswith(VAL_PREFIX_WORDS) or (not mmcv and _is_position(k)):
+            if k.startswith(_VAL_NAMED) or (not mmcv and _is_position(k)):
                 row[k] = v  # already the validation side's, or the row's own position
             else:
                 # a name the training rows use too is the validation side's here ("loss"); an
@@ -366,7 +366,7 @@ def _is_position(key: str) -> bool:
     return key in STEP_COLUMNS or key.lower() in STEP_COLUMNS or key in ("epoch", "Epoch")
 
 
-VAL_PREFIX_WORDS = ("val_", "val/", "valid", "eval", "test")
+_VAL_NAMED = ("val_", "val/", "valid", "eval", "test")
 
 
 def _numeric_list(v: Any) -> bool:

@@ -127,9 +127,6 @@ def _bare_counts(line: str) -> str:
     return _BARE_COUNT.sub(sub, line)
 
 
-#: A tensor printed as it is ("loss: tensor(2.3456, device='cuda:0', grad_fn=<...>)") is its
-#: number.
-_TENSOR_REPR = re.compile(r"\btensor\(\s*(" + _NUM + r")\s*(?:,[^()]*)?\)")
 #: Python logging's "INFO:tensorflow:" / "INFO:root:" / "WARNING:__main__:" line prefix.
 _LOG_PREFIX = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):[\w.]*:")
 
@@ -167,8 +164,8 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
                                  + f"{m.group(2)} = {m.group(3)}", line)
     if ".." in line:  # "Epoch: 1/30... Step: 10... Loss: 2.3012..."
         line = _ELLIPSIS.sub(" | ", line)
-    if "tensor(" in line:
-        line = _TENSOR_REPR.sub(r"\1", line)
+    if "(" in line:
+        line = plain_scalars(line)  # "tensor(2.3456, device='cuda:0')", "np.float64(0.5)"
     if "] " in line:
         line = _BRACKET_STEP.sub(r" | step=\1 | ", line)
     if "/" in line and "[" in line:

@@ -511,7 +511,8 @@ def _restarted(path: str) -> bool:
     """A console log of a later attempt (torchrun --log-dir's ``attempt_<n>``, n >= 1): the
     same ranks restarted, whose lines continue the run's series (a step counter that goes
     back there is the resume to judge), not another sampling of them."""
-    return any(_ATTEMPT_RE.fullmatch(part) and part != "attempt_0" for part in Path(path).parts)
+    attempt = Path(path).parent.parent.name  # <attempt>/<local rank>/stdout.log
+    return bool(_ATTEMPT_RE.fullmatch(attempt)) and attempt != "attempt_0"
 
 
 def _remap_store_run(run: Run, mapping: dict[str, str]) -> Run:

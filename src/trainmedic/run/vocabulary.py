@@ -35,8 +35,7 @@ GENERIC_NS = frozenset({
 
 LOSS_WORDS: tuple[str, ...] = (
     "loss", "total_loss", "loss_total", "tot_loss", "loss_tot", "all_loss", "loss_all",
-    "loss_value",
-    "overall_loss", "sum_loss", "loss_sum", "avg_loss", "loss_avg",
+    "overall_loss", "sum_loss", "loss_sum", "loss_value", "avg_loss", "loss_avg",
     "average_loss", "mean_loss",
     "running_loss", "avr_loss", "smoothed_loss", "smooth_loss", "ema_loss", "epoch_loss",
     "batch_loss", "objective", "cost", "ce_loss", "cross_entropy",
