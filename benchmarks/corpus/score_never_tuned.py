@@ -28,7 +28,7 @@ NEVER_TUNED = (
     ("corpus", "holdout"), ("corpus", "holdout2"),
     ("indep", "B"), ("indep2", "D"), ("indep3", "F"), ("indep4", "H"), ("indep5", "J"),
     ("indep6", "L"), ("indep7", "I7b"), ("indep8", "I8b"), ("indep9", "I9b"), ("indep10", "I10b"), ("indep11", "I11b"),
-    ("indep12", "I12b"), ("indep13", "I13b"),
+    ("indep12", "I12b"), ("indep13", "I13b"), ("indep14", "I14b"),
     ("public2", "Q"), ("public3", "S"), ("public4", "U"), ("public5", "W"), ("public6", "Y"),
     ("public7", "N"), ("public8", "P8b"), ("public9", "P9b"), ("public10", "P10b"), ("public11", "P11b"), ("public12", "P12b"),
     ("public13", "P13b"),
