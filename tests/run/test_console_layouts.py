@@ -18,7 +18,8 @@ from trainmedic.run import load_run
 PREFIX = ["", "2024-03-01 12:00:{s:02d},123 - INFO - ", "[2024-03-01 12:00:{s:02d}] ",
           "I0301 12:00:{s:02d}.123456 1234 train.py:88] ", "[rank0]: ", "INFO:root:",
           "[2024-03-01 12:00:{s:02d},123][train][INFO] - ",
-          "2024-03-01 12:00:{s:02d},123 - mmengine - INFO - "]
+          "2024-03-01 12:00:{s:02d},123 - mmengine - INFO - ",
+          "2024-03-01 12:00:{s:02d}.123 | INFO     | __main__:train_step:148 - "]  # loguru
 STEP = ["step {i}", "Step: {i}", "iter {i}", "Iteration {i}/{N}", "[{i}/{N}]", "it={i}",
         "global_step={i}", "step={i}", "Step [{i}/{N}]", "iteration: {i}", "Iter: {i:>6d}",
         "| step {i:06d}", "Train step {i}"]
@@ -232,3 +233,13 @@ def test_keras_3_bars_drawn_partway_through_an_epoch_are_not_epochs(tmp_path: Pa
     p.write_text("\n".join(lines) + "\n")
     loss = load_run(str(p)).get("loss")
     assert loss.values.tolist() == pytest.approx([1.9, 1.8, 1.7, 1.6, 1.5])
+
+
+def test_mingpt_iteration_time(tmp_path: Path) -> None:
+    # minGPT's trainer callback: "iter_dt 4.35ms; iter 150: train loss 0.57230"
+    p = tmp_path / "log.txt"
+    p.write_text("".join(f"iter_dt {4 + k % 3:.2f}ms; iter {k}: train loss {2 - k / 100:.5f}\n"
+                         for k in range(100, 130)))
+    run = load_run(str(p))
+    assert run.get("step_time_s").values[:2].tolist() == pytest.approx([0.005, 0.006])
+    assert run.get("loss").steps[0] == 100

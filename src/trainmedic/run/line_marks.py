@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["TERMINAL", "STAMP", "VALID_LINE", "LEAD", "KERAS_COUNT", "RUN_SUMMARY", "EVAL_BAR",
-           "ABSL_PREFIX", "SET_LINE"]
+           "ABSL_PREFIX", "LOGURU_PREFIX", "SET_LINE"]
 
 #: What a terminal draws but a log does not mean: ANSI escape sequences (colours, cursor
 #: moves) and backspaces (Keras' verbose=1 progress bar redrawing itself).
@@ -34,6 +34,10 @@ KERAS_COUNT = re.compile(r"^\s*(\d+)/(\d+)\s*(?:\[[=>.]|[━─])")
 #: read as one step's time would shadow the per-step "time" column.
 RUN_SUMMARY = re.compile(r"\b(?:Overall training speed|Total training time):", re.I)
 EVAL_BAR = re.compile(r"\b(?:validat|evaluat|testing\b|test\b|predict|sanity)", re.I)
+#: loguru's default line prefix ("2025-12-02 09:00:00.068 | INFO     | __main__:train_step:148
+#: - "): its source location (module:function:line) holds numbers that are no metrics.
+LOGURU_PREFIX = re.compile(r"^\s*\d{4}-\d{2}-\d{2} \d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s*\|\s*[A-Z]+\s*\|"
+                           r"\s*[\w.<>-]+:[\w.<>-]+:\d+\s+-\s")
 #: absl / glog's line prefix ("I0101 10:00:00.000000 140000 model_lib_v2.py:705] "): TF, JAX.
 ABSL_PREFIX = re.compile(r"^[IWEF]\d{4}\s+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+\s+[\w.-]+:\d+\]\s?")
 SET_LINE = re.compile(r"^\W*(test|valid|validation|val|eval|dev)\s+set\s*:", re.I)

@@ -171,6 +171,8 @@ class _Reader:
             return  # a whole-run average, not a step's reading
         if raw[:1] in "IWEF" and (am := marks.ABSL_PREFIX.match(raw)):
             raw = raw[am.end():]
+        elif " | " in raw and (lm := marks.LOGURU_PREFIX.match(raw)):
+            raw = raw[lm.end():]
         if (scale := scale_message(raw)) is not None:
             bm = TQDM_BAR.search(raw) if "%|" in raw else None  # DeepSpeed's: after the bar
             self.scales.append((no, scale, int(bm.group("pos")) if bm else None))

@@ -135,6 +135,8 @@ WORDS: dict[str, _Word] = {
              # abbreviated beside a read time ("rtime 0.06; itime 1.95"; PIPs' trainer);
              # OpenCLIP's "Data (t): 0.003 Batch (t): 0.007" (t: the time)
              "itime", "iter_t", "batch_t",
+             # minGPT's trainer: "iter_dt 4.35ms; iter 150: train loss 0.57"
+             "iter_dt",
              # a loop's "dt" (t1 - t0 of the step), named with its unit: "dt_ms"
              "dt"),
     **_words("data_time_s", "time", "data_time", "data_load_time", "data_loading_time",
