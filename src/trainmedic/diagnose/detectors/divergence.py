@@ -386,10 +386,7 @@ def detect_divergence(run: Run) -> list[Finding] | NotRun:
             continue
         cummin = np.minimum.accumulate(lv)
         elev = lv - cummin
-        # The noise where the rise is judged: a loss near 0 is far noisier in log space than
-        # at its start (0.006-0.1 per step against 2.3 +- 0.05), and the whole run's sigma
-        # would make its luckiest late block look like a level it left.
-        sig_b = max(diff_sigma(lv), diff_sigma(lv[nb // 2:])) if nb >= 16 else diff_sigma(lv)
+        sig_b = diff_sigma(lv)
         if is_log:
             progress = max(0.0, float(lv[0] - cummin[-1]))
             ratio_rise = math.log(DIVERGE_RATIO)
