@@ -243,3 +243,23 @@ def test_mingpt_iteration_time(tmp_path: Path) -> None:
     run = load_run(str(p))
     assert run.get("step_time_s").values[:2].tolist() == pytest.approx([0.005, 0.006])
     assert run.get("loss").steps[0] == 100
+
+
+@pytest.mark.parametrize(("train", "val"), [
+    ("epoch {e} | train | loss={v}", "epoch {e} | valid | loss={w}"),
+    ("[Epoch {e}] Train | loss {v}", "[Epoch {e}] Valid | loss {w}"),
+    ("Epoch: {e}, Train Loss: {v}", "Test Epoch: {e} Loss: {w}"),
+    ("Train Epoch: {e} Loss: {v}", "Validation Epoch: {e} Loss: {w}"),
+])
+def test_a_side_word_standing_alone_marks_the_line(tmp_path: Path, train: str, val: str) -> None:
+    # one line per side and epoch; the side is a field of its own (or the line's first word)
+    lines = []
+    for e in range(1, 13):
+        lines.append(f"2024-03-01 12:00:01,123 - INFO - {train.format(e=e, v=2 - e / 10)}")
+        lines.append(f"2024-03-01 12:00:01,123 - INFO - {val.format(e=e, w=2.5 - e / 20)}")
+    p = tmp_path / "train.log"
+    p.write_text("\n".join(lines) + "\n")
+    run = load_run(str(p))
+    assert run.get("loss").values.tolist() == pytest.approx([2 - e / 10 for e in range(1, 13)])
+    assert run.get("val_loss").values.tolist() == pytest.approx([2.5 - e / 20
+                                                                 for e in range(1, 13)])

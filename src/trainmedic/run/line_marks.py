@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 
 __all__ = ["TERMINAL", "STAMP", "VALID_LINE", "LEAD", "KERAS_COUNT", "RUN_SUMMARY", "EVAL_BAR",
-           "ABSL_PREFIX", "LOGURU_PREFIX", "SET_LINE"]
+           "ABSL_PREFIX", "LOGURU_PREFIX", "SIDE_FIELD", "TEST_LINE",
+           "SET_LINE"]
 
 #: What a terminal draws but a log does not mean: ANSI escape sequences (colours, cursor
 #: moves) and backspaces (Keras' verbose=1 progress bar redrawing itself).
@@ -40,4 +41,9 @@ LOGURU_PREFIX = re.compile(r"^\s*\d{4}-\d{2}-\d{2} \d{1,2}:\d{2}:\d{2}(?:\.\d+)?
                            r"\s*[\w.<>-]+:[\w.<>-]+:\d+\s+-\s")
 #: absl / glog's line prefix ("I0101 10:00:00.000000 140000 model_lib_v2.py:705] "): TF, JAX.
 ABSL_PREFIX = re.compile(r"^[IWEF]\d{4}\s+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+\s+[\w.-]+:\d+\]\s?")
+#: A side word standing alone as a field between separators ("epoch 1 | valid | loss=2.01",
+#: "[Epoch 1] Valid | loss 2.01").
+SIDE_FIELD = re.compile(r"(?:^|[|\]]|\s-)\s*(valid|validation|val|eval|evaluation|dev|test)\s*"
+                        r"(?:\||\s-\s|$)", re.I)
+TEST_LINE = re.compile(r"\s*test(?:ing)?\s+(?:epoch|step|iter(?:ation)?)\b", re.I)
 SET_LINE = re.compile(r"^\W*(test|valid|validation|val|eval|dev)\s+set\s*:", re.I)
