@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainmedic.errors import InputError
+from trainmedic.errors import InputError, UnrecognizedInputError
 from trainmedic.run import load_run
 
 
@@ -146,4 +146,14 @@ def test_a_tiny_file_with_a_bad_byte_is_an_input_error(tmp_path: Path, data: byt
     p = tmp_path / "opt"
     p.write_bytes(data)
     with pytest.raises(InputError):
+        load_run(str(p))
+
+
+def test_an_unread_console_starting_with_a_bracket_is_not_called_invalid_json(
+        tmp_path: Path) -> None:
+    # "[2024-03-01 12:00:01] 1 train 1.8" is no JSON shape: the error says no line read as a
+    # log line, not that the JSON is invalid
+    p = tmp_path / "b.log"
+    p.write_text("".join(f"[2024-03-01 12:00:0{i}] {i} train {2 - i / 10}\n" for i in range(5)))
+    with pytest.raises(UnrecognizedInputError, match="no line reads as a training log line"):
         load_run(str(p))

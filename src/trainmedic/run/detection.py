@@ -79,7 +79,9 @@ def detect_format(path: Path) -> str | None:
             # a console line: a JSON array's first element is a whole number before , or ])
             jsonish = first in ("{", "[") or first[:2] in ('{"', '["', "[{", "[[") or \
                 bool(_JSON_NUMBER_ARRAY.match(first))
-            return "text" if not jsonish and _is_text_log(text) else "json"
+            # (not JSON-shaped and not a log the line reader knows: still text, so the error
+            # a user sees says no line read as a log line, not that the JSON is invalid)
+            return "json" if jsonish else "text"
         if isinstance(obj, dict) and "log_history" not in obj and not any(
                 isinstance(v, list) and len(v) > 1 for v in obj.values()) and not any(
                 isinstance(v, dict) and isinstance(v.get("values"), list)
