@@ -1,6 +1,6 @@
 """What marks a line of a training console: terminal drawing, time stamps and logger
-prefixes before the message, evaluation lines and bars, and lines that summarize the whole run
-rather than a step. Used by ``textlog``'s reader."""
+prefixes before the message, evaluation lines and bars (``line_side`` says whose a metric line
+is), and lines that summarize the whole run rather than a step. Used by ``textlog``'s reader."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 __all__ = ["TERMINAL", "STAMP", "VALID_LINE", "LEAD", "KERAS_COUNT", "RUN_SUMMARY", "EVAL_BAR",
            "ABSL_PREFIX", "LOGURU_PREFIX", "SIDE_FIELD", "TEST_LINE",
-           "SET_LINE"]
+           "SET_LINE", "line_side"]
 
 #: What a terminal draws but a log does not mean: ANSI escape sequences (colours, cursor
 #: moves) and backspaces (Keras' verbose=1 progress bar redrawing itself).
@@ -47,3 +47,23 @@ SIDE_FIELD = re.compile(r"(?:^|[|\]]|\s-)\s*(valid|validation|val|eval|evaluatio
                         r"(?:\||\s-\s|$)", re.I)
 TEST_LINE = re.compile(r"\s*test(?:ing)?\s+(?:epoch|step|iter(?:ation)?)\b", re.I)
 SET_LINE = re.compile(r"^\W*(test|valid|validation|val|eval|dev)\s+set\s*:", re.I)
+
+
+def line_side(text: str, eval_next: bool = False) -> tuple[str | None, str]:
+    """``(side, text)`` of a metric line (its stamp already " | "): "valid" or "test" when the
+    line is an evaluation's (``eval_next``: a notice before it announced one), else None; the
+    text loses the words that said so where they would read as a name."""
+    lead = LEAD.match(text)
+    message = text[lead.end():] if lead else text
+    side = "valid" if VALID_LINE.search(text) or eval_next or (
+        lead and lead.end() and VALID_LINE.match(message)) else None
+    if sm := SET_LINE.match(text):
+        # the PyTorch MNIST example's "Test set: Average loss: 0.0331, Accuracy: ..."
+        return ("test" if sm.group(1).lower() == "test" else "valid"), " | " + text[sm.end():]
+    if side is None and TEST_LINE.match(message):
+        return "test", text  # "Test Epoch: 3 Loss: 0.61" beside "Epoch: 3, Train Loss: 0.52"
+    if side is None and (fm := SIDE_FIELD.search(text)):
+        # "epoch 1 | valid | loss=2.01", "[Epoch 1] Valid | loss 2.01": the side as a field
+        return ("test" if fm.group(1).lower() == "test" else "valid"), \
+            text[:fm.start(1)] + text[fm.end(1):]
+    return side, text

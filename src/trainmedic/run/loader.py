@@ -472,14 +472,15 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
     # Console logs last: one beside the metrics file extracted from it is read once.
     for t in sorted(tables, key=lambda t: t.format == "text"):
         part = table_to_run(t, mapping)
-        if t.format == "text" and total.series and repeats(total, part) and \
-                not _restarted(t.path):
+        # a later attempt's log continues the series: never read as a copy or a resampling
+        fresh = t.format == "text" and bool(total.series) and not _restarted(t.path)
+        if fresh and repeats(total, part):
             notes.append(ImportNote(
                 "duplicate_source", "holds the metrics of another file of the run at the same "
                 "steps (a console log beside the metrics taken from it); not read again",
                 path=t.path))
             continue
-        if t.format == "text" and total.series and not _restarted(t.path):
+        if fresh:
             shared = sorted({m for (m, rk) in part.series if (m, rk) in total.series
                              and m in names_mod.CANONICAL})
             if shared:

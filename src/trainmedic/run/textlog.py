@@ -285,19 +285,7 @@ class _Reader:
             if self.per_epoch:
                 row["_global"] = ep * self.per_epoch
             text = text[:em.start()] + " | " + text[em.end():]
-        lead = marks.LEAD.match(text)
-        side = "valid" if marks.VALID_LINE.search(text) or self.eval_next or (
-            lead and lead.end() and marks.VALID_LINE.match(text[lead.end():])) else None
-        if sm := marks.SET_LINE.match(text):
-            # the PyTorch MNIST example's "Test set: Average loss: 0.0331, Accuracy: ..."
-            side = "test" if sm.group(1).lower() == "test" else "valid"
-            text = " | " + text[sm.end():]
-        elif side is None and marks.TEST_LINE.match(text[lead.end() if lead else 0:]):
-            side = "test"  # "Test Epoch: 3 Loss: 0.61" beside "Epoch: 3, Train Loss: 0.52"
-        elif side is None and (fm := marks.SIDE_FIELD.search(text)):
-            # "epoch 1 | valid | loss=2.01", "[Epoch 1] Valid | loss 2.01": the side as a field
-            side = "test" if fm.group(1).lower() == "test" else "valid"
-            text = text[:fm.start(1)] + text[fm.end(1):]
+        side, text = marks.line_side(text, self.eval_next)
         pairs = sectioned_pairs(text)
         if mid_bar:
             # Lightning's bar keeps the last evaluation in its postfix ("..., val_loss=1.387")
