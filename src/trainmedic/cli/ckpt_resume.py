@@ -15,20 +15,9 @@ from typing import Any
 
 import click
 
+from trainmedic.cli.options import parse_sets as _parse_set
+
 __all__ = ["resume_test", "resume_test_command"]
-
-
-def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw  # a bare string
-    return out
 
 
 @click.command("resume-test")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from typing import Any
 
 import click
 
 from trainmedic.errors import ConfigError
 
-__all__ = ["FAIL_ON_CHOICES", "parse_mapping", "exit_code_for"]
+__all__ = ["FAIL_ON_CHOICES", "parse_mapping", "parse_sets", "exit_code_for"]
 
 FAIL_ON_CHOICES = ("info", "warning", "error", "never")
 
@@ -37,6 +39,21 @@ def parse_mapping(items: Iterable[str]) -> dict[str, str]:
             )
         mapping[canonical] = source
     return mapping
+
+
+def parse_sets(values: Iterable[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` recipe overrides: ``["batch_size=32", "name=x"]`` ->
+    ``{"batch_size": 32, "name": "x"}`` (a VALUE that is not JSON is a bare string)."""
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw  # a bare string
+    return out
 
 
 def _known_canonical(name: str) -> bool:
