@@ -19,6 +19,8 @@ def _graph() -> dict[str, dict[str, list[str]]]:
     edges: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC)
+        if rel.parts == ("__main__.py",):
+            continue  # `python -m trainmedic`: the command line's other entry point
         pkg = rel.parts[0].removesuffix(".py") if len(rel.parts) > 1 else TOP
         for node in ast.walk(ast.parse(path.read_text())):
             names: list[str] = []

@@ -315,3 +315,33 @@ def test_lr_is_the_one_the_step_used_when_the_scheduler_moves_first(
     lr = read_store(tmp_path / "metrics.sqlite").get("lr")
     assert lr is not None
     np.testing.assert_allclose(lr.values, used)
+
+
+def test_mfu_is_the_given_flops_over_each_step_time_over_the_peak(
+    tmp_path: pathlib.Path,
+) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(64, 8), torch.randn(64, 1)
+    flops, peak = 3.0e6, 2.0e9
+    with watch(model, opt, run_dir=tmp_path, flops_per_step=flops, peak_flops_per_s=peak) as w:
+        for i in range(12):
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if i == 6:
+                time.sleep(0.05)  # a slow step: its MFU falls in proportion
+            w.step(loss, batch_size=64)
+    run = read_store(tmp_path / "metrics.sqlite")
+    mfu, step = run.get("mfu"), run.get("step_time_s")
+    assert mfu is not None and step is not None
+    np.testing.assert_allclose(mfu.values, flops / step.values / peak, rtol=1e-9)
+    assert mfu.values[6] < 0.5 * np.median(mfu.values)
+
+
+def test_mfu_needs_both_flops_and_peak(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ConfigError, match="flops_per_step was given alone"):
+        watch(_model(), None, run_dir=tmp_path, flops_per_step=1e9)
+    with pytest.raises(ConfigError, match="peak_flops_per_s must be"):
+        watch(_model(), None, run_dir=tmp_path, flops_per_step=1e9, peak_flops_per_s=-1.0)

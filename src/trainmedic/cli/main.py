@@ -36,23 +36,31 @@ def cli() -> None:
     Before a run: trainmedic memory plan --config config.json --batch 4 --seq 4096 --gpu h100
     After a run:  trainmedic diagnose runs/my-run/ --html report.html
     Recovering:   trainmedic ckpt latest checkpoints/
+    Optimizing:   trainmedic profile train.py:recipe; trainmedic check train.py:recipe
+    Hardware:     trainmedic bench matmul; trainmedic bench storage /scratch
     """
 
 
 def _register() -> None:
     # Subcommands live in their own modules; each keeps its heavy imports inside the command
     # body so that `trainmedic diagnose` on a log never pays for torch.
+    from trainmedic.cli.bench import bench
+    from trainmedic.cli.check import check
     from trainmedic.cli.ckpt import ckpt
     from trainmedic.cli.demo import demo
     from trainmedic.cli.diagnose import diagnose
     from trainmedic.cli.export import export
     from trainmedic.cli.memory import memory
+    from trainmedic.cli.profile import profile
 
     cli.add_command(diagnose)
     cli.add_command(demo)
     cli.add_command(export)
     cli.add_command(memory)
     cli.add_command(ckpt)
+    cli.add_command(profile)
+    cli.add_command(bench)
+    cli.add_command(check)
 
 
 _register()

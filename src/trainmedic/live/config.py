@@ -102,6 +102,16 @@ class WatchConfig:
     the demo's 13 ms step, as much as the rest of ``step()``); the thread costs about as
     much CPU, on another core. ``None``: read it in each ``step()`` (exact, at that cost)."""
 
+    flops_per_step: float | None = None
+    """FLOPs of one optimizer step on this rank (``trainmedic profile`` counts them with
+    FlopCounterMode; or 6·N·tokens plus attention, PaLM appendix B). With
+    ``peak_flops_per_s`` the watcher records ``mfu`` each step: these FLOPs over the step
+    time over the peak. ``None``: no ``mfu``."""
+
+    peak_flops_per_s: float | None = None
+    """The peak ``mfu`` is taken against: best the measured one (``trainmedic bench matmul``
+    on this device and dtype), else the datasheet's."""
+
     flush_rows: int = 512
     """Store rows queued before the writer thread is woken."""
 
@@ -133,12 +143,28 @@ class WatchConfig:
     the loss is the last fetched one). ``None``: on when stderr is a terminal, so logs, pipes
     and tests stay clean. Only rank 0 of a distributed run shows it."""
 
+    @property
+    def mfu_scale(self) -> float | None:
+        """FLOPs per step over the peak FLOP/s (``mfu`` is this over the step time)."""
+        if self.flops_per_step is None or self.peak_flops_per_s is None:
+            return None
+        return self.flops_per_step / self.peak_flops_per_s
+
     def __post_init__(self) -> None:
         for name in ("fetch_every", "param_every", "layer_every", "alert_every"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
                 raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
+        for name in ("flops_per_step", "peak_flops_per_s"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not 0 < v < float("inf")):
+                raise ConfigError(f"{name} must be a finite number > 0 or None, got {v!r}")
+        if (self.flops_per_step is None) != (self.peak_flops_per_s is None):
+            given = "flops_per_step" if self.flops_per_step is not None else "peak_flops_per_s"
+            raise ConfigError(f"{given} was given alone: mfu needs both flops_per_step and "
+                              "peak_flops_per_s (trainmedic profile prints both)")
         if self.layer_max_modules < 2:
             raise ConfigError(f"layer_max_modules must be >= 2, got {self.layer_max_modules}")
         if self.forward_clock is not None and not isinstance(self.forward_clock, bool):

@@ -30,21 +30,25 @@ CpuRow = tuple[int, float, float, Any, Any, Any, Any, Any, Any, Any]
 
 
 def put_step_time(row: dict[str, float | None], step_time_s: float, batch_size: int | None,
-                  tokens: int | None) -> None:
-    """A host-timed step's ``step_time_s`` and the rates from it (samples, tokens per s)."""
+                  tokens: int | None, mfu_scale: float | None = None) -> None:
+    """A host-timed step's ``step_time_s`` and the rates from it (samples, tokens per s;
+    ``mfu`` when ``mfu_scale``, FLOPs per step over the peak FLOP/s, is known)."""
     row["step_time_s"] = step_time_s
     if step_time_s > 0:
         if batch_size is not None:
             row["samples_per_s"] = batch_size / step_time_s
         if tokens is not None:
             row["tokens_per_s"] = tokens / step_time_s
+        if mfu_scale is not None:
+            row["mfu"] = mfu_scale / step_time_s
 
 class Recorder:
     """Rows of one watcher into its ``store`` and ``alerts`` (a ``LiveAlerts`` or None);
     ``check_fetched(step, row)`` sees each row of fetched device values (the NaN guard)."""
 
     def __init__(self, torch: Any, store: Any, alerts: Any, *, fetch_every: int,
-                 drain_rows: int, drain_s: float, check_fetched: Any) -> None:
+                 drain_rows: int, drain_s: float, check_fetched: Any,
+                 mfu_scale: float | None = None) -> None:
         self._torch = torch
         self.store = store
         self.alerts = alerts
@@ -54,6 +58,8 @@ class Recorder:
         self._check_fetched = check_fetched
         self.rows: list[CpuRow] = []
         self.pending: list[tuple[int, dict[str, Any]]] = []
+        #: FLOPs per step over the peak FLOP/s: ``mfu`` is this over the step time.
+        self.mfu_scale = mfu_scale
         #: The loss of the last fetched device row (the progress line's loss on a GPU).
         self.last_loss: float | None = None
         self._t_drained = time.perf_counter()
@@ -90,7 +96,7 @@ class Recorder:
         write = self._write
         for s, step_time_s, data_s, fwd, lr, loss, gn, rss, batch_size, tokens in rows:
             row: dict[str, float | None] = {"data_time_s": data_s, "rss_mb": rss}
-            put_step_time(row, step_time_s, batch_size, tokens)
+            put_step_time(row, step_time_s, batch_size, tokens, self.mfu_scale)
             if fwd is not None:
                 row["compute_time_s"] = fwd
             if lr is not None:

@@ -102,6 +102,10 @@ def batch_size_of(batch: Any) -> tuple[int, int]:
     return samples, int(tokens)
 
 
+def _no_phase(name: str) -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
+
+
 def _device_type(model: Any) -> str:
     for p in model.parameters():
         return str(p.device.type)
@@ -144,6 +148,9 @@ class RecipeRunner:
         #: from the loader (``fetch_batch(next_batch) -> batch``), so a watcher can time the
         #: wait (``Watcher.fetch_batch``). Batches a resume replays do not go through it.
         self.fetch_batch: Callable[[Callable[[], Any]], Any] | None = None
+        #: Wraps each part of a step, called with its name ("data", "forward", "backward",
+        #: "optimizer"): a profiler sets it to time the parts (``None``: nothing wraps them).
+        self.phase: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None
         self._started = False
 
     # -- state ---------------------------------------------------------------------------------
@@ -226,9 +233,11 @@ class RecipeRunner:
         r = self.recipe
         model, opt, scaler = r.model, r.optimizer, r.scaler
         total: torch.Tensor | None = None
+        phase = self.phase or _no_phase
         for micro in range(r.grad_accum):
-            batch = self.position.next_batch() if self.fetch_batch is None \
-                else self.fetch_batch(self.position.next_batch)
+            with phase("data"):
+                batch = self.position.next_batch() if self.fetch_batch is None \
+                    else self.fetch_batch(self.position.next_batch)
             samples, tokens = batch_size_of(batch)
             self.loop.samples_seen += samples
             self.loop.tokens_seen += tokens
@@ -238,31 +247,33 @@ class RecipeRunner:
             sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") \
                 else cast(Any, model).no_sync()
             with sync:
-                with self._autocast():
+                with phase("forward"), self._autocast():
                     loss = r.loss_fn(model, batch)
                 if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                     shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else ""
                     raise ConfigError(f"loss_fn must return a scalar tensor, got "
                                       f"{type(loss).__name__}{shape}")
-                scaled = loss / r.grad_accum
-                if scaler is not None:
-                    scaler.scale(scaled).backward()
-                else:
-                    scaled.backward()
+                with phase("backward"):
+                    scaled = loss / r.grad_accum
+                    if scaler is not None:
+                        scaler.scale(scaled).backward()
+                    else:
+                        scaled.backward()
             d = loss.detach().float().reshape(())
             total = d if total is None else total + d
-        if r.max_grad_norm is not None:
+        with phase("optimizer"):
+            if r.max_grad_norm is not None:
+                if scaler is not None:
+                    scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), r.max_grad_norm)
             if scaler is not None:
-                scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), r.max_grad_norm)
-        if scaler is not None:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        if r.scheduler is not None:
-            r.scheduler.step()
-        opt.zero_grad(set_to_none=True)
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
+            if r.scheduler is not None:
+                r.scheduler.step()
+            opt.zero_grad(set_to_none=True)
         self.loop.step += 1
         assert total is not None
         return total / r.grad_accum
