@@ -278,3 +278,33 @@ def test_a_short_excerpt_with_two_stalls_warns() -> None:
     warm = Run("warm")
     warm.add("step_time_s", np.arange(1, 8), np.array([9.0, 2.1, 1.9, 2.0, 2.0, 1.8, 1.9]))
     assert not [f for f in diagnose(warm).findings if f.symptom == "step_time_outliers"]
+
+
+def _occasional_pauses(gc_at_pauses: float) -> Run:
+    """400 steps of ~50 ms with a 0.6 s pause at three irregular steps, and gc_time_s as the
+    watcher records it: 0 on most steps, ``gc_at_pauses`` seconds on the paused ones."""
+    rng = np.random.default_rng(3)
+    steps = np.arange(400)
+    step_time = 0.05 * jitter(400, 0.03, 4)
+    gc_time = np.zeros(400)
+    for s in (57, 211, 333):
+        step_time[s] += 0.6
+        gc_time[s] = gc_at_pauses
+    gc_time[rng.choice(400, 5)] += 0.002  # the odd short gen-0 collection elsewhere
+    run = run_of(step_time, steps)
+    run.add("gc_time_s", steps, gc_time)
+    return run
+
+
+@pytest.mark.parametrize("gc_at_pauses, verdict", [(0.58, True), (0.0, False)])
+def test_gc_pauses_are_checked_against_gc_time_s(gc_at_pauses: float, verdict: bool) -> None:
+    from trainmedic.diagnose.engine import diagnose
+
+    (finding,) = [f for f in diagnose(_occasional_pauses(gc_at_pauses)).findings
+                  if f.symptom == "step_time_outliers"]
+    gc_causes = [c for c in finding.causes if "garbage" in c.cause]
+    if verdict:  # checked, supported: said first, with the figure
+        assert gc_causes and gc_causes[0].checked_against_data
+        assert finding.causes[0] is gc_causes[0]
+    else:  # checked, contradicted: not said at all
+        assert not gc_causes

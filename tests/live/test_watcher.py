@@ -177,44 +177,74 @@ def test_rss_reader_and_its_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     assert peak is not None and peak >= now * 0.5
 
 
-def test_rss_sampler_follows_the_resident_set() -> None:
-    sampler = host_memory.RssSampler(0.01)
+def test_rss_is_read_again_only_after_the_interval() -> None:
+    from trainmedic.live.host_probe import HostProbe
+
+    probe = HostProbe(0.5)
     try:
-        before = sampler.read()
+        t0 = time.perf_counter()
+        before = probe.rss(t0)
         assert before is not None and before > 10
         block = np.ones(200 * 2**20 // 8)  # 200 MiB, every page touched
-        deadline = time.monotonic() + 5.0
-        while (sampler.read() or 0.0) < before + 150 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        seen = sampler.read()
+        assert probe.rss(t0 + 0.1) == before  # within the interval: the last reading
+        seen = probe.rss(t0 + 1.0)  # past it: read again
         assert seen is not None and seen >= before + 150, (before, seen)
-        assert abs(seen - (host_memory.rss_mb() or 0.0)) < 50  # the same reading, inline
         del block
+        every = HostProbe(None)
+        assert every.rss(t0) is not None
+        every.close()
     finally:
-        sampler.close()
-    assert not sampler._thread.is_alive()
-    sampler.close()  # idempotent
+        probe.close()
+    probe.close()  # idempotent
+
+
+def test_gc_pauses_are_timed_and_taken_once() -> None:
+    import gc
+
+    from trainmedic.live.host_probe import HostProbe
+
+    probe = HostProbe(0.05)
+    try:
+        junk = [[i] for i in range(300_000)]  # tracked objects: a full collection walks them
+        probe.gc_s()  # (making them ran collections of their own: not this test's)
+        t = time.perf_counter()
+        gc.collect()
+        took = time.perf_counter() - t
+        del junk
+        got = probe.gc_s()
+        assert 0 < got <= took
+        assert probe.gc_s() == 0.0  # taken: the next step starts from zero
+    finally:
+        probe.close()
+    assert probe._on_gc not in gc.callbacks
 
 
 @pytest.mark.parametrize("rss_interval_s", [None, 0.05])
-def test_rss_is_recorded_every_step_inline_or_sampled(tmp_path: pathlib.Path,
-                                                       rss_interval_s: float | None) -> None:
+def test_rss_and_gc_time_are_recorded_every_step_without_a_thread(
+        tmp_path: pathlib.Path, rss_interval_s: float | None) -> None:
+    import gc
     import threading
 
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    with watch(model, opt, run_dir=tmp_path, rss_interval_s=rss_interval_s) as w:
-        sampling = any(t.name == "trainmedic-rss" for t in threading.enumerate())
-        assert sampling == (rss_interval_s is not None)
-        for _ in range(5):
+    threads = {t.name for t in threading.enumerate()}
+    with watch(model, opt, run_dir=tmp_path, rss_interval_s=rss_interval_s,
+               alert_every=None) as w:
+        assert not any(t.name == "trainmedic-rss" for t in threading.enumerate())
+        for i in range(5):
             opt.zero_grad()
             F.mse_loss(model(torch.randn(4, 8)), torch.randn(4, 1)).backward()
             opt.step()
+            if i == 3:
+                gc.collect()
             w.step(1.0)
-    assert not any(t.name == "trainmedic-rss" for t in threading.enumerate())
-    rss = read_store(tmp_path / "metrics.sqlite").get("rss_mb")
+    assert {t.name for t in threading.enumerate()} <= threads | {"MainThread"}
+    run = read_store(tmp_path / "metrics.sqlite")
+    rss, gc_time = run.get("rss_mb"), run.get("gc_time_s")
     assert rss is not None and rss.steps.tolist() == list(range(5))
     assert np.all(rss.values > 10)
+    assert gc_time is not None and gc_time.steps.tolist() == list(range(5))
+    assert gc_time.values[3] > 0 and gc_time.values[3] == gc_time.values.max()
 
 
 def test_rows_are_batched_but_stored_in_step_order(tmp_path: pathlib.Path) -> None:

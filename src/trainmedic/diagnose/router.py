@@ -366,6 +366,17 @@ def _data_time_high_at_outliers(f: Finding, run: Run) -> tuple[Verdict, str]:
     return "contradicts", f"data_time_s was {fmt(at)} s at the slowest step (median {fmt(med)})"
 
 
+def _gc_time_high_at_outliers(f: Finding, run: Run) -> tuple[Verdict, str]:
+    g = _need(run, "gc_time_s", f.rank)
+    e = f.evidence[0] if f.evidence else None
+    if e is None or e.step is None or e.value is None:
+        return "contradicts", "no outlier step to compare"
+    at = g.value_at(e.step) or 0.0  # the watcher records 0 on a step without a collection
+    if at >= 0.5 * (e.value - (e.reference or 0)):
+        return "supports", f"gc_time_s was {fmt(at)} s at step {e.step}"
+    return "contradicts", f"gc_time_s was {fmt(at)} s at the slowest step"
+
+
 def _data_time_rose(f: Finding, run: Run) -> tuple[Verdict, str]:
     d = _need(run, "data_time_s", f.rank)
     s = _onset(f, run)
@@ -443,6 +454,7 @@ CHECKS: dict[str, CheckFn] = {
     "kept_tensors_show": _kept_tensors_show,
     "outliers_periodic": _outliers_periodic,
     "data_time_high_at_outliers": _data_time_high_at_outliers,
+    "gc_time_high_at_outliers": _gc_time_high_at_outliers,
     "data_time_rose": _data_time_rose,
     "replayed_many": _replayed_many,
     "appended_runs": _appended_runs,

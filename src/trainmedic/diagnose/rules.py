@@ -274,8 +274,13 @@ CAUSES: dict[str, tuple[CauseRule, ...]] = {
         CauseRule(cause="data-loader stalls on those steps", likelihood="medium",
                   metric="data_time_s", check="data_time_high_at_outliers",
                   to_check="log data_time_s to check this", interventions=("more_workers",)),
-        CauseRule(cause="Python garbage-collection pauses or host-device syncs",
-                  likelihood="low", interventions=("gc_control",)),
+        CauseRule(cause="Python garbage-collection pauses", likelihood="low",
+                  metric="gc_time_s", check="gc_time_high_at_outliers",
+                  to_check="log gc_time_s (trainmedic.watch records it) to check this",
+                  interventions=("gc_control",)),
+        CauseRule(cause="host-device syncs on those steps (a value read back mid-step)",
+                  likelihood="low", to_check="trainmedic profile RECIPE lists every value "
+                  "read per step with its call site"),
     ),
     "memory_growth": (
         CauseRule(cause="tensors kept across steps (loss accumulated without .item(), stored "

@@ -34,7 +34,7 @@ from trainmedic.errors import ConfigError
 from trainmedic.live.announce import Announcer, recorded_summary
 from trainmedic.live.clock import CallIterator, ForwardClock, TimedLoader
 from trainmedic.live.config import WatchConfig
-from trainmedic.live.host_memory import RssSampler, rss_mb
+from trainmedic.live.host_probe import HostProbe
 from trainmedic.live.inputs import check_loss, check_optimizer_params, trainable_params
 from trainmedic.live.norms import GradNorm, clip_grads_with_norm
 from trainmedic.live.recorder import Recorder, put_step_time, read_now
@@ -168,8 +168,7 @@ class Watcher:
         self._clip_meta_written = False
         self._host_only = (not self._cuda and self.fetch_every == 1
                            and self.scaler is None)
-        self._rss_sampler: RssSampler | None = None
-        self._rss: Callable[[], float | None] = rss_mb
+        self._host = HostProbe(cfg.rss_interval_s)
         self._hooks: list[Any] = []
         self._closed = False
         self._guard = StepGuard(self.nan_policy, on_accelerator=self._device.type != "cpu",
@@ -220,9 +219,6 @@ class Watcher:
             self._rec.alerts = self._alerts
         if self._cuda:
             self._torch.cuda.reset_peak_memory_stats(self._device)
-        if cfg.rss_interval_s is not None:
-            self._rss_sampler = RssSampler(cfg.rss_interval_s)
-            self._rss = self._rss_sampler.read
 
     # -- public API -------------------------------------------------------------------
     @property
@@ -344,8 +340,9 @@ class Watcher:
         if lr is not None and type(lr) is not float:
             lr = float(lr)
         rec = self._rec
-        rec.hold((s, now - start, data_s, fwd, lr, loss, gn, self._rss(), batch_size, tokens),
-                 now)
+        host = self._host
+        rec.hold((s, now - start, data_s, fwd, lr, loss, gn, host.rss(now), batch_size, tokens,
+                  host.gc_s()), now)
         self._step = s + 1
         if not self._guard.end_healthy_step(loss, gn):
             # After recording: under "raise" the step's row is in the store before the error.
@@ -363,7 +360,8 @@ class Watcher:
         """Any step: device values, extra metrics, param norms, layer health, a loss scale."""
         torch = self._torch
         rec = self._rec
-        host: dict[str, float | None] = {"data_time_s": data_s, "rss_mb": self._rss()}
+        host: dict[str, float | None] = {"data_time_s": data_s, "gc_time_s": self._host.gc_s(),
+                                         "rss_mb": self._host.rss(time.perf_counter())}
         device: dict[str, Any] = {}
         if self._cuda:  # GPU time between consecutive steps; rates from it, at fetch
             ev = torch.cuda.Event(enable_timing=True)
@@ -471,8 +469,7 @@ class Watcher:
                 self._alerts.close(final_step=max(self._step - 1, 0))
         finally:
             self._closed = True
-            if self._rss_sampler is not None:
-                self._rss_sampler.close()
+            self._host.close()
             for h in self._hooks:
                 h.remove()
             self._hooks = []
