@@ -36,7 +36,8 @@ def cli() -> None:
     Before a run: trainmedic memory plan --config config.json --batch 4 --seq 4096 --gpu h100
     After a run:  trainmedic diagnose runs/my-run/ --html report.html
     Recovering:   trainmedic ckpt latest checkpoints/
-    Optimizing:   trainmedic profile train.py:recipe; trainmedic check train.py:recipe
+    Optimizing:   trainmedic profile train.py:recipe; trainmedic check train.py:recipe;
+                  trainmedic try train.py:recipe --lever num_workers=4
     Hardware:     trainmedic bench matmul; trainmedic bench storage /scratch
     """
 
@@ -52,6 +53,7 @@ def _register() -> None:
     from trainmedic.cli.export import export
     from trainmedic.cli.memory import memory
     from trainmedic.cli.profile import profile
+    from trainmedic.cli.trial import try_cmd
 
     cli.add_command(diagnose)
     cli.add_command(demo)
@@ -61,6 +63,7 @@ def _register() -> None:
     cli.add_command(profile)
     cli.add_command(bench)
     cli.add_command(check)
+    cli.add_command(try_cmd)
 
 
 _register()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from typing import Any
 
 import torch
@@ -45,14 +46,17 @@ class CharWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """Window ``i`` of ``context_len`` characters (and the next-character targets) starts at
     ``i * stride`` (default ``context_len``: windows side by side) plus a random offset in
     ``[0, jitter]``, drawn from torch's global RNG (in a worker: the one torch seeds
-    ``base_seed + worker_id``)."""
+    ``base_seed + worker_id``). ``delay_s`` > 0 sleeps that long per window read: a slow disk
+    or decode stand-in, which runs in the worker processes when there are any, so more
+    workers overlap it (unlike the ``stall`` fault, which sleeps in the main process)."""
 
     def __init__(self, ids: torch.Tensor, context_len: int, jitter: int,
-                 stride: int | None = None) -> None:
+                 stride: int | None = None, delay_s: float = 0.0) -> None:
         self.ids = ids
         self.context_len = context_len
         self.jitter = jitter
         self.stride = stride or context_len
+        self.delay_s = delay_s
         self.n = (len(ids) - context_len - 1 - jitter) // self.stride + 1
         if self.n < 1:
             raise ConfigError(f"train_chars: {len(ids)} characters hold no window of "
@@ -62,6 +66,8 @@ class CharWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return self.n
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
         off = int(torch.randint(0, self.jitter + 1, ())) if self.jitter else 0
         s = i * self.stride + off
         return self.ids[s:s + self.context_len], self.ids[s + 1:s + self.context_len + 1]
@@ -102,7 +108,8 @@ def recipe(*, steps: int = 200, seed: int = 0, num_workers: int = 0, dropout: fl
            weight_decay: float = 0.01, grad_accum: int = 1, precision: str = "fp32",
            max_grad_norm: float | None = 1.0, train_chars: int | None = None, jitter: int = 8,
            loader_generator: bool = True, optimizer: str = "adamw", momentum: float = 0.9,
-           schedule: str = "cosine", stride: int | None = None) -> Recipe:
+           schedule: str = "cosine", stride: int | None = None,
+           load_delay_s: float = 0.0) -> Recipe:
     """The demo's char transformer as a :class:`~trainmedic.Recipe`.
 
     ``steps`` sizes the LR schedule (the runner is told how many steps to run);
@@ -111,7 +118,9 @@ def recipe(*, steps: int = 200, seed: int = 0, num_workers: int = 0, dropout: fl
     a generator of its own, so it draws its permutation from the global torch RNG.
     ``optimizer`` (``OPTIMIZERS``; ``momentum`` for SGD), ``schedule`` (``SCHEDULES``) and
     ``stride`` (between window starts; default ``context_len``) are what the demo's faults
-    change.
+    change. ``load_delay_s`` (seconds per batch, default 0) makes reading the data slow:
+    each sample sleeps ``load_delay_s / batch_size`` in ``__getitem__``, in the worker
+    processes when ``num_workers`` > 0 (what ``trainmedic try --lever num_workers`` helps).
     """
     _int("steps", steps, 1, 10**9)
     _int("seed", seed, 0, 2**63 - 1)
@@ -125,6 +134,10 @@ def recipe(*, steps: int = 200, seed: int = 0, num_workers: int = 0, dropout: fl
         raise ConfigError(f"dropout must be a number in [0, 1), got {dropout!r}")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < 10:
         raise ConfigError(f"lr must be a number in (0, 10), got {lr!r}")
+    if isinstance(load_delay_s, bool) or not isinstance(load_delay_s, (int, float)) \
+            or not 0 <= load_delay_s <= 60:
+        raise ConfigError(f"load_delay_s must be a number of seconds per batch in [0, 60], "
+                          f"got {load_delay_s!r}")
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got "
                           f"{optimizer!r}")
@@ -146,7 +159,8 @@ def recipe(*, steps: int = 200, seed: int = 0, num_workers: int = 0, dropout: fl
         "context_len": context_len, "lr": lr, "weight_decay": weight_decay,
         "grad_accum": grad_accum, "precision": precision, "max_grad_norm": max_grad_norm,
         "train_chars": train_chars, "jitter": jitter, "loader_generator": loader_generator,
-        "optimizer": optimizer, "momentum": momentum, "schedule": schedule, "stride": stride}
+        "optimizer": optimizer, "momentum": momentum, "schedule": schedule, "stride": stride,
+        "load_delay_s": load_delay_s}
 
     torch.manual_seed(seed)
     model = CharTransformer(vocab_size, context_len=context_len, dropout=float(dropout))
@@ -158,7 +172,9 @@ def recipe(*, steps: int = 200, seed: int = 0, num_workers: int = 0, dropout: fl
         opt, functools.partial(_lr_factor, steps=steps, decay=schedule == "cosine"))
     scaler = torch.amp.GradScaler("cpu") if precision == "fp16-mixed" else None
     generator = torch.Generator().manual_seed(seed) if loader_generator else None
-    data = DataLoader(CharWindows(train, context_len, jitter, stride), batch_size=batch_size,
+    windows = CharWindows(train, context_len, jitter, stride,
+                          delay_s=float(load_delay_s) / batch_size)
+    data = DataLoader(windows, batch_size=batch_size,
                       shuffle=True, drop_last=True, num_workers=num_workers,
                       generator=generator)
     return Recipe(model=model, optimizer=opt, loss_fn=next_char_loss, data=data,
