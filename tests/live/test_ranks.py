@@ -88,6 +88,9 @@ class _CollectiveCounter:
         self.pkg_dir = os.path.dirname(os.path.abspath(trainmedic.__file__)) + os.sep
         self.total: dict[str, int] = {}
         self.from_trainmedic: dict[str, int] = {}
+        #: Calls made by the watcher's DDP comm hook: DDP's own gradient all-reduce, which the
+        #: hook issues in place of DDP (to time it), not one added to the run.
+        self.ddp_hook: dict[str, int] = {}
         assert "trainmedic.live.watcher" not in sys.modules, "install before the watcher"
         import torch.distributed.distributed_c10d as c10d
 
@@ -105,6 +108,9 @@ class _CollectiveCounter:
             self.total[name] = self.total.get(name, 0) + 1
             f = sys._getframe(1)
             while f is not None:
+                if f.f_code.co_name == "timed_allreduce":
+                    self.ddp_hook[name] = self.ddp_hook.get(name, 0) + 1
+                    break
                 if os.path.abspath(f.f_code.co_filename).startswith(self.pkg_dir):
                     self.from_trainmedic[name] = self.from_trainmedic.get(name, 0) + 1
                     break
@@ -195,6 +201,7 @@ def _worker(rank: int, world: int, base: str, cases: list[str],
         counts = dict(counter.from_trainmedic)
         dist.barrier()  # ours, from the test: must count in `total` only
         out = {"from_trainmedic": counts, "total": dict(counter.total),
+               "ddp_hook": dict(counter.ddp_hook), "steps": STEPS * len(cases),
                "self_check": counter.self_check()}
         pathlib.Path(base, f"collectives.rank{rank}.json").write_text(json.dumps(out))
     finally:
@@ -344,6 +351,19 @@ def test_trainmedic_issues_no_collective(torchrun_runs: pathlib.Path) -> None:
         assert got["self_check"], "the counter did not attribute a call from trainmedic"
         assert got["total"].get("barrier", 0) >= 1, got  # the wrappers were live
         assert got["from_trainmedic"] == {}, got
+        # the watcher's comm hook issues DDP's gradient all-reduce instead of DDP: one per
+        # bucket per step (this model's gradients fit one 25 MB bucket), nothing more
+        assert got["ddp_hook"] == {"all_reduce": got["steps"]}, got
+
+
+def test_ddp_allreduce_time_is_recorded_and_the_waiting_rank_waits_longer(
+        torchrun_runs: pathlib.Path) -> None:
+    run = _load(torchrun_runs, "compute")
+    fast, slow = (run.get("comm_time_s", r) for r in (1 - SLOW_RANK, SLOW_RANK))
+    assert fast is not None and slow is not None and len(fast) == len(slow) == STEPS
+    # rank 1's forward is SLOW_S longer: rank 0's all-reduce waits that long for it
+    gap = float(np.median(fast.values[5:]) - np.median(slow.values[5:]))
+    assert 0.5 * SLOW_S < gap < 2 * SLOW_S, gap
 
 
 def test_spawned_ranks_with_a_file_store(tmp_path: pathlib.Path) -> None:

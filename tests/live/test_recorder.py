@@ -47,8 +47,8 @@ def _recorder(**kwargs: Any) -> tuple[Recorder, _Store, _Alerts, list[Any]]:
 
 def test_held_rows_are_built_like_a_direct_row_and_drained_in_batches() -> None:
     rec, store, alerts, _ = _recorder()
-    steps = [(0, 0.5, 0.1, 0.2, 1e-3, 2.5, 0.7, 300.0, 8, 512, 0.03),
-             (1, 0.25, 0.0, None, None, None, None, None, None, None, 0.0)]
+    steps = [(0, 0.5, 0.1, 0.2, 1e-3, 2.5, 0.7, 300.0, 8, 512, 0.03, 0.004),
+             (1, 0.25, 0.0, None, None, None, None, None, None, None, 0.0, None)]
     for row in steps:
         rec.hold(row, now=0.0)
     assert store.rows == []  # held until drain_rows rows or drain_s seconds
@@ -57,19 +57,20 @@ def test_held_rows_are_built_like_a_direct_row_and_drained_in_batches() -> None:
     assert (s0, s1) == (0, 1) and alerts.fed == [0, 1]
     assert r0 == {"data_time_s": 0.1, "gc_time_s": 0.03, "rss_mb": 300.0, "step_time_s": 0.5,
                   "samples_per_s": 8 / 0.5, "tokens_per_s": 512 / 0.5,
-                  "compute_time_s": 0.2, "lr": 1e-3, "loss": 2.5, "grad_norm": 0.7}
+                  "compute_time_s": 0.2, "comm_time_s": 0.004, "lr": 1e-3, "loss": 2.5,
+                  "grad_norm": 0.7}
     assert r1 == {"data_time_s": 0.0, "gc_time_s": 0.0, "rss_mb": None, "step_time_s": 0.25}
     for i in range(2, 5):
-        rec.hold((i, 0.1, 0.0, None, None, 1.0, None, None, None, None, 0.0), now=0.0)
+        rec.hold((i, 0.1, 0.0, None, None, 1.0, None, None, None, None, 0.0, None), now=0.0)
     assert [s for s, _ in store.rows] == [0, 1, 2, 3, 4]  # the third held row drained them
 
 
 def test_rows_drain_after_drain_s_and_before_a_direct_record() -> None:
     rec, store, _, _ = _recorder(drain_rows=100, drain_s=0.0)
-    rec.hold((0, 0.1, 0.0, None, None, 1.0, None, None, None, None, 0.0), now=1e9)
+    rec.hold((0, 0.1, 0.0, None, None, 1.0, None, None, None, None, 0.0, None), now=1e9)
     assert [s for s, _ in store.rows] == [0]  # drain_s had passed
     rec, store, _, _ = _recorder(drain_rows=100)
-    rec.hold((5, 0.1, 0.0, None, None, 1.0, None, None, None, None, 0.0), now=0.0)
+    rec.hold((5, 0.1, 0.0, None, None, 1.0, None, None, None, None, 0.0, None), now=0.0)
     rec.record(3, {"val_loss": 2.0})
     assert [s for s, _ in store.rows] == [5, 3]  # in the order the steps were closed
 

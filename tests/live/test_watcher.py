@@ -178,9 +178,9 @@ def test_rss_reader_and_its_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_rss_is_read_again_only_after_the_interval() -> None:
-    from trainmedic.live.host_probe import HostProbe
+    from trainmedic.live.step_probe import StepProbe
 
-    probe = HostProbe(0.5)
+    probe = StepProbe(0.5)
     try:
         t0 = time.perf_counter()
         before = probe.rss(t0)
@@ -190,7 +190,7 @@ def test_rss_is_read_again_only_after_the_interval() -> None:
         seen = probe.rss(t0 + 1.0)  # past it: read again
         assert seen is not None and seen >= before + 150, (before, seen)
         del block
-        every = HostProbe(None)
+        every = StepProbe(None)
         assert every.rss(t0) is not None
         every.close()
     finally:
@@ -201,9 +201,9 @@ def test_rss_is_read_again_only_after_the_interval() -> None:
 def test_gc_pauses_are_timed_and_taken_once() -> None:
     import gc
 
-    from trainmedic.live.host_probe import HostProbe
+    from trainmedic.live.step_probe import StepProbe
 
-    probe = HostProbe(0.05)
+    probe = StepProbe(0.05)
     try:
         junk = [[i] for i in range(300_000)]  # tracked objects: a full collection walks them
         probe.gc_s()  # (making them ran collections of their own: not this test's)

@@ -7,7 +7,7 @@ on macOS), which still grows with a leak, so it is the fallback.
 Reading statm takes ~1 us in a tight loop but 15-30 us once per training step: the syscall
 then runs on cold caches (measured in the demo loop by ``benchmarks/watch_overhead.py``), the
 largest single item of the watcher's per-step work on CPU; the watcher reads it at most every
-``rss_interval_s`` (:class:`~trainmedic.live.host_probe.HostProbe`).
+``rss_interval_s`` (:class:`~trainmedic.live.step_probe.StepProbe`).
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from trainmedic.live.clock import elapsed_s
 __all__ = ["Recorder", "CpuRow", "put_step_time", "read_now"]
 
 #: A held CPU step: (step, step_time_s, data_time_s, compute_time_s, lr, loss, grad_norm,
-#: rss_mb, batch_size, tokens, gc_time_s); None where a value is missing.
-CpuRow = tuple[int, float, float, Any, Any, Any, Any, Any, Any, Any, float]
+#: rss_mb, batch_size, tokens, gc_time_s, comm_time_s); None where a value is missing.
+CpuRow = tuple[int, float, float, Any, Any, Any, Any, Any, Any, Any, float, Any]
 
 
 
@@ -94,12 +94,15 @@ class Recorder:
         rows, self.rows = self.rows, []
         self._t_drained = time.perf_counter()
         write = self._write
-        for s, step_time_s, data_s, fwd, lr, loss, gn, rss, batch_size, tokens, gc_s in rows:
+        for (s, step_time_s, data_s, fwd, lr, loss, gn, rss, batch_size, tokens, gc_s,
+             comm_s) in rows:
             row: dict[str, float | None] = {"data_time_s": data_s, "gc_time_s": gc_s,
                                             "rss_mb": rss}
             put_step_time(row, step_time_s, batch_size, tokens, self.mfu_scale)
             if fwd is not None:
                 row["compute_time_s"] = fwd
+            if comm_s is not None:
+                row["comm_time_s"] = comm_s
             if lr is not None:
                 row["lr"] = lr
             if loss is not None:

@@ -1,4 +1,5 @@
-"""What the watcher reads about the host each step: the resident set and GC pauses.
+"""What the watcher measures each step beside the loop's own values: the resident set, GC
+pauses and, under DDP on CPU, the gradient all-reduce.
 
 * ``rss_mb``: the process's resident set (:func:`~trainmedic.live.host_memory.rss_mb`), read on
   the training thread at most every ``rss_interval_s`` seconds; the steps in between record
@@ -10,23 +11,34 @@
   ``gc.callbacks`` hook (called at the start and end of each collection: a few per minute in a
   torch loop, whose tensors are not tracked objects). A long pause shows as a slow step; with
   this series the diagnosis can say so instead of leaving the cause unchecked.
+* ``comm_time_s``: under ``DistributedDataParallel`` with gloo (CPU), seconds from each
+  gradient bucket's all-reduce launch to its completion, summed over the step, through a DDP
+  communication hook that does what DDP does without one (``allreduce_hook``: divide by the
+  world size, all-reduce, as the built-in reducer). It overlaps backward, so it is not time
+  the step lost; a fast rank's is longer (it waits for the slow one): what the straggler
+  detector compares. A model that already has a comm hook keeps it (no ``comm_time_s``); on
+  CUDA the futures complete when the work is queued, not done, so it is not recorded there.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from typing import Any
 
 from trainmedic.live.host_memory import rss_mb
 
-__all__ = ["HostProbe"]
+__all__ = ["StepProbe"]
+
+logger = logging.getLogger(__name__)
 
 
-class HostProbe:
-    """The host readings of one watcher; :meth:`close` removes the GC hook (idempotent)."""
+class StepProbe:
+    """The readings of one watcher; :meth:`close` removes the GC hook (idempotent). ``model``:
+    the model the watcher watches (a CPU DDP model gets the timing comm hook)."""
 
-    def __init__(self, rss_interval_s: float | None) -> None:
+    def __init__(self, rss_interval_s: float | None, model: Any = None) -> None:
         self.rss_interval_s = rss_interval_s
         self._rss = rss_mb()
         self._next_rss = time.perf_counter() + (rss_interval_s or 0.0)
@@ -34,6 +46,9 @@ class HostProbe:
         self._gc_start: float | None = None
         gc.callbacks.append(self._on_gc)
         self._closed = False
+        self._comm_s: float | None = None
+        if model is not None:
+            self._time_allreduce(model)
 
     def rss(self, now: float) -> float | None:
         """The resident set in MiB, read again when ``rss_interval_s`` has passed since the
@@ -47,6 +62,38 @@ class HostProbe:
         """Seconds of garbage collection since the last call."""
         s, self._gc_s = self._gc_s, 0.0
         return s
+
+    def comm_s(self) -> float | None:
+        """Seconds of gradient all-reduce since the last call; ``None`` when not timed."""
+        s = self._comm_s
+        if s is not None:
+            self._comm_s = 0.0
+        return s
+
+    def _time_allreduce(self, model: Any) -> None:
+        import torch
+
+        ddp = torch.nn.parallel.DistributedDataParallel
+        if not isinstance(model, ddp) or any(p.is_cuda for p in model.parameters()):
+            return
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        # No annotations: DDP checks a hook's (they would be strings here, postponed).
+        def timed_allreduce(state, bucket):
+            t0 = time.perf_counter()
+
+            def done(fut: Any) -> Any:
+                self._comm_s = (self._comm_s or 0.0) + time.perf_counter() - t0
+                return fut.value()
+
+            return allreduce_hook(state, bucket).then(done)
+
+        try:
+            model.register_comm_hook(None, timed_allreduce)
+        except RuntimeError as exc:  # the user's own hook is there: keep it
+            logger.info("no comm_time_s: the DDP model already has a comm hook (%s)", exc)
+            return
+        self._comm_s = 0.0
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":

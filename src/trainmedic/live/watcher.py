@@ -34,12 +34,12 @@ from trainmedic.errors import ConfigError
 from trainmedic.live.announce import Announcer, recorded_summary
 from trainmedic.live.clock import CallIterator, ForwardClock, TimedLoader
 from trainmedic.live.config import WatchConfig
-from trainmedic.live.host_probe import HostProbe
 from trainmedic.live.inputs import check_loss, check_optimizer_params, trainable_params
 from trainmedic.live.norms import GradNorm, clip_grads_with_norm
 from trainmedic.live.recorder import Recorder, put_step_time, read_now
 from trainmedic.live.run_dir import choose_run_dir, stop_file_path
 from trainmedic.live.step_guard import StepGuard
+from trainmedic.live.step_probe import StepProbe
 from trainmedic.run.store import RunStore
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class Watcher:
         self._clip_meta_written = False
         self._host_only = (not self._cuda and self.fetch_every == 1
                            and self.scaler is None)
-        self._host = HostProbe(cfg.rss_interval_s)
+        self._host = StepProbe(cfg.rss_interval_s, model)
         self._hooks: list[Any] = []
         self._closed = False
         self._guard = StepGuard(self.nan_policy, on_accelerator=self._device.type != "cpu",
@@ -342,7 +342,7 @@ class Watcher:
         rec = self._rec
         host = self._host
         rec.hold((s, now - start, data_s, fwd, lr, loss, gn, host.rss(now), batch_size, tokens,
-                  host.gc_s()), now)
+                  host.gc_s(), host.comm_s()), now)
         self._step = s + 1
         if not self._guard.end_healthy_step(loss, gn):
             # After recording: under "raise" the step's row is in the store before the error.
@@ -362,6 +362,8 @@ class Watcher:
         rec = self._rec
         host: dict[str, float | None] = {"data_time_s": data_s, "gc_time_s": self._host.gc_s(),
                                          "rss_mb": self._host.rss(time.perf_counter())}
+        if (comm := self._host.comm_s()) is not None:
+            host["comm_time_s"] = comm
         device: dict[str, Any] = {}
         if self._cuda:  # GPU time between consecutive steps; rates from it, at fetch
             ev = torch.cuda.Event(enable_timing=True)
