@@ -172,22 +172,10 @@ def _row(data: Iterable[Any], config: DataBenchConfig, batch_size: int,
 
 def _rebuild(loader: Any, *, workers: int, pin: bool, prefetch: int | None) -> Any:
     """A DataLoader like ``loader`` with other worker / pinning / prefetch settings."""
-    from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
+    from trainmedic.recipe.loader_rebuild import rebuild_loader
 
-    kwargs: dict[str, Any] = {
-        "batch_size": loader.batch_size, "collate_fn": loader.collate_fn,
-        "drop_last": loader.drop_last, "num_workers": workers, "pin_memory": pin,
-        "worker_init_fn": loader.worker_init_fn, "timeout": loader.timeout,
-    }
-    if workers > 0:
-        kwargs["prefetch_factor"] = prefetch
-    if not isinstance(loader.dataset, IterableDataset):
-        sampler = loader.sampler
-        if isinstance(sampler, RandomSampler):
-            kwargs["shuffle"] = True
-        elif not isinstance(sampler, SequentialSampler):
-            kwargs["sampler"] = sampler  # a custom sampler: the same object, re-iterated
-    return DataLoader(loader.dataset, **kwargs)
+    return rebuild_loader(loader, num_workers=workers, pin_memory=pin,
+                          prefetch_factor=prefetch)
 
 
 def _grid(loader: Any, config: DataBenchConfig, cuda: bool) -> list[dict[str, Any]]:

@@ -6,11 +6,11 @@ switch its optimizer's implementation. Imports torch inside each function.
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError, MissingExtraError
+from trainmedic.recipe.loader_rebuild import rebuild_loader
 
 if TYPE_CHECKING:
     import torch
@@ -36,47 +36,6 @@ def require_loader(recipe: Recipe, lever: str) -> Any:
                           "batch_sampler; rebuilding it could change its batches, so it is "
                           "not tried")
     return data
-
-
-def rebuild_loader(loader: Any, **changes: Any) -> Any:
-    """A DataLoader like ``loader`` with ``changes`` (num_workers, pin_memory,
-    prefetch_factor, batch_size).
-
-    Unlike a rebuild from ``shuffle=True`` (``trainmedic.bench.data``, which only times the
-    loader), the very sampler object and the loader's generator are kept: the trial compares
-    the loss of the baseline and the lever step by step, so both must see the samples in the
-    same order, and workers seeded from the same generator.
-    """
-    from torch.utils.data import DataLoader, IterableDataset
-
-    kwargs: dict[str, Any] = {
-        "batch_size": loader.batch_size, "collate_fn": loader.collate_fn,
-        "drop_last": loader.drop_last, "num_workers": loader.num_workers,
-        "pin_memory": loader.pin_memory, "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn, "generator": loader.generator,
-        "multiprocessing_context": loader.multiprocessing_context,
-        "prefetch_factor": loader.prefetch_factor,
-        "persistent_workers": loader.persistent_workers,
-    }
-    if getattr(loader, "pin_memory_device", ""):
-        kwargs["pin_memory_device"] = loader.pin_memory_device
-    if hasattr(loader, "in_order"):
-        kwargs["in_order"] = loader.in_order
-    if not isinstance(loader.dataset, IterableDataset):
-        kwargs["sampler"] = loader.sampler
-    kwargs.update(changes)
-    if kwargs["num_workers"] == 0:
-        # torch refuses these without workers
-        kwargs["prefetch_factor"] = None
-        kwargs["persistent_workers"] = False
-        kwargs["multiprocessing_context"] = None
-    elif kwargs["prefetch_factor"] is None:
-        kwargs["prefetch_factor"] = 2  # torch's default with workers
-    with warnings.catch_warnings():
-        # torch warns that pin_memory does nothing without an accelerator: the lever's
-        # declared cost says so, and the trial measures it
-        warnings.filterwarnings("ignore", message=".*pin_memory.*")
-        return DataLoader(loader.dataset, **kwargs)
 
 
 def _device_type(model: Any) -> str:
