@@ -1,11 +1,12 @@
 """Where a step's time goes: a pure function of a captured :class:`~.window.Window`.
 
 The step time and the time of each part (data, forward, backward, optimizer) come from the
-timing pass (perf_counter, no profiler: the profiler's own cost would inflate the ops). Inside
-each part, the profiled pass says what share ran in ops, in collectives the loop waited on
-(exposed communication), in host-device syncs, and in neither: host Python between ops. Those
-shares are applied to the timing pass's part times. Garbage-collection pauses come from
-``gc.callbacks`` and are taken out of the host time they happened in.
+timed steps (perf_counter, no profiler: the profiler's own cost would inflate the ops). Inside
+each part, the profiled steps measure the time waited in collectives (exposed communication)
+and in host-device syncs, which the profiler does not lengthen, and the time in ops, which it
+does (it records each op's entry and exit): the part's extra length under the profiler is taken
+off the ops. Python between ops is what remains of the timed part. Garbage-collection pauses
+come from ``gc.callbacks`` and are taken out of the host time they happened in.
 
 Bottleneck classes (the largest share of the step names the class):
 
@@ -75,7 +76,7 @@ class Component:
     """Of the step time (the parts sum to 1 up to rounding)."""
 
     basis: str
-    """``measured`` (timed directly) or ``estimated`` (a share from the profiled pass applied
+    """``measured`` (timed directly) or ``estimated`` (from the profiled steps, applied
     to the timed part)."""
 
     note: str = ""
@@ -86,7 +87,7 @@ class Breakdown:
     """The step, split."""
 
     step_time_s: float
-    """Median step of the timing pass (measured)."""
+    """Median timed step (measured)."""
 
     step_time_min_s: float
     step_time_max_s: float
@@ -208,19 +209,27 @@ def break_down(window: Window) -> Breakdown:
                            "measured", "waiting for the next batch from the loader"))
     comm_s = sync_s = 0.0
     host_total = 0.0
+    n_prof = max(1, len(window.steps))
     for p in PHASES[1:]:
-        comm, sync, ops, length = split.get(p, [0.0, 0.0, 0.0, 0.0])
-        t = timed_part[p]
+        comm, sync, ops, length = (x / n_prof for x in split.get(p, [0.0, 0.0, 0.0, 0.0]))
+        t = timed_part[p] / n  # per step, timed
         if length <= 0:
-            comps.append(Component(f"{p}_ops", t / n, t / total, "measured"))
+            comps.append(Component(f"{p}_ops", t, t * n / total, "measured"))
             continue
-        comm_s += t * comm / length
-        sync_s += t * sync / length
-        ops_s = t * ops / length
-        host = max(0.0, t - t * (comm + sync + ops) / length)
-        out.host_by_phase[p] = host / n
-        host_total += host
-        comps.append(Component(f"{p}_ops", ops_s / n, ops_s / total, "estimated",
+        # Per step. Waiting (in a collective, for the device) takes as long under the
+        # profiler; its own cost lands in the ops it records (their enter and exit), so the
+        # part's extra length under the profiler comes off the ops, and the Python between
+        # ops is what remains of the timed part.
+        c = min(comm, t)
+        y = min(sync, t - c)
+        room = t - c - y
+        ops_t = min(max(0.0, ops - max(0.0, length - t)), room)
+        host = room - ops_t
+        comm_s += c * n
+        sync_s += y * n
+        out.host_by_phase[p] = host
+        host_total += host * n
+        comps.append(Component(f"{p}_ops", ops_t, ops_t * n / total, "estimated",
                                "time inside torch ops"))
     gc_in_host = min(gc_total, host_total)
     comps.append(Component("exposed_comm", comm_s / n, comm_s / total, "estimated",

@@ -37,7 +37,7 @@ class ProfileConfig:
     """What to profile and against which peak."""
 
     steps: int = 8
-    """Steps in the timing pass and again in the profiled pass (>= 2)."""
+    """Timed steps, and as many profiled steps alternating with them (>= 2)."""
 
     warmup: int = 3
     """Unprofiled steps first (>= 0)."""

@@ -1,15 +1,21 @@
 """Capture a short profiling window of a recipe's training: the raw, measured material.
 
 :func:`capture` runs the recipe through its own loop (``RecipeRunner``): ``warmup`` steps
-unprofiled (allocator, autotuning, loader workers start up), then ``steps`` steps under
-``torch.profiler`` with a ``record_function`` range around each step and each of its parts
-(``trainmedic::data``, ``::forward``, ``::backward``, ``::optimizer``), Python's garbage
-collections timed through ``gc.callbacks``, and one more step outside the profiler under a
-dispatch mode that records where each host-device sync (``aten::_local_scalar_dense``: an
-``.item()``, ``float(t)``, ``if t:``) was called from. Nothing here interprets the numbers:
-:mod:`trainmedic.profile.breakdown` does, as a pure function of the :class:`Window`.
+unprofiled (allocator, autotuning, loader workers start up), then ``3 * steps`` steps in
+cycles of three: one that settles after the profiler stopped, one timed, one profiled
+(torch.profiler's schedule: wait two, record one). A timed
+step is measured on perf_counter, part by part (the runner marks ``data``, ``forward``,
+``backward`` and ``optimizer``); a profiled step records every op under a ``record_function``
+range per part. Alternating, not one pass after the other, lets both see the same machine: a
+collective or a loader whose time swings from step to step swings alike in both. Python's
+garbage collections are timed through ``gc.callbacks``. One more step runs outside the
+profiler under a dispatch mode that records where each tensor value read on the host
+(``aten::_local_scalar_dense``: an ``.item()``, ``float(t)``, ``if t:``) was called from.
+Nothing here interprets the numbers: :mod:`trainmedic.profile.breakdown` does, as a pure
+function of the :class:`Window`.
 
-All times are seconds on the profiler's clock, relative to its start.
+Times are seconds: perf_counter for the timed steps and GC pauses; the profiler's clock, each
+recording cycle 10,000 s after the previous one, for the profiled steps, ops and kernels.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import logging
 import os
 import time
 import traceback
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -94,14 +101,14 @@ class Window:
     """What one :func:`capture` measured."""
 
     timed_steps: list[Span] = field(default_factory=list)
-    """Each step of the timing pass (no profiler), on perf_counter: the true step times."""
+    """Each timed step (the profiler waiting), on perf_counter: the true step times."""
 
     timed_phases: list[Span] = field(default_factory=list)
     """The parts of those steps (``PHASES``), on perf_counter; grad_accum > 1 repeats
     data, forward and backward within a step."""
 
     steps: list[Span] = field(default_factory=list)
-    """Each profiled step, on the profiler's clock (slower than the timing pass by the
+    """Each profiled step, on the profiler's clock (slower than the timed steps by the
     profiler's own cost)."""
 
     phases: list[Span] = field(default_factory=list)
@@ -115,7 +122,8 @@ class Window:
     """Kernels that ran on an accelerator (empty on CPU)."""
 
     gc_pauses: list[Span] = field(default_factory=list)
-    """Python garbage collections during the timing pass, on perf_counter."""
+    """Python garbage collections during the window, on perf_counter (the split counts the
+    ones inside timed steps)."""
 
     sync_sites: dict[str, int] = field(default_factory=dict)
     """Tensor values read on the host in one step (``.item()``, ``float(t)``, ``if t:``), by
@@ -143,10 +151,10 @@ def _device_of(recipe: Recipe) -> str:
 
 def capture(recipe: Recipe, config: WindowConfig | None = None, *,
             fetch_batch: Callable[[Callable[[], Any]], Any] | None = None) -> Window:
-    """Run ``recipe`` for ``warmup + steps`` steps (and one attribution step) and return the
-    window. ``fetch_batch`` wraps how each batch is drawn (a fault injector, a watcher)."""
+    """Run ``recipe`` for ``warmup + 3 * steps`` steps (and one attribution step) and return
+    the window. ``fetch_batch`` wraps how each batch is drawn (a fault injector, a watcher)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule
 
     from trainmedic.recipe.runner import RecipeRunner
 
@@ -162,42 +170,62 @@ def capture(recipe: Recipe, config: WindowConfig | None = None, *,
     runner.run(cfg.warmup)
     _sync(device)
 
-    # 1. Timing pass, no profiler: the step and its parts on perf_counter, GC pauses.
+    # Timed and profiled steps alternate (torch.profiler's schedule), so both see the same
+    # machine: a collective or a loader whose time swings from step to step swings alike in
+    # both. A timed step is measured on perf_counter, part by part (a record_function range
+    # costs nothing while the profiler waits); a recording step's events are read when its
+    # cycle ends.
     clock_phases: list[Span] = []
+    recording = False
 
     @contextlib.contextmanager
-    def timed(name: str) -> Iterator[None]:
+    def part(name: str) -> Iterator[None]:
         t0 = time.perf_counter()
         try:
-            yield
+            with record_function(RANGE_PREFIX + name):
+                yield
         finally:
-            clock_phases.append(Span(name, t0, time.perf_counter()))
+            if not recording:
+                clock_phases.append(Span(name, t0, time.perf_counter()))
 
-    runner.phase = timed
-    pauses: list[tuple[float, float]] = []
-    with _gc_timer(pauses):
-        for _ in range(cfg.steps):
-            t0 = time.perf_counter()
-            runner.run(runner.loop.step + 1)
-            _sync(device)
-            window.timed_steps.append(Span("step", t0, time.perf_counter()))
-    window.timed_phases = clock_phases
-    window.gc_pauses = [Span("gc", a, b) for a, b in pauses]
-
-    # 2. Profiled pass: what ran inside each part (ops, collectives, syncs, kernels).
     activities = [ProfilerActivity.CPU]
     if device == "cuda" and torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
-    runner.phase = lambda name: record_function(RANGE_PREFIX + name)
-    with profile(activities=activities) as prof:
-        for _ in range(cfg.steps):
-            with record_function(f"{RANGE_PREFIX}step"):
-                runner.run(runner.loop.step + 1)
-                _sync(device)
+    events = _Events(window)
+
+    def cycle_done(prof: Any) -> None:
+        events.read(prof)
+        if cfg.trace_path:  # the last cycle's trace stays
+            prof.export_chrome_trace(cfg.trace_path)
+
+    runner.phase = part
+    pauses: list[tuple[float, float]] = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*warmup.*")  # one step per cycle: on purpose
+        warnings.filterwarnings("ignore", message=".*clears events.*")  # read per cycle
+        # wait 2, record 1: the first waiting step after a recording one settles (the
+        # profiler has just stopped and parsed its trace, at a different moment on each rank:
+        # a collective in that step would wait for the slower rank); the second is timed.
+        cycle = schedule(wait=2, warmup=0, active=1, repeat=cfg.steps)
+        with _gc_timer(pauses), profile(activities=activities, schedule=cycle,
+                                        on_trace_ready=cycle_done) as prof:
+            for i in range(3 * cfg.steps):
+                recording = cycle(i) != ProfilerAction.NONE
+                timed = i % 3 == 1
+                mark = len(clock_phases)
+                t0 = time.perf_counter()
+                with record_function(f"{RANGE_PREFIX}step"):
+                    runner.run(runner.loop.step + 1)
+                    _sync(device)
+                if timed:
+                    window.timed_steps.append(Span("step", t0, time.perf_counter()))
+                elif not recording:  # a settling step: its parts are not kept
+                    del clock_phases[mark:]
+                prof.step()
     runner.phase = None
-    if cfg.trace_path:
-        prof.export_chrome_trace(cfg.trace_path)
-    _read_events(prof, window)
+    window.timed_phases = clock_phases
+    window.gc_pauses = [Span("gc", a, b) for a, b in pauses]
+    events.finish()
 
     # 3. One more step: where the values read back from tensors were read.
     if cfg.attribute_syncs:
@@ -237,49 +265,61 @@ def _is_op(name: str) -> bool:
     return name.startswith(_OP_PREFIXES)
 
 
-def _read_events(prof: Any, window: Window) -> None:
-    events = list(prof.events())
-    main_thread: int | None = None
-    spans: list[Span] = []
-    for ev in events:
-        name = ev.name
-        if not name.startswith(RANGE_PREFIX):
-            continue
-        span = Span(name[len(RANGE_PREFIX):], ev.time_range.start / 1e6,
-                    ev.time_range.end / 1e6)
-        if span.name == "step":
-            window.steps.append(span)
-            main_thread = ev.thread
-        elif span.name in PHASES:
-            spans.append(span)
-    window.steps.sort(key=lambda s: s.start_s)
-    window.phases = sorted(spans, key=lambda s: s.start_s)
-    self_time: dict[str, float] = {}
-    calls: Counter[str] = Counter()
-    for ev in events:
-        name = ev.name
-        device_type = str(getattr(ev, "device_type", "")).rsplit(".", 1)[-1]
-        if device_type == "CUDA":
-            window.device_busy.append(Span(name, ev.time_range.start / 1e6,
-                                           ev.time_range.end / 1e6))
-            continue
-        if not _is_op(name):
-            continue
-        self_time[name] = self_time.get(name, 0.0) + ev.self_cpu_time_total / 1e6
-        calls[name] += 1
-        parent = ev.cpu_parent
-        nested = False
-        while parent is not None:
-            if _is_op(parent.name):
-                nested = True
-                break
-            parent = parent.cpu_parent
-        if not nested:
-            window.ops.append(OpEvent(name, ev.time_range.start / 1e6, ev.time_range.end / 1e6,
-                                      ev.thread, ev.thread == main_thread))
-    window.ops.sort(key=lambda o: o.start_s)
-    window.top_ops = sorted(((n, t, calls[n]) for n, t in self_time.items()),
-                            key=lambda x: -x[1])[:15]
+class _Events:
+    """Reads each recording cycle's profiler events into the window (steps, parts, top-level
+    ops, device kernels) and sums each op's self time over the cycles."""
+
+    def __init__(self, window: Window) -> None:
+        self.window = window
+        self.self_time: dict[str, float] = {}
+        self.calls: Counter[str] = Counter()
+        self.cycles = 0
+
+    def read(self, prof: Any) -> None:
+        window = self.window
+        events = list(prof.events())
+        # Each cycle's clock starts at its own zero: cycles are set 10,000 s apart, so that
+        # an op is only ever matched with the parts of its own step.
+        off = self.cycles * 1e4
+        self.cycles += 1
+        main_thread: int | None = None
+        for ev in events:
+            name = ev.name
+            if not name.startswith(RANGE_PREFIX):
+                continue
+            span = Span(name[len(RANGE_PREFIX):], off + ev.time_range.start / 1e6,
+                        off + ev.time_range.end / 1e6)
+            if span.name == "step":
+                window.steps.append(span)
+                main_thread = ev.thread
+            elif span.name in PHASES:
+                window.phases.append(span)
+        for ev in events:
+            name = ev.name
+            device_type = str(getattr(ev, "device_type", "")).rsplit(".", 1)[-1]
+            if device_type == "CUDA":
+                window.device_busy.append(Span(name, off + ev.time_range.start / 1e6,
+                                               off + ev.time_range.end / 1e6))
+                continue
+            if not _is_op(name):
+                continue
+            self.self_time[name] = self.self_time.get(name, 0.0) + ev.self_cpu_time_total / 1e6
+            self.calls[name] += 1
+            parent = ev.cpu_parent
+            while parent is not None and not _is_op(parent.name):
+                parent = parent.cpu_parent
+            if parent is None:  # not nested in another op
+                window.ops.append(OpEvent(name, off + ev.time_range.start / 1e6,
+                                          off + ev.time_range.end / 1e6, ev.thread,
+                                          ev.thread == main_thread))
+
+    def finish(self) -> None:
+        w = self.window
+        w.steps.sort(key=lambda s: s.start_s)
+        w.phases.sort(key=lambda s: s.start_s)
+        w.ops.sort(key=lambda o: o.start_s)
+        w.top_ops = sorted(((n, t, self.calls[n]) for n, t in self.self_time.items()),
+                           key=lambda x: -x[1])[:15]
 
 
 def _sync_sites(runner: Any) -> tuple[dict[str, int], int]:
