@@ -2,9 +2,9 @@
 is not time in ops) with its share of the step within 0.10 (absolute) of the truth. The
 truth is measured independently of the profiler: every injection times itself with
 perf_counter (tests/profile/injected.py); its mean over the timed steps (after the warm-up
-the profile runs cycles of a settling, a timed and a profiled step) is divided by the profile's mean step (the sum of
-its parts, which the shares are of). Shares, not times, are compared: both come from the same run,
-so a slower or busier machine moves them together."""
+the profile runs cycles of a settling, a timed and a profiled step) is divided by the
+profile's mean step (the sum of its parts, which the shares are of). Shares, not times, are
+compared: both come from the same run, so a slower or busier machine moves them together."""
 
 from __future__ import annotations
 
