@@ -105,7 +105,10 @@ def test_config_validation_names_the_field(tmp_path: pathlib.Path) -> None:
                           ({"on_stop": 3}, "on_stop"),
                           ({"forward_clock": "yes"}, "forward_clock"),
                           ({"rss_interval_s": 0}, "rss_interval_s"),
-                          ({"rss_interval_s": "fast"}, "rss_interval_s")):
+                          ({"rss_interval_s": "fast"}, "rss_interval_s"),
+                          ({"gpu_sample_s": 0}, "gpu_sample_s"),
+                          ({"gpu_sample_s": True}, "gpu_sample_s"),
+                          ({"flops_per_step": 1e9}, "flops_per_step")):
         with pytest.raises(ConfigError, match=field):
             WatchConfig(**kwargs)
     with pytest.raises(ConfigError, match="no_such_option"):

@@ -101,6 +101,12 @@ class WatchConfig:
     is under 0.1% of any step. (A sampling thread would cost the same CPU beside the loop
     and take the GIL from it 20 times a second.) ``None``: read it at every step."""
 
+    gpu_sample_s: float | None = 1.0
+    """Seconds between NVML readings of the GPU (``gpu_util``, ``gpu_sm_clock_mhz``,
+    ``gpu_power_w``, ``gpu_temp_c``, ``gpu_throttle_reasons``) on a background thread, each
+    step recording the latest; only on CUDA and with ``pynvml`` installed (``nvidia-ml-py``).
+    ``None``: not sampled."""
+
     flops_per_step: float | None = None
     """FLOPs of one optimizer step on this rank (``trainmedic profile`` counts them with
     FlopCounterMode; or 6·N·tokens plus attention, PaLM appendix B). With
@@ -155,6 +161,10 @@ class WatchConfig:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
                 raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
+        g = self.gpu_sample_s
+        if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float))
+                              or not 0.01 <= g <= 3600):
+            raise ConfigError(f"gpu_sample_s must be seconds in [0.01, 3600] or None, got {g!r}")
         for name in ("flops_per_step", "peak_flops_per_s"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))

@@ -18,6 +18,7 @@ pauses and, under DDP on CPU, the gradient all-reduce.
   the step lost; a fast rank's is longer (it waits for the slow one): what the straggler
   detector compares. A model that already has a comm hook keeps it (no ``comm_time_s``); on
   CUDA the futures complete when the work is queued, not done, so it is not recorded there.
+* on a GPU, with ``pynvml``: the latest NVML reading (:mod:`~trainmedic.live.gpu_telemetry`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import logging
 import time
 from typing import Any
 
+from trainmedic.live.gpu_telemetry import GpuSampler, open_nvml
 from trainmedic.live.host_memory import rss_mb
 
 __all__ = ["StepProbe"]
@@ -35,10 +37,13 @@ logger = logging.getLogger(__name__)
 
 
 class StepProbe:
-    """The readings of one watcher; :meth:`close` removes the GC hook (idempotent). ``model``:
-    the model the watcher watches (a CPU DDP model gets the timing comm hook)."""
+    """The readings of one watcher; :meth:`close` removes the GC hook and stops the GPU
+    sampler (idempotent). ``model``: the model the watcher watches (a CPU DDP model gets the
+    timing comm hook); ``device``: its CUDA device, sampled every ``gpu_sample_s`` (``None``:
+    not sampled)."""
 
-    def __init__(self, rss_interval_s: float | None, model: Any = None) -> None:
+    def __init__(self, rss_interval_s: float | None, model: Any = None, *,
+                 device: Any = None, gpu_sample_s: float | None = None) -> None:
         self.rss_interval_s = rss_interval_s
         self._rss = rss_mb()
         self._next_rss = time.perf_counter() + (rss_interval_s or 0.0)
@@ -49,6 +54,9 @@ class StepProbe:
         self._comm_s: float | None = None
         if model is not None:
             self._time_allreduce(model)
+        self._gpu: GpuSampler | None = None
+        if gpu_sample_s is not None and (opened := open_nvml(device)):
+            self._gpu = GpuSampler(*opened, gpu_sample_s)
 
     def rss(self, now: float) -> float | None:
         """The resident set in MiB, read again when ``rss_interval_s`` has passed since the
@@ -62,6 +70,17 @@ class StepProbe:
         """Seconds of garbage collection since the last call."""
         s, self._gc_s = self._gc_s, 0.0
         return s
+
+    def extras(self) -> dict[str, float | None]:
+        """What a step records besides its own values: ``gc_time_s``; ``comm_time_s`` when
+        timed; the latest GPU reading when sampled (``gpu_util``, ``gpu_sm_clock_mhz``,
+        ``gpu_power_w``, ``gpu_temp_c``, ``gpu_throttle_reasons``)."""
+        out: dict[str, float | None] = {"gc_time_s": self.gc_s()}
+        if (comm := self.comm_s()) is not None:
+            out["comm_time_s"] = comm
+        if self._gpu is not None:
+            out.update(self._gpu.latest)
+        return out
 
     def comm_s(self) -> float | None:
         """Seconds of gradient all-reduce since the last call; ``None`` when not timed."""
@@ -103,6 +122,8 @@ class StepProbe:
             self._gc_start = None
 
     def close(self) -> None:
+        if self._gpu is not None:
+            self._gpu.close()
         if not self._closed:
             self._closed = True
             try:

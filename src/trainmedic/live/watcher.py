@@ -168,7 +168,8 @@ class Watcher:
         self._clip_meta_written = False
         self._host_only = (not self._cuda and self.fetch_every == 1
                            and self.scaler is None)
-        self._host = StepProbe(cfg.rss_interval_s, model)
+        self._host = StepProbe(cfg.rss_interval_s, model, device=self._device,
+                               gpu_sample_s=cfg.gpu_sample_s if self._cuda else None)
         self._hooks: list[Any] = []
         self._closed = False
         self._guard = StepGuard(self.nan_policy, on_accelerator=self._device.type != "cpu",
@@ -360,10 +361,8 @@ class Watcher:
         """Any step: device values, extra metrics, param norms, layer health, a loss scale."""
         torch = self._torch
         rec = self._rec
-        host: dict[str, float | None] = {"data_time_s": data_s, "gc_time_s": self._host.gc_s(),
+        host: dict[str, float | None] = {"data_time_s": data_s, **self._host.extras(),
                                          "rss_mb": self._host.rss(time.perf_counter())}
-        if (comm := self._host.comm_s()) is not None:
-            host["comm_time_s"] = comm
         device: dict[str, Any] = {}
         if self._cuda:  # GPU time between consecutive steps; rates from it, at fetch
             ev = torch.cuda.Event(enable_timing=True)
