@@ -48,8 +48,12 @@ class Problem(Exception):
 
 
 class _StopForward(BaseException):
-    # BaseException so that a loss_fn's own `except Exception` does not swallow it.
-    pass
+    """Stops a forward at a hook, carrying what the hook saw. A BaseException, so that a
+    loss_fn's own ``except Exception`` does not swallow it."""
+
+    def __init__(self, seen: Any) -> None:
+        super().__init__()
+        self.seen = seen
 
 
 # -- batches --------------------------------------------------------------------------------
@@ -403,40 +407,33 @@ class Subject:
     def forward_output(self, model: torch.nn.Module, batch: Any) -> Any:
         """The model's raw output for ``batch`` as ``loss_fn`` calls it (the forward stops
         there: the loss itself is not computed); ``None`` when the loss never calls it."""
-        captured: list[Any] = []
 
         def hook(_m: Any, _args: Any, out: Any) -> None:
-            captured.append(out)
-            raise _StopForward
+            raise _StopForward(out)
 
-        handle = model.register_forward_hook(hook)
-        try:
-            with torch.no_grad():
-                self.recipe.loss_fn(model, batch)
-        except _StopForward:
-            pass
-        finally:
-            handle.remove()
-        return captured[0] if captured else None
+        return self._first_call(model.register_forward_hook(hook), model, batch)
 
     def forward_inputs(self, model: torch.nn.Module, batch: Any) -> tuple[Any, Any] | None:
         """The ``(args, kwargs)`` ``loss_fn`` calls the model with for ``batch`` (computed
         under no_grad; the forward itself does not run); ``None`` when it never calls it."""
-        captured: list[tuple[Any, Any]] = []
 
         def hook(_m: Any, args: Any, kwargs: Any) -> None:
-            captured.append((args, kwargs))
-            raise _StopForward
+            raise _StopForward((args, kwargs))
 
         handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+        return self._first_call(handle, model, batch)
+
+    def _first_call(self, handle: Any, model: torch.nn.Module, batch: Any) -> Any:
+        """Run ``loss_fn`` under no_grad until ``handle``'s hook stops it with what it saw;
+        ``None`` when the loss never calls the model."""
         try:
             with torch.no_grad():
                 self.recipe.loss_fn(model, batch)
-        except _StopForward:
-            pass
+        except _StopForward as stop:
+            return stop.seen
         finally:
             handle.remove()
-        return captured[0] if captured else None
+        return None
 
     @property
     def probe(self) -> Probe:
