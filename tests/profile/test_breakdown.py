@@ -118,3 +118,35 @@ def test_levers_rank_by_share_skip_excluded_and_list_a_lever_once() -> None:
     assert all(lv.target_share >= 0.05 for lv in levers)
     bf16 = next(lv for lv in levers if lv.name == "bf16")
     assert bf16.changes_semantics and not levers[0].changes_semantics
+
+
+def test_a_bimodal_window_with_no_step_near_the_median_is_split_whole() -> None:
+    w = _window(steps=4)
+    for i, d in enumerate((0.05, 0.05, 0.4, 0.4)):  # median 0.225: none within 0.5-1.5x
+        t = w.timed_steps[i].start_s
+        w.timed_steps[i] = Span("step", t, t + d)
+    b = break_down(w)
+    assert b.outlier_steps == 0 and b.steps == 4
+    assert sum(c.share for c in b.components) == pytest.approx(1.0)
+
+
+def test_an_aten_op_named_like_a_collective_is_not_communication() -> None:
+    assert not is_comm("aten::broadcast_tensors")  # F.mse_loss calls it
+    assert is_comm("gloo:broadcast") and is_comm("record_param_comms")
+    b = break_down(_window(fwd_ops=[("aten::broadcast_tensors", 0.0, 0.040, True)]))
+    assert b.share("exposed_comm") == 0 and b.share("forward_ops") == pytest.approx(0.40)
+
+
+def test_a_loader_thread_s_copies_are_not_the_step_s_ops() -> None:
+    # a pin-memory thread copies during the forward: the forward is still Python
+    b = break_down(_window(fwd_ops=[("aten::pin_memory", 0.0, 0.040, False)]))
+    assert b.share("forward_ops") == pytest.approx(0, abs=1e-9)
+    assert b.share("host_python") == pytest.approx(0.40)
+
+
+def test_on_a_gpu_the_step_s_end_is_a_wait_for_the_device_not_host_time() -> None:
+    # the host queues the work in 20 of 100 ms and waits 80 ms at the step's closing sync
+    w = _window(data_s=0.005, fwd_s=0.005, bwd_s=0.005, opt_s=0.005, device="cuda")
+    b = break_down(w)
+    assert b.share("device_wait") == pytest.approx(0.80) and b.share("loop_other") == 0
+    assert b.bottleneck in ("compute", "memory")

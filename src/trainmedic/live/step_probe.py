@@ -16,7 +16,9 @@ pauses and, under DDP on CPU, the gradient all-reduce.
   communication hook that does what DDP does without one (``allreduce_hook``: divide by the
   world size, all-reduce, as the built-in reducer). It overlaps backward, so it is not time
   the step lost; a fast rank's is longer (it waits for the slow one): what the straggler
-  detector compares. A model that already has a comm hook keeps it (no ``comm_time_s``); on
+  detector compares. DDP cannot take a hook off again: it stays on the model after the watcher
+  closes (it does what DDP does). A model that already has a comm hook keeps it (no
+  ``comm_time_s``); on
   CUDA the futures complete when the work is queued, not done, so it is not recorded there.
 * on a GPU, with ``pynvml``: the latest NVML reading (:mod:`~trainmedic.live.gpu_telemetry`).
 """
@@ -107,8 +109,8 @@ class StepProbe:
 
             return allreduce_hook(state, bucket).then(done)
 
-        try:
-            model.register_comm_hook(None, timed_allreduce)
+        try:  # the DDP model's own process group (a subgroup, or the world)
+            model.register_comm_hook(model.process_group, timed_allreduce)
         except RuntimeError as exc:  # the user's own hook is there: keep it
             logger.info("no comm_time_s: the DDP model already has a comm hook (%s)", exc)
             return

@@ -139,9 +139,11 @@ class Watcher:
         except BaseException:
             for h in getattr(self, "_hooks", []):
                 h.remove()
-            clock = getattr(self, "_forward", None)
+            clock, probe = getattr(self, "_forward", None), getattr(self, "_host", None)
             if clock is not None:
                 clock.remove()
+            if probe is not None:  # its GC hook and GPU thread
+                probe.close()
             self.store.close()
             raise
 

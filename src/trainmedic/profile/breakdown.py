@@ -35,26 +35,32 @@ __all__ = ["Component", "Breakdown", "break_down", "BOTTLENECKS", "is_comm", "is
 #: Bottleneck classes, in the order the report lists them.
 BOTTLENECKS = ("input", "communication", "sync", "host", "compute", "memory")
 
-_COMM_MARKS = ("allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter",
-               "reducescatter", "broadcast", "barrier", "alltoall", "all_to_all", "gloo:",
-               "nccl:", "record_param_comms", "c10d::", "send", "recv")
+_COMM_PREFIXES = ("c10d::", "_c10d", "gloo:", "nccl:", "nccl", "record_param_comms",
+                  "ProcessGroup")
+_COMM_WORDS = ("allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter",
+               "reducescatter", "broadcast", "barrier", "alltoall", "all_to_all")
 _SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                "cudaMemcpy", "hipStreamSynchronize", "hipDeviceSynchronize")
+#: Ops that read a device value back to the host (``.item()``, ``if t:``, ``t.nonzero()``).
+_VALUE_READS = ("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero",
+                "aten::nonzero")
 _MATMUL_MARKS = ("mm", "matmul", "linear", "conv", "scaled_dot_product", "attention", "einsum",
                  "gemm", "baddbmm", "addmm", "bmm")
 
 
 def is_comm(name: str) -> bool:
-    """A collective or point-to-point op (gloo, NCCL, c10d)."""
-    low = name.lower()
-    return any(m in low for m in _COMM_MARKS)
+    """A collective or point-to-point op of torch.distributed (c10d, gloo, NCCL); not an aten
+    op whose name only sounds like one (``aten::broadcast_tensors``)."""
+    if name.startswith(_COMM_PREFIXES):
+        return True
+    return not name.startswith("aten::") and any(m in name.lower() for m in _COMM_WORDS)
 
 
 def is_sync(name: str, device: str) -> bool:
     """An op that makes the host wait for the accelerator. On CPU nothing does."""
     if device == "cpu":
         return False
-    return name.startswith(_SYNC_NAMES) or name in ("aten::item", "aten::_local_scalar_dense")
+    return name.startswith(_SYNC_NAMES) or name in _VALUE_READS
 
 
 def is_matmul_class(name: str) -> bool:
@@ -92,6 +98,9 @@ class Breakdown:
     step_time_min_s: float
     step_time_max_s: float
     steps: int
+    profiled_steps: int = 0
+    """Steps recorded by the profiler."""
+
     outlier_steps: int = 0
     """Timed steps outside 0.5-1.5x the median, left out of the split."""
 
@@ -151,14 +160,16 @@ def _phase_split(span: Span, ops: Sequence[OpEvent],
     for op in ops:
         if op.end_s <= span.start_s or op.start_s >= span.end_s:
             continue
+        # The step's own threads: the one that runs it, and autograd's (backward on a GPU);
+        # not a loader's pin-memory thread, whose copies overlap the step.
+        stepping = op.main_thread or op.name.startswith("autograd::")
         if is_comm(op.name):
             comm.append((op.start_s, op.end_s))
         elif is_sync(op.name, device) and op.main_thread:
             sync += _clip(op.start_s, op.end_s, span.start_s, span.end_s)
-        else:
+        elif stepping:
             other.append((op.start_s, op.end_s))
-            if op.main_thread:
-                main.append((op.start_s, op.end_s))
+            main.append((op.start_s, op.end_s))
     lo, hi = span.start_s, span.end_s
     comm_total = _union_within(comm, lo, hi)
     exposed = _union_within(comm + main, lo, hi) - _union_within(main, lo, hi)
@@ -176,7 +187,8 @@ def break_down(window: Window) -> Breakdown:
     # Steps far off the median (another process took the cores, a one-off stall) would
     # dominate the sums: the split is taken over the typical steps, and the dropped ones are
     # counted. (A recurring stall shows in every window; trainmedic diagnose finds periods.)
-    kept = [s for s in window.timed_steps if 0.5 * step <= s.duration_s <= 1.5 * step]
+    kept = [s for s in window.timed_steps if 0.5 * step <= s.duration_s <= 1.5 * step] \
+        or window.timed_steps  # a bimodal window (no step near the median): all of them
     timed = [s.duration_s for s in kept]
     n = len(timed)
     total = sum(timed)
@@ -184,7 +196,8 @@ def break_down(window: Window) -> Breakdown:
     out = Breakdown(step_time_s=step, step_time_min_s=min(all_timed),
                     step_time_max_s=max(all_timed), steps=len(all_timed), outlier_steps=
                     len(all_timed) - n,
-                    profiled_step_time_s=statistics.median(prof) if prof else None)
+                    profiled_step_time_s=statistics.median(prof) if prof else None,
+                    profiled_steps=len(prof))
 
     def in_kept(span: Span) -> bool:
         return any(k.start_s <= span.start_s and span.end_s <= k.end_s for k in kept)
@@ -242,15 +255,23 @@ def break_down(window: Window) -> Breakdown:
     comps.append(Component("gc", gc_in_host / n, gc_in_host / total, "measured",
                            "garbage-collection pauses (gc.callbacks)"))
     other = max(0.0, total - sum(timed_part.values()))
-    comps.append(Component("loop_other", other / n, other / total, "measured",
-                           "the loop between parts (bookkeeping, scheduler, hooks)"))
+    if window.device == "cpu":
+        comps.append(Component("loop_other", other / n, other / total, "measured",
+                               "the loop between parts (bookkeeping, scheduler, hooks)"))
+    else:  # the step ends with a sync: the host waits there for the work it queued
+        comps.append(Component("device_wait", other / n, other / total, "measured",
+                               "the step's end: waiting for the accelerator to finish the "
+                               "queued work (and the loop's bookkeeping)"))
     out.components = comps
 
     out.overlapped_comm_s = overlapped / max(1, len(window.steps))
-    op_time = sum(t for name, t, _ in window.top_ops)
+    # Over every op (not only the top ones), CUDA runtime calls (launches, syncs) left out.
+    times = window.self_time_s or {n: t for n, t, _ in window.top_ops}
+    op_times = {n: t for n, t in times.items() if not n.startswith("cuda")}
+    op_time = sum(op_times.values())
+    mm_time = sum(t for n, t in op_times.items() if is_matmul_class(n))
     if op_time > 0:
-        out.matmul_share_of_ops = sum(t for name, t, _ in window.top_ops
-                                      if is_matmul_class(name)) / op_time
+        out.matmul_share_of_ops = mm_time / op_time
     if window.device_busy and window.steps:
         busy = sum(_union_within(((k.start_s, k.end_s) for k in window.device_busy),
                                  s.start_s, s.end_s) for s in window.steps)
@@ -260,7 +281,8 @@ def break_down(window: Window) -> Breakdown:
 
 
 def _classify(b: Breakdown) -> tuple[str, str]:
-    ops = sum(c.share for c in b.components if c.name.endswith("_ops"))
+    ops = sum(c.share for c in b.components if c.name.endswith("_ops")
+              or c.name == "device_wait")
     host = b.share("host_python") + b.share("gc") + b.share("loop_other")
     shares = {"input": b.share("data_wait"), "communication": b.share("exposed_comm"),
               "sync": b.share("sync"), "host": host, "ops": ops}

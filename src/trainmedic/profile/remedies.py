@@ -97,7 +97,8 @@ def rank_levers(b: Breakdown, *, min_share: float = 0.05,
     not apply to this run (already on, or no such layer)."""
     shares: dict[str, tuple[float, str]] = {}
     for c in b.components:
-        key = "model_ops" if c.name in ("forward_ops", "backward_ops") else c.name
+        key = "model_ops" if c.name in ("forward_ops", "backward_ops", "device_wait") \
+            else c.name
         prev, ev = shares.get(key, (0.0, ""))
         shares[key] = (prev + c.share, (ev + "; " if ev else "") +
                        f"{c.name} {c.share:.0%} ({c.seconds_per_step * 1e3:.1f} ms/step, "

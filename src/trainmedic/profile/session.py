@@ -104,7 +104,9 @@ class ProfileReport:
 
     flops: FlopCount | None = None
     flops_per_step: float | None = None
-    """FLOPs of one optimizer step on this rank (grad_accum micro-batches), measured."""
+    """FLOPs of one optimizer step on this rank: counted on the first micro-batch, times
+    grad_accum (batches of other shapes are not counted). Under activation checkpointing the
+    count includes the recompute: hardware FLOPs (HFU), not model FLOPs."""
 
     achieved_flops_per_s: float | None = None
     peak_flops_per_s: float | None = None
@@ -127,7 +129,8 @@ class ProfileReport:
 def profile_recipe(recipe: Recipe, config: ProfileConfig | None = None, *, name: str = "",
                    on_progress: Any = None) -> ProfileReport:
     """Profile ``recipe`` and return the report. It trains the recipe's model for
-    ``warmup + 2·steps + 2`` steps: profile a fresh recipe, not one you go on training."""
+    ``warmup + 3·steps + 1`` steps (and one more forward and backward to count FLOPs):
+    profile a fresh recipe, not one you go on training."""
     import torch
 
     cfg = config or ProfileConfig()
@@ -276,7 +279,7 @@ def _causes(report: ProfileReport, min_share: float) -> list[Cause]:
                 if report.sync_device_reads else
                 "free on CPU, but each one is a host-device sync on a GPU")
         out.append(Cause("value_reads", b.share("sync"), b.share("sync") * b.step_time_s,
-                         "measured", f"{reads} tensor values read on the host per step at "
+                         "estimated", f"{reads} tensor values read on the host per step at "
                          f"{sites}; {cost}"))
     out.sort(key=lambda c: -c.share)
     return out

@@ -139,6 +139,9 @@ class Window:
     rank: int = 0
     world_size: int = 1
     torch_threads: int = 1
+    self_time_s: dict[str, float] = field(default_factory=dict)
+    """Self time of every host op over the profiled steps, by op name."""
+
     top_ops: list[tuple[str, float, int]] = field(default_factory=list)
     """(op name, self time in s over the window, calls), largest first: where time went."""
 
@@ -320,6 +323,7 @@ class _Events:
         w.ops.sort(key=lambda o: o.start_s)
         w.top_ops = sorted(((n, t, self.calls[n]) for n, t in self.self_time.items()),
                            key=lambda x: -x[1])[:15]
+        w.self_time_s = dict(self.self_time)
 
 
 def _sync_sites(runner: Any) -> tuple[dict[str, int], int]:

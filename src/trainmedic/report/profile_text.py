@@ -38,7 +38,7 @@ def profile_lines(report: ProfileReport) -> list[str]:
     if r.world_size > 1:
         head += f", rank {r.rank} of {r.world_size}"
     lines = [head, f"  {r.torch_threads} torch threads; {b.steps} timed steps, "
-             f"{b.steps} profiled"]
+             f"{b.profiled_steps} profiled"]
     lines.append(f"step time: {_ms(b.step_time_s)} median (measured; min {_ms(b.step_time_min_s)},"
                  f" max {_ms(b.step_time_max_s)})")
     lines.append(f"bottleneck: {b.bottleneck} - {b.bottleneck_evidence}")
@@ -51,7 +51,7 @@ def profile_lines(report: ProfileReport) -> list[str]:
                      f"{c.basis:<9} {c.note}")
     if b.overlapped_comm_s:
         lines.append(f"  (collectives hidden behind compute: {_ms(b.overlapped_comm_s)} per "
-                     "step, measured, not in the sum)")
+                     "step, estimated from the profiled steps, not in the sum)")
     if b.device_busy_share is not None:
         lines.append(f"  accelerator busy {b.device_busy_share:.0%} of the profiled step "
                      "(measured)")
@@ -69,7 +69,7 @@ def profile_lines(report: ProfileReport) -> list[str]:
                  "(CPU kernel torch's counter does not know)"
                  if r.flops is not None and r.flops.added_by_formula else "")
         lines.append(f"  FLOPs per step: {_flops(r.flops_per_step)} (measured: "
-                     f"FlopCounterMode{added})")
+                     f"FlopCounterMode on the first micro-batch x grad_accum{added})")
         lines.append(f"  achieved: {_flops(r.achieved_flops_per_s)}/s (measured)")
     peak = _flops(r.peak_flops_per_s) + "/s" if r.peak_flops_per_s else "not checked"
     lines.append(f"  peak: {peak} ({r.peak_basis}{': ' + r.peak_detail if r.peak_detail else ''})")
