@@ -34,8 +34,7 @@ def datasheet_tflops(device_name: str, dtype: str) -> tuple[str, float | None]:
         spec = lookup_gpu(device_name)
     except ConfigError as exc:
         return f"not in the catalog ({exc})", None
-    figure = {"bfloat16": spec.bf16_dense_tflops, "float16": spec.fp16_dense_tflops}.get(dtype)
-    return spec.name, figure
+    return spec.name, spec.dense_tflops(dtype)
 
 
 def main() -> int:

@@ -4,26 +4,13 @@ with the machine first and every figure labelled, ``--json`` documents, exit 2 o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from trainmedic.cli.bench import bench
-from trainmedic.cli.main import cli, main
-
-
-@pytest.fixture()
-def registered() -> Iterator[None]:
-    """``bench`` under the real ``trainmedic`` group, for this test only (main.py wires it
-    for good)."""
-    added = "bench" not in cli.commands
-    if added:
-        cli.add_command(bench)
-    yield
-    if added:
-        cli.commands.pop("bench")
+from trainmedic.cli.main import main
 
 
 @pytest.mark.parametrize("args", [[], ["matmul"], ["storage"], ["data"]])
@@ -49,7 +36,7 @@ def test_matmul_table_and_json() -> None:
     assert doc["machine"]["torch_threads"] >= 1
 
 
-def test_matmul_bad_usage_exits_2(registered: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_matmul_bad_usage_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "matmul", "--m", "64"]) == 2  # n and k missing
     assert main(["bench", "matmul", "--m-range", "0", "64", "0", "--n", "8", "--k", "8"]) == 2
     err = capsys.readouterr().err
@@ -72,7 +59,7 @@ def test_storage_table_json_and_cleanup(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_storage_bad_path_exits_2_with_one_line(registered: None, tmp_path: Path,
+def test_storage_bad_path_exits_2_with_one_line(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "storage", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip()
@@ -81,7 +68,7 @@ def test_storage_bad_path_exits_2_with_one_line(registered: None, tmp_path: Path
     assert "--size" in capsys.readouterr().err
 
 
-def test_data_on_the_demo_recipe(registered: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_data_on_the_demo_recipe(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["bench", "data", "trainmedic.demo:recipe", "--workers", "0", "--batches", "3",
                "--set", "batch_size=4", "--json"])
     doc = json.loads(capsys.readouterr().out)

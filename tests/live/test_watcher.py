@@ -216,7 +216,7 @@ def test_gc_pauses_are_timed_and_taken_once() -> None:
         assert probe.gc_s() == 0.0  # taken: the next step starts from zero
     finally:
         probe.close()
-    assert probe._on_gc not in gc.callbacks
+    assert probe._gc._on_gc not in gc.callbacks
 
 
 @pytest.mark.parametrize("rss_interval_s", [None, 0.05])

@@ -170,15 +170,7 @@ def _row(data: Iterable[Any], config: DataBenchConfig, batch_size: int,
                      samples_per_s=samples / elapsed if elapsed > 0 else 0.0, **setting)
 
 
-def _rebuild(loader: Any, *, workers: int, pin: bool, prefetch: int | None) -> Any:
-    """A DataLoader like ``loader`` with other worker / pinning / prefetch settings."""
-    from trainmedic.recipe.loader_rebuild import rebuild_loader
-
-    return rebuild_loader(loader, num_workers=workers, pin_memory=pin,
-                          prefetch_factor=prefetch)
-
-
-def _grid(loader: Any, config: DataBenchConfig, cuda: bool) -> list[dict[str, Any]]:
+def _grid(config: DataBenchConfig, cuda: bool) -> list[dict[str, Any]]:
     workers = config.workers if config.workers is not None else default_workers(
         usable_cores())
     pins = config.pin_memory if config.pin_memory is not None else ((False, True) if cuda
@@ -200,6 +192,7 @@ def bench_data(recipe: str, config: DataBenchConfig | None = None, *,
     from torch.utils.data import DataLoader
 
     from trainmedic.recipe import load_recipe
+    from trainmedic.recipe.loader_rebuild import rebuild_loader
 
     config = config or DataBenchConfig()
     data = load_recipe(recipe, **(overrides or {})).data
@@ -220,7 +213,7 @@ def bench_data(recipe: str, config: DataBenchConfig | None = None, *,
                          pin_memory=data.pin_memory, recipe_setting=True,
                          prefetch_factor=data.prefetch_factor if data.num_workers else None))
     else:
-        settings = _grid(data, config, cuda)
+        settings = _grid(config, cuda)
         own = {"num_workers": data.num_workers, "pin_memory": data.pin_memory,
                "prefetch_factor": data.prefetch_factor if data.num_workers else None}
         if not cuda and (config.pin_memory is None or True in config.pin_memory):
@@ -231,9 +224,7 @@ def bench_data(recipe: str, config: DataBenchConfig | None = None, *,
             with warnings.catch_warnings():
                 # torch warns that pin_memory is ignored without an accelerator: said above
                 warnings.filterwarnings("ignore", message=".*pin_memory.*")
-                loader = _rebuild(data, workers=setting["num_workers"],
-                                  pin=setting["pin_memory"],
-                                  prefetch=setting["prefetch_factor"])
+                loader = rebuild_loader(data, **setting)
                 rows.append(_row(loader, config, data.batch_size,
                                  recipe_setting=setting == own, **setting))
             if on_progress is not None:

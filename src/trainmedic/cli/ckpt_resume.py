@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from trainmedic.cli.options import parse_sets as _parse_set
+from trainmedic.cli.options import parse_sets
 
 __all__ = ["resume_test", "resume_test_command"]
 
@@ -60,7 +60,7 @@ def resume_test_command(recipe: str, steps: int, at: int, atol: float | None,
     if at >= steps:
         raise click.BadParameter(f"--at ({at}) must be below --steps ({steps})",
                                  param_hint="--at")
-    overrides = _parse_set(sets)
+    overrides = parse_sets(sets)
     if workers is not None:
         overrides["num_workers"] = workers
     config = ResumeTestConfig(recipe=recipe, steps=steps, at=at, atol=atol,

@@ -32,7 +32,7 @@ def _peak(value: str | None) -> float | None:
 @click.command("profile")
 @click.argument("recipe", metavar="RECIPE")
 @click.option("--steps", type=click.IntRange(min=2), default=8, show_default=True,
-              help="Steps timed, then as many profiled.")
+              help="Steps timed, and as many profiled, alternating.")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
               help="Steps run first, unprofiled.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError, MissingExtraError
 from trainmedic.recipe.loader_rebuild import rebuild_loader
+from trainmedic.recipe.runner import device_type
 
 if TYPE_CHECKING:
     import torch
@@ -38,17 +39,11 @@ def require_loader(recipe: Recipe, lever: str) -> Any:
     return data
 
 
-def _device_type(model: Any) -> str:
-    for p in model.parameters():
-        return str(p.device.type)
-    return "cpu"
-
-
 def grad_scaler(model: Any) -> Any:
     """A ``torch.amp.GradScaler`` for the model's device."""
     import torch
 
-    return torch.amp.GradScaler(_device_type(model))
+    return torch.amp.GradScaler(device_type(model))
 
 
 def compile_model(model: torch.nn.Module, mode: str | None) -> torch.nn.Module:

@@ -294,7 +294,7 @@ class _Snapshot:
     """Everything a check may disturb, copied now, put back by :meth:`restore`."""
 
     def __init__(self, recipe: Recipe) -> None:
-        import numpy as np
+        from trainmedic.checkpoint.training_state import capture_rng
 
         model = recipe.model
         self.params = [(p, p.detach().clone(), p.requires_grad,
@@ -302,15 +302,12 @@ class _Snapshot:
                        for p in model.parameters()]
         self.buffers = [(b, b.detach().clone()) for b in model.buffers()]
         self.flags = [(m, m.training) for m in model.modules()]
-        self.py_rng = random.getstate()
-        self.np_rng = np.random.get_state()
-        self.torch_rng = torch.get_rng_state()
-        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self.rng = capture_rng()
         self.generators = [(g, g.get_state()) for g in _loader_generators(recipe.data)]
         self.tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
 
     def restore(self) -> None:
-        import numpy as np
+        from trainmedic.checkpoint.training_state import restore_rng
 
         with torch.no_grad():
             for p, value, requires_grad, grad in self.params:
@@ -321,11 +318,7 @@ class _Snapshot:
                 b.copy_(value)
         for m, training in self.flags:
             m.training = training
-        random.setstate(self.py_rng)
-        np.random.set_state(self.np_rng)
-        torch.set_rng_state(self.torch_rng)
-        if self.cuda_rng is not None:
-            torch.cuda.set_rng_state_all(self.cuda_rng)
+        restore_rng(self.rng)
         for g, state in self.generators:
             g.set_state(state)
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self.tf32
@@ -478,7 +471,7 @@ class Subject:
         scaler = copy.deepcopy(self.recipe.scaler) if self.recipe.scaler is not None else None
         return Copies(model=model, optimizer=optimizer, scaler=scaler)
 
-    def step(self, c: Copies, batches: list[Any], *, precision: str | None = None) -> float:
+    def step(self, c: Copies, batches: list[Any]) -> float:
         """One optimizer step of the copies, as the runner takes it: the micro-batches'
         losses over ``len(batches)`` under autocast, backward (through the scaler), unscale,
         clip to ``max_grad_norm``, step, update; returns the mean loss. The scheduler is not
@@ -488,7 +481,7 @@ class Subject:
         c.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for batch in batches:
-            with autocast(precision or r.precision, self.device_type):
+            with autocast(r.precision, self.device_type):
                 loss = scalar_loss(r.loss_fn(c.model, batch))
             scaled = loss / len(batches)
             (c.scaler.scale(scaled) if c.scaler is not None else scaled).backward()

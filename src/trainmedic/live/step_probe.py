@@ -18,8 +18,8 @@ pauses and, under DDP on CPU, the gradient all-reduce.
   the step lost; a fast rank's is longer (it waits for the slow one): what the straggler
   detector compares. DDP cannot take a hook off again: it stays on the model after the watcher
   closes (it does what DDP does). A model that already has a comm hook keeps it (no
-  ``comm_time_s``); on
-  CUDA the futures complete when the work is queued, not done, so it is not recorded there.
+  ``comm_time_s``); on CUDA the futures complete when the work is queued, not done, so it is
+  not recorded there.
 * on a GPU, with ``pynvml``: the latest NVML reading (:mod:`~trainmedic.live.gpu_telemetry`).
 """
 
@@ -33,9 +33,40 @@ from typing import Any
 from trainmedic.live.gpu_telemetry import GpuSampler, open_nvml
 from trainmedic.live.host_memory import rss_mb
 
-__all__ = ["StepProbe"]
+__all__ = ["StepProbe", "GcClock"]
 
 logger = logging.getLogger(__name__)
+
+
+class GcClock:
+    """Seconds Python's garbage collector ran, through a ``gc.callbacks`` hook installed on
+    creation; :meth:`take` returns them since the last call; :meth:`close` removes the hook
+    (idempotent)."""
+
+    def __init__(self) -> None:
+        self._s = 0.0
+        self._start: float | None = None
+        gc.callbacks.append(self._on_gc)
+        self._closed = False
+
+    def take(self) -> float:
+        s, self._s = self._s, 0.0
+        return s
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self._s += time.perf_counter() - self._start
+            self._start = None
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            try:
+                gc.callbacks.remove(self._on_gc)
+            except ValueError:
+                pass
 
 
 class StepProbe:
@@ -49,10 +80,7 @@ class StepProbe:
         self.rss_interval_s = rss_interval_s
         self._rss = rss_mb()
         self._next_rss = time.perf_counter() + (rss_interval_s or 0.0)
-        self._gc_s = 0.0
-        self._gc_start: float | None = None
-        gc.callbacks.append(self._on_gc)
-        self._closed = False
+        self._gc = GcClock()
         self._comm_s: float | None = None
         if model is not None:
             self._time_allreduce(model)
@@ -70,8 +98,7 @@ class StepProbe:
 
     def gc_s(self) -> float:
         """Seconds of garbage collection since the last call."""
-        s, self._gc_s = self._gc_s, 0.0
-        return s
+        return self._gc.take()
 
     def extras(self) -> dict[str, float | None]:
         """What a step records besides its own values: ``gc_time_s``; ``comm_time_s`` when
@@ -116,19 +143,7 @@ class StepProbe:
             return
         self._comm_s = 0.0
 
-    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._gc_start = time.perf_counter()
-        elif self._gc_start is not None:
-            self._gc_s += time.perf_counter() - self._gc_start
-            self._gc_start = None
-
     def close(self) -> None:
         if self._gpu is not None:
             self._gpu.close()
-        if not self._closed:
-            self._closed = True
-            try:
-                gc.callbacks.remove(self._on_gc)
-            except ValueError:
-                pass
+        self._gc.close()

@@ -59,6 +59,11 @@ class GpuSpec:
     note: str = ""
     """Sources and caveats of the figures above."""
 
+    def dense_tflops(self, dtype: str) -> float | None:
+        """The datasheet's dense tensor-core peak for a torch dtype name (``bfloat16``,
+        ``float16``), TFLOP/s; ``None`` for another dtype or an undocumented one."""
+        return {"bfloat16": self.bf16_dense_tflops, "float16": self.fp16_dense_tflops}.get(dtype)
+
 
 def _mib(n: int) -> int:
     return n * _MIB

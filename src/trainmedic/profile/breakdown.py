@@ -215,7 +215,8 @@ def break_down(window: Window) -> Breakdown:
         acc[2] += ops
         acc[3] += span.duration_s
         overlapped += hidden
-    gc_total = sum(p.duration_s for p in window.gc_pauses if in_kept(p))
+    gc_total = sum(g for s, g in zip(window.timed_steps, window.timed_gc_s, strict=False)
+                   if s in kept)
 
     comps: list[Component] = []
     comps.append(Component("data_wait", timed_part["data"] / n, timed_part["data"] / total,

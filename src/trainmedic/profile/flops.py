@@ -19,7 +19,6 @@ a dense decoder costs 6·N FLOPs per token for the weights (2 forward, 4 backwar
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,8 +27,6 @@ from typing import Any
 from trainmedic.errors import ConfigError
 
 __all__ = ["FlopCount", "count_flops", "transformer_train_flops_per_token", "mfu"]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True, frozen=True)

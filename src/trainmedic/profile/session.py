@@ -11,7 +11,6 @@ holds all of them (``ProfileReport.ranks``).
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
     from trainmedic.recipe.recipe import Recipe
 
 __all__ = ["ProfileConfig", "ProfileReport", "Cause", "profile_recipe", "PEAK_DTYPES"]
-
-logger = logging.getLogger(__name__)
 
 #: The matmul dtype whose peak a recipe's precision is measured against.
 PEAK_DTYPES = {"fp32": "float32", "bf16-mixed": "bfloat16", "fp16-mixed": "float16"}
@@ -126,8 +123,8 @@ class ProfileReport:
     notes: list[str] = field(default_factory=list)
 
 
-def profile_recipe(recipe: Recipe, config: ProfileConfig | None = None, *, name: str = "",
-                   on_progress: Any = None) -> ProfileReport:
+def profile_recipe(recipe: Recipe, config: ProfileConfig | None = None, *,
+                   name: str = "") -> ProfileReport:
     """Profile ``recipe`` and return the report. It trains the recipe's model for
     ``warmup + 3·steps + 1`` steps (and one more forward and backward to count FLOPs):
     profile a fresh recipe, not one you go on training."""
@@ -247,7 +244,7 @@ def _datasheet(torch: Any, dtype: str) -> float | None:
         spec = lookup_gpu(torch.cuda.get_device_name())
     except TrainmedicError:
         return None
-    tflops = {"bfloat16": spec.bf16_dense_tflops, "float16": spec.fp16_dense_tflops}.get(dtype)
+    tflops = spec.dense_tflops(dtype)
     return None if tflops is None else float(tflops) * 1e12
 
 

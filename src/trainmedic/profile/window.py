@@ -21,8 +21,6 @@ recording cycle 10,000 s after the previous one, for the profiled steps, ops and
 from __future__ import annotations
 
 import contextlib
-import gc
-import logging
 import os
 import time
 import traceback
@@ -33,13 +31,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError
+from trainmedic.live.step_probe import GcClock
 
 if TYPE_CHECKING:
     from trainmedic.recipe.recipe import Recipe
 
 __all__ = ["WindowConfig", "Window", "OpEvent", "Span", "capture", "RANGE_PREFIX", "PHASES"]
-
-logger = logging.getLogger(__name__)
 
 #: Prefix of the ranges this module opens (they are not ops).
 RANGE_PREFIX = "trainmedic::"
@@ -121,9 +118,8 @@ class Window:
     device_busy: list[Span] = field(default_factory=list)
     """Kernels that ran on an accelerator (empty on CPU)."""
 
-    gc_pauses: list[Span] = field(default_factory=list)
-    """Python garbage collections during the window, on perf_counter (the split counts the
-    ones inside timed steps)."""
+    timed_gc_s: list[float] = field(default_factory=list)
+    """Seconds of Python garbage collection in each timed step (as ``timed_steps``)."""
 
     sync_sites: dict[str, int] = field(default_factory=dict)
     """Tensor values read on the host in one step (``.item()``, ``float(t)``, ``if t:``), by
@@ -202,7 +198,7 @@ def capture(recipe: Recipe, config: WindowConfig | None = None, *,
             prof.export_chrome_trace(cfg.trace_path)
 
     runner.phase = part
-    pauses: list[tuple[float, float]] = []
+    gc_clock = GcClock()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*warmup.*")  # one step per cycle: on purpose
         warnings.filterwarnings("ignore", message=".*clears events.*")  # read per cycle
@@ -210,27 +206,28 @@ def capture(recipe: Recipe, config: WindowConfig | None = None, *,
         # profiler has just stopped and parsed its trace, at a different moment on each rank:
         # a collective in that step would wait for the slower rank); the second is timed.
         cycle = schedule(wait=2, warmup=0, active=1, repeat=cfg.steps)
-        with _gc_timer(pauses), profile(activities=activities, schedule=cycle,
-                                        on_trace_ready=cycle_done) as prof:
+        with profile(activities=activities, schedule=cycle, on_trace_ready=cycle_done) as prof:
             for i in range(3 * cfg.steps):
                 recording = cycle(i) != ProfilerAction.NONE
                 timed = i % 3 == 1
                 mark = len(clock_phases)
+                gc_clock.take()
                 t0 = time.perf_counter()
                 with record_function(f"{RANGE_PREFIX}step"):
                     runner.run(runner.loop.step + 1)
                     _sync(device)
                 if timed:
                     window.timed_steps.append(Span("step", t0, time.perf_counter()))
+                    window.timed_gc_s.append(gc_clock.take())
                 elif not recording:  # a settling step: its parts are not kept
                     del clock_phases[mark:]
                 prof.step()
+    gc_clock.close()
     runner.phase = None
     window.timed_phases = clock_phases
-    window.gc_pauses = [Span("gc", a, b) for a, b in pauses]
     events.finish()
 
-    # 3. One more step: where the values read back from tensors were read.
+    # One more step: where the values read back from tensors were read.
     if cfg.attribute_syncs:
         window.sync_sites, window.sync_device_reads = _sync_sites(runner)
     return window
@@ -241,23 +238,6 @@ def _sync(device: str) -> None:
         import torch
 
         torch.cuda.synchronize()
-
-
-@contextlib.contextmanager
-def _gc_timer(pauses: list[tuple[float, float]]) -> Iterator[None]:
-    started: list[float] = []
-
-    def on_gc(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            started.append(time.perf_counter())
-        elif started:
-            pauses.append((started.pop(), time.perf_counter()))
-
-    gc.callbacks.append(on_gc)
-    try:
-        yield
-    finally:
-        gc.callbacks.remove(on_gc)
 
 
 _OP_PREFIXES = ("aten::", "autograd::", "c10d::", "gloo:", "nccl:", "record_param_comms",

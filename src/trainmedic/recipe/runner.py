@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
     from trainmedic.checkpoint.preemption import PreemptionWatch
 
-__all__ = ["RecipeRunner", "RunResult", "Checkpointer", "run_recipe", "batch_size_of"]
+__all__ = ["RecipeRunner", "RunResult", "Checkpointer", "run_recipe", "batch_size_of",
+           "device_type"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,11 +103,8 @@ def batch_size_of(batch: Any) -> tuple[int, int]:
     return samples, int(tokens)
 
 
-def _no_phase(name: str) -> contextlib.AbstractContextManager[Any]:
-    return contextlib.nullcontext()
-
-
-def _device_type(model: Any) -> str:
+def device_type(model: Any) -> str:
+    """The device type of the model's first parameter (``cpu`` when it has none)."""
     for p in model.parameters():
         return str(p.device.type)
     return "cpu"
@@ -225,7 +223,7 @@ class RecipeRunner:
         if p == "fp32":
             return contextlib.nullcontext()
         dtype = torch.bfloat16 if p == "bf16-mixed" else torch.float16
-        return torch.autocast(device_type=_device_type(self.recipe.model), dtype=dtype)
+        return torch.autocast(device_type=device_type(self.recipe.model), dtype=dtype)
 
     def _one_step(self) -> torch.Tensor:
         import torch
@@ -233,7 +231,7 @@ class RecipeRunner:
         r = self.recipe
         model, opt, scaler = r.model, r.optimizer, r.scaler
         total: torch.Tensor | None = None
-        phase = self.phase or _no_phase
+        phase = self.phase or contextlib.nullcontext
         for micro in range(r.grad_accum):
             with phase("data"):
                 batch = self.position.next_batch() if self.fetch_batch is None \
