@@ -27,7 +27,6 @@ from trainmedic.levers.preflight_state import (
     IGNORE_INDEX,
     Problem,
     Subject,
-    autocast,
     autocast_support,
     flat_grad,
     flat_params,
@@ -39,6 +38,7 @@ from trainmedic.levers.preflight_state import (
     scalar_loss,
     split_batch,
 )
+from trainmedic.recipe.runner import autocast
 
 __all__: list[str] = []
 

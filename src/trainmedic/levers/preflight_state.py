@@ -22,6 +22,7 @@ import torch
 from trainmedic.errors import ConfigError, TrainmedicError
 from trainmedic.levers.preflight import CheckResult, PreflightConfig, failed
 from trainmedic.recipe.recipe import Recipe
+from trainmedic.recipe.runner import autocast
 
 if TYPE_CHECKING:
     from trainmedic.levers.preflight import Check
@@ -168,13 +169,6 @@ class Probe:
 
 
 # -- numbers --------------------------------------------------------------------------------
-
-def autocast(precision: str, device_type: str) -> contextlib.AbstractContextManager[Any]:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
-    return torch.autocast(device_type=device_type, dtype=dtype)
-
 
 def autocast_support(precision: str, device_type: str) -> str | None:
     """Why ``precision`` cannot run on this device, or ``None`` when it can."""

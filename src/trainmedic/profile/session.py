@@ -10,7 +10,6 @@ holds all of them (``ProfileReport.ranks``).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -180,21 +179,16 @@ def _not_applicable(recipe: Recipe, device: str) -> frozenset[str]:
 
 def _count_step_flops(recipe: Recipe) -> FlopCount | None:
     """FLOPs of one micro-batch's forward and backward, under the recipe's autocast."""
-    import torch
+    from trainmedic.recipe.runner import autocast, device_type
 
     model = recipe.model
-    device = next((p.device.type for p in model.parameters()), "cpu")
     try:
         batch = next(iter(recipe.data))
     except StopIteration:
         return None
-    ctx: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if recipe.precision != "fp32":
-        dtype = torch.bfloat16 if recipe.precision == "bf16-mixed" else torch.float16
-        ctx = torch.autocast(device_type=device, dtype=dtype)
 
     def one() -> None:
-        with ctx:
+        with autocast(recipe.precision, device_type(model)):
             loss = recipe.loss_fn(model, batch)
         loss.backward()
 

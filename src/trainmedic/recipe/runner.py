@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from trainmedic.checkpoint.preemption import PreemptionWatch
 
 __all__ = ["RecipeRunner", "RunResult", "Checkpointer", "run_recipe", "batch_size_of",
-           "device_type"]
+           "device_type", "autocast"]
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,17 @@ def batch_size_of(batch: Any) -> tuple[int, int]:
                    if t.dim() >= 2 and not t.is_floating_point() and not t.is_complex()
                    and t.dtype != torch.bool), 0)
     return samples, int(tokens)
+
+
+def autocast(precision: str, device: str) -> contextlib.AbstractContextManager[Any]:
+    """The autocast a ``Recipe.precision`` trains under on a ``device`` type: none for fp32,
+    else to bf16 / fp16."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    import torch
+
+    dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
+    return torch.autocast(device_type=device, dtype=dtype)
 
 
 def device_type(model: Any) -> str:
@@ -217,13 +228,7 @@ class RecipeRunner:
         torch.manual_seed(seed)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        import torch
-
-        p = self.recipe.precision
-        if p == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if p == "bf16-mixed" else torch.float16
-        return torch.autocast(device_type=device_type(self.recipe.model), dtype=dtype)
+        return autocast(self.recipe.precision, device_type(self.recipe.model))
 
     def _one_step(self) -> torch.Tensor:
         import torch
