@@ -62,9 +62,11 @@ def main() -> int:
     machine = describe_machine()
     name = torch.cuda.get_device_name(0)
     shapes = grid_shapes(shape_range(*args.m_range, field="--m-range"), args.n, args.k)
-    print(machine.one_line())
+    # --json: stdout carries the JSON document only; the lines go to stderr
+    out = sys.stderr if args.json else sys.stdout
+    print(machine.one_line(), file=out)
     print(f"device: {name}; {len(shapes)} shapes (m {args.m_range}, n {args.n}, k {args.k}), "
-          f"{args.iterations} timed + {args.warmup} warm-up iterations per shape")
+          f"{args.iterations} timed + {args.warmup} warm-up iterations per shape", file=out)
     rows = []
     warm = args.device_warmup_s
     for label in args.dtypes.split(","):
@@ -82,7 +84,7 @@ def main() -> int:
               f"{'x'.join(map(str, s.best_shape))}; fastest iteration "
               f"{s.best_single_flops_per_s / 1e12:.1f} TFLOP/s measured; datasheet "
               f"{f'{sheet:.1f} TFLOP/s' if sheet else '-'} ({entry}); {share}; "
-              f"{time.perf_counter() - t0:.0f} s")
+              f"{time.perf_counter() - t0:.0f} s", file=out)
         rows.append({"dtype": label, "measured_tflops": measured, "best_shape": s.best_shape,
                      "fastest_iteration_tflops": s.best_single_flops_per_s / 1e12,
                      "datasheet_tflops": sheet, "catalog_entry": entry,

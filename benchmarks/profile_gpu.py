@@ -29,7 +29,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 INJECTED: list[float] = []
 
@@ -86,15 +85,18 @@ def main() -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     import torch
-    from machine import one_line
 
+    from trainmedic.bench.machine import describe_machine
+
+    machine = describe_machine().one_line()
     if not torch.cuda.is_available():
-        print(f"no CUDA device here: nothing to measure ({one_line()})")
+        print(f"no CUDA device here: nothing to measure ({machine})")
         return 0
     from trainmedic.profile.session import ProfileConfig, profile_recipe
     from trainmedic.report.profile_text import profile_doc, profile_lines
 
-    print(f"{one_line()}; GPU {torch.cuda.get_device_name()}")
+    if not args.json:  # --json: stdout carries the JSON document only
+        print(machine)
     results: dict[str, Any] = {}
     peak = None
     for cause in ("none", "item", "sleep"):
@@ -105,9 +107,9 @@ def main() -> int:
         peak = peak or report.peak_flops_per_s
         b = report.breakdown
         truth = None
-        if INJECTED:
-            per = statistics.median(INJECTED) * (args.layers if cause == "item" else 1)
-            truth = per / b.step_time_s
+        if INJECTED:  # as the CPU tests take it: per step, over the profile's mean step
+            per = statistics.fmean(INJECTED) * (args.layers if cause == "item" else 1)
+            truth = per / sum(c.seconds_per_step for c in b.components)
         results[cause] = {"report": json.loads(profile_doc(report)), "injected_share": truth}
         if not args.json:
             print(f"\n=== {cause} ===")

@@ -199,23 +199,22 @@ def bench_data(recipe: str, config: DataBenchConfig | None = None, *,
     notes: list[str] = []
     cuda = torch.cuda.is_available()
     rows: list[LoaderRow] = []
-    if not isinstance(data, DataLoader):
+    # The recipe's own settings (none to vary for another iterable).
+    own = {"num_workers": data.num_workers, "pin_memory": data.pin_memory,
+           "prefetch_factor": data.prefetch_factor if data.num_workers else None} \
+        if isinstance(data, DataLoader) else dict.fromkeys(
+            ("num_workers", "pin_memory", "prefetch_factor"))
+    if not isinstance(data, DataLoader) or data.batch_size is None:
         notes.append(f"data is a {type(data).__name__}, not a torch DataLoader: there are no "
-                     "worker, pinning or prefetch settings to vary, so it was measured as is")
-        rows.append(_row(data, config, 1, num_workers=None, pin_memory=None,
-                         prefetch_factor=None, recipe_setting=True))
+                     "worker, pinning or prefetch settings to vary, so it was measured as is"
+                     if not isinstance(data, DataLoader) else
+                     "the DataLoader uses a custom batch_sampler: rebuilding it with other "
+                     "settings could change its batches, so it was measured as is")
+        rows.append(_row(data, config, 1, recipe_setting=True, **own))
         if on_progress is not None:
             on_progress(1, 1)
-    elif data.batch_size is None:
-        notes.append("the DataLoader uses a custom batch_sampler: rebuilding it with other "
-                     "settings could change its batches, so it was measured as is")
-        rows.append(_row(data, config, 1, num_workers=data.num_workers,
-                         pin_memory=data.pin_memory, recipe_setting=True,
-                         prefetch_factor=data.prefetch_factor if data.num_workers else None))
     else:
         settings = _grid(config, cuda)
-        own = {"num_workers": data.num_workers, "pin_memory": data.pin_memory,
-               "prefetch_factor": data.prefetch_factor if data.num_workers else None}
         if not cuda and (config.pin_memory is None or True in config.pin_memory):
             notes.append("pin_memory only helps copies to a CUDA device; there is none here, "
                          "so it was " + ("left off" if config.pin_memory is None else
