@@ -97,7 +97,7 @@ def _evidence(e: Evidence) -> str:
 
 def report_lines(source: str, report: PreflightReport) -> list[str]:
     """The terminal report: a header, then per check its status line, evidence and fix."""
-    counts = {s: sum(1 for r in report.results if r.status == s) for s in _MARK}
+    counts = report.counts
     lines = [f"check {source}: {len(report.results)} checks, {counts['pass']} passed, "
              f"{counts['fail']} failed, {counts['skip']} skipped"]
     width = max((len(r.name) for r in report.results), default=0)

@@ -132,10 +132,15 @@ class PreflightReport:
         raise RegistryError(f"check {name!r} did not run; it ran "
                             f"{', '.join(r.name for r in self.results) or 'no check'}")
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many checks ended in each status (``STATUSES``)."""
+        return {s: sum(1 for r in self.results if r.status == s) for s in STATUSES}
+
     def to_dict(self, *, source: str | None = None) -> dict[str, Any]:
         """The stable JSON document (``SCHEMA``)."""
-        counts = {s: sum(1 for r in self.results if r.status == s) for s in STATUSES}
-        return {"schema": SCHEMA, "source": source, "passed": self.passed, "counts": counts,
+        return {"schema": SCHEMA, "source": source, "passed": self.passed,
+                "counts": self.counts,
                 "checks": [r.to_dict() for r in self.results]}
 
 
