@@ -9,6 +9,8 @@ import pytest
 
 from trainmedic.cli.main import main
 
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model-configs"
+
 DEMO = ["profile", "trainmedic.demo:recipe", "--set", "batch_size=4", "--set",
         "context_len=16", "--steps", "2", "--warmup", "1"]
 
@@ -59,8 +61,26 @@ def test_text_report_labels_every_figure(capsys: pytest.CaptureFixture[str]) -> 
     ([*DEMO, "--peak", "fast"], "--peak"),
     ([*DEMO, "--set", "batch_size"], "--set"),
     (["profile", "trainmedic.demo:recipe", "--set", "nope=1"], "nope"),
+    (["profile"], "--config"),
+    (["profile", "--config", "missing.json", "--batch", "1", "--seq", "8"], "missing.json"),
+    (["profile", "--config", f"{CONFIGS}/opt-125m.json", "--batch", "1"], "--seq"),
+    (["profile", "--config", f"{CONFIGS}/t5-small.json", "--batch", "1", "--seq", "8"],
+     "trainmedic profile RECIPE"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], args: list[str],
                                           needle: str) -> None:
     rc, out, err = _run(capsys, *args)
     assert rc == 2 and needle in err and "Traceback" not in err
+
+
+def test_config_flops_without_a_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "profile", "--config", f"{CONFIGS}/llama-3.2-1b.json",
+                      "--batch", "2", "--seq", "512", "--grad-accum", "4", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["schema"] == "trainmedic.flops/1" and doc["basis"] == "estimated"
+    assert doc["tokens_per_step"] == 2 * 512 * 4
+    assert doc["flops_per_step"] == pytest.approx(doc["flops_per_token"] * 4096)
+    rc, out, _ = _run(capsys, "profile", "--config", f"{CONFIGS}/llama-3.2-1b.json",
+                      "--batch", "2", "--seq", "512", "--gpu", "h100")
+    assert rc == 0 and "estimated" in out and "(datasheet" in out
+    assert "flops_per_step=" in out

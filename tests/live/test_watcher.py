@@ -353,8 +353,9 @@ def test_mfu_is_the_given_flops_over_each_step_time_over_the_peak(
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     x, y = torch.randn(64, 8), torch.randn(64, 1)
-    flops, peak = 3.0e6, 2.0e9
-    with watch(model, opt, run_dir=tmp_path, flops_per_step=flops, peak_flops_per_s=peak) as w:
+    flops, hardware, peak = 3.0e6, 4.0e6, 2.0e9
+    with watch(model, opt, run_dir=tmp_path, flops_per_step=flops,
+               hardware_flops_per_step=hardware, peak_flops_per_s=peak) as w:
         for i in range(12):
             loss = F.mse_loss(model(x), y)
             loss.backward()
@@ -368,10 +369,17 @@ def test_mfu_is_the_given_flops_over_each_step_time_over_the_peak(
     assert mfu is not None and step is not None
     np.testing.assert_allclose(mfu.values, flops / step.values / peak, rtol=1e-9)
     assert mfu.values[6] < 0.5 * np.median(mfu.values)
+    hfu = run.get("hfu")  # the same steps with the recompute's FLOPs counted
+    assert hfu is not None
+    np.testing.assert_allclose(hfu.values, hardware / step.values / peak, rtol=1e-9)
 
 
 def test_mfu_needs_both_flops_and_peak(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ConfigError, match="flops_per_step was given alone"):
         watch(_model(), None, run_dir=tmp_path, flops_per_step=1e9)
+    with pytest.raises(ConfigError, match="hardware_flops_per_step was given alone"):
+        watch(_model(), None, run_dir=tmp_path, hardware_flops_per_step=1e9)
+    with pytest.raises(ConfigError, match="peak_flops_per_s was given alone"):
+        watch(_model(), None, run_dir=tmp_path, peak_flops_per_s=1e9)
     with pytest.raises(ConfigError, match="peak_flops_per_s must be"):
         watch(_model(), None, run_dir=tmp_path, flops_per_step=1e9, peak_flops_per_s=-1.0)

@@ -102,3 +102,54 @@ def test_palm_formula_refuses_bad_sizes() -> None:
     with pytest.raises(ConfigError, match="n_layers"):
         transformer_train_flops_per_token(n_params=10, n_layers=-1, n_heads=1, head_dim=1,
                                           seq_len=1)
+
+
+class _Checkpointed(nn.Module):
+    """Each Linear+ReLU block under activation checkpointing: the backward runs the block's
+    Linear again (ReLU's saved output needs it), so the recompute is that Linear's forward."""
+
+    def __init__(self, dims: list[tuple[int, int]], reentrant: bool) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(i, o), nn.ReLU()) for i, o in dims)
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=self.reentrant)
+        return x
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_recompute_is_hardware_flops_not_model_flops(reentrant: bool) -> None:
+    dims = [(32, 64), (64, 48)]
+    b = 8
+    model = _Checkpointed(dims, reentrant)
+    plain = nn.Sequential(*model.blocks)  # the same weights, no checkpointing
+    x = torch.randn(b, 32, requires_grad=reentrant)  # reentrant needs an input that wants grad
+    y = torch.randn(b, 48)
+    got = count_flops(lambda: F.mse_loss(model(x), y).backward())
+    reference = count_flops(lambda: F.mse_loss(plain(x), y).backward())
+    forward = sum(2 * i * o * b for i, o in dims)
+    assert got.recompute == forward  # every block's Linear ran again in the backward
+    assert got.total == reference.total + forward
+    assert got.model_flops == reference.total
+    assert reference.recompute == 0
+
+
+def test_a_backward_that_builds_a_graph_leaves_model_flops_unknown() -> None:
+    # create_graph=True runs the backward's own ops with grad enabled, like a recompute:
+    # more "recomputed" than forward FLOPs, so the split is refused rather than guessed
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    x = torch.randn(3, 8)
+
+    def step() -> None:
+        model(x).sum().backward(create_graph=True)
+
+    with pytest.warns(UserWarning):
+        got = count_flops(step)
+    for p in model.parameters():
+        p.grad = None  # the graph kept in .grad (torch's warning)
+    assert got.total > 0
+    assert got.recompute is None and got.model_flops is None

@@ -30,7 +30,19 @@ def _peak(value: str | None) -> float | None:
 
 
 @click.command("profile")
-@click.argument("recipe", metavar="RECIPE")
+@click.argument("recipe", metavar="[RECIPE]", required=False)
+@click.option("--config", "hf_config", metavar="FILE|HUB_ID", default=None,
+              help="Instead of a RECIPE: estimate the FLOPs of a dense decoder from its Hugging "
+                   "Face config.json (6·N·tokens plus attention, PaLM appendix B); needs "
+                   "--batch and --seq.")
+@click.option("--batch", type=click.IntRange(min=1), default=None,
+              help="With --config: sequences per micro-batch.")
+@click.option("--seq", type=click.IntRange(min=1), default=None,
+              help="With --config: tokens per sequence.")
+@click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --config: micro-batches per optimizer step.")
+@click.option("--gpu", default=None, metavar="NAME",
+              help="With --config: also give the GPU's datasheet bf16 peak (h100, a100-80gb).")
 @click.option("--steps", type=click.IntRange(min=2), default=8, show_default=True,
               help="Steps timed, and as many profiled, alternating.")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
@@ -47,8 +59,10 @@ def _peak(value: str | None) -> float | None:
               help="Also write the profiler's Chrome trace (Perfetto, Holistic Trace Analysis).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON "
               "(trainmedic.profile/1).")
-def profile(recipe: str, steps: int, warmup: int, sets: tuple[str, ...], peak: str | None,
-            no_peak: bool, no_flops: bool, trace: str | None, as_json: bool) -> None:
+def profile(recipe: str | None, hf_config: str | None, batch: int | None, seq: int | None,
+            grad_accum: int, gpu: str | None, steps: int, warmup: int, sets: tuple[str, ...],
+            peak: str | None, no_peak: bool, no_flops: bool, trace: str | None,
+            as_json: bool) -> None:
     """Profile a few steps of RECIPE and say why a step takes the time it does.
 
     RECIPE is a function returning a trainmedic.Recipe, as module:function or
@@ -57,13 +71,20 @@ def profile(recipe: str, steps: int, warmup: int, sets: tuple[str, ...], peak: s
     ops and GC pauses; the largest names the bottleneck class. FLOPs are counted with
     FlopCounterMode and MFU is taken against the matmul peak measured here.
 
+    With --config instead of RECIPE, nothing runs: the FLOPs per step of a dense decoder are
+    estimated from its config, the figure to give the watcher as flops_per_step.
+
     \b
     Examples:
       trainmedic profile trainmedic.demo:recipe
       trainmedic profile train.py:recipe --set batch_size=32 --steps 12
       trainmedic profile train.py:recipe --peak 989T --json > profile.json
       torchrun --nproc-per-node 2 -m trainmedic profile train.py:recipe
+      trainmedic profile --config llama-3.1-8b.json --batch 4 --seq 4096 --gpu h100
     """
+    if hf_config is not None or recipe is None:
+        _config_flops(recipe, hf_config, batch, seq, grad_accum, gpu, as_json)
+        return
     from trainmedic.profile.session import ProfileConfig, profile_recipe
     from trainmedic.recipe import load_recipe
     from trainmedic.report.profile_text import profile_doc, profile_lines
@@ -78,3 +99,28 @@ def profile(recipe: str, steps: int, warmup: int, sets: tuple[str, ...], peak: s
     click.echo(profile_doc(report) if as_json else "\n".join(profile_lines(report)))
     if trace:
         click.echo(f"trace: {trace}", err=True)
+
+
+def _config_flops(recipe: str | None, hf_config: str | None, batch: int | None,
+                  seq: int | None, grad_accum: int, gpu: str | None, as_json: bool) -> None:
+    from trainmedic.memory.config_source import resolve_config
+    from trainmedic.memory.families import load_spec
+    from trainmedic.memory.gpus import lookup_gpu
+    from trainmedic.profile.config_flops import config_train_flops
+    from trainmedic.report.profile_text import config_flops_doc, config_flops_lines
+
+    if recipe is not None:
+        raise click.UsageError("give a RECIPE or --config, not both")
+    if hf_config is None:
+        raise click.UsageError("give a RECIPE to profile (module:function or file.py:function)"
+                               ", or --config FILE --batch B --seq S to estimate FLOPs")
+    if batch is None or seq is None:
+        raise click.UsageError("--config needs --batch and --seq (the tokens of a step)")
+    spec = load_spec(resolve_config(hf_config))
+    flops = config_train_flops(spec, batch_size=batch, seq_len=seq, grad_accum=grad_accum)
+    gpu_spec = lookup_gpu(gpu) if gpu else None
+    peak = gpu_spec.dense_tflops("bfloat16") if gpu_spec else None
+    name = gpu_spec.display_name if gpu_spec else None
+    peak_flops = None if peak is None else float(peak) * 1e12
+    click.echo(config_flops_doc(hf_config, flops, name, peak_flops) if as_json else
+               "\n".join(config_flops_lines(hf_config, flops, name, peak_flops)))

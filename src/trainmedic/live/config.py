@@ -113,9 +113,15 @@ class WatchConfig:
     ``peak_flops_per_s`` the watcher records ``mfu`` each step: these FLOPs over the step
     time over the peak. ``None``: no ``mfu``."""
 
+    hardware_flops_per_step: float | None = None
+    """FLOPs the step really runs, the forward ops activation checkpointing runs again in
+    the backward included (``trainmedic profile`` prints them as "with recompute"). With
+    ``peak_flops_per_s`` the watcher records ``hfu`` (hardware FLOPs utilization) each step.
+    ``None``: no ``hfu``."""
+
     peak_flops_per_s: float | None = None
-    """The peak ``mfu`` is taken against: best the measured one (``trainmedic bench matmul``
-    on this device and dtype), else the datasheet's."""
+    """The peak ``mfu`` and ``hfu`` are taken against: best the measured one (``trainmedic
+    bench matmul`` on this device and dtype), else the datasheet's."""
 
     flush_rows: int = 512
     """Store rows queued before the writer thread is woken."""
@@ -149,11 +155,15 @@ class WatchConfig:
     and tests stay clean. Only rank 0 of a distributed run shows it."""
 
     @property
-    def mfu_scale(self) -> float | None:
-        """FLOPs per step over the peak FLOP/s (``mfu`` is this over the step time)."""
-        if self.flops_per_step is None or self.peak_flops_per_s is None:
-            return None
-        return self.flops_per_step / self.peak_flops_per_s
+    def flop_scales(self) -> dict[str, float]:
+        """``{"mfu": model FLOPs per step / peak, "hfu": hardware FLOPs per step / peak}``,
+        those that are known: each metric is its scale over the step time."""
+        peak = self.peak_flops_per_s
+        if peak is None:
+            return {}
+        return {name: flops / peak for name, flops in (("mfu", self.flops_per_step),
+                                                       ("hfu", self.hardware_flops_per_step))
+                if flops is not None}
 
     def __post_init__(self) -> None:
         for name in ("fetch_every", "param_every", "layer_every", "alert_every"):
@@ -165,15 +175,18 @@ class WatchConfig:
         if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float))
                               or not 0.01 <= g <= 3600):
             raise ConfigError(f"gpu_sample_s must be seconds in [0.01, 3600] or None, got {g!r}")
-        for name in ("flops_per_step", "peak_flops_per_s"):
+        for name in ("flops_per_step", "hardware_flops_per_step", "peak_flops_per_s"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
                                   or not 0 < v < float("inf")):
                 raise ConfigError(f"{name} must be a finite number > 0 or None, got {v!r}")
-        if (self.flops_per_step is None) != (self.peak_flops_per_s is None):
-            given = "flops_per_step" if self.flops_per_step is not None else "peak_flops_per_s"
-            raise ConfigError(f"{given} was given alone: mfu needs both flops_per_step and "
-                              "peak_flops_per_s (trainmedic profile prints both)")
+        flops = [n for n in ("flops_per_step", "hardware_flops_per_step")
+                 if getattr(self, n) is not None]
+        if bool(flops) != (self.peak_flops_per_s is not None):
+            given = flops[0] if flops else "peak_flops_per_s"
+            raise ConfigError(f"{given} was given alone: mfu (hfu) needs flops_per_step "
+                              "(hardware_flops_per_step) and peak_flops_per_s (trainmedic "
+                              "profile prints them)")
         if self.layer_max_modules < 2:
             raise ConfigError(f"layer_max_modules must be >= 2, got {self.layer_max_modules}")
         if self.forward_clock is not None and not isinstance(self.forward_clock, bool):

@@ -30,17 +30,17 @@ CpuRow = tuple[int, float, float, Any, Any, Any, Any, Any, Any, Any, float, Any]
 
 
 def put_step_time(row: dict[str, float | None], step_time_s: float, batch_size: int | None,
-                  tokens: int | None, mfu_scale: float | None = None) -> None:
+                  tokens: int | None, flop_scales: Mapping[str, float] | None = None) -> None:
     """A host-timed step's ``step_time_s`` and the rates from it (samples, tokens per s;
-    ``mfu`` when ``mfu_scale``, FLOPs per step over the peak FLOP/s, is known)."""
+    ``mfu`` / ``hfu`` from ``flop_scales``, FLOPs per step over the peak FLOP/s)."""
     row["step_time_s"] = step_time_s
     if step_time_s > 0:
         if batch_size is not None:
             row["samples_per_s"] = batch_size / step_time_s
         if tokens is not None:
             row["tokens_per_s"] = tokens / step_time_s
-        if mfu_scale is not None:
-            row["mfu"] = mfu_scale / step_time_s
+        for name, scale in (flop_scales or {}).items():
+            row[name] = scale / step_time_s
 
 class Recorder:
     """Rows of one watcher into its ``store`` and ``alerts`` (a ``LiveAlerts`` or None);
@@ -48,7 +48,7 @@ class Recorder:
 
     def __init__(self, torch: Any, store: Any, alerts: Any, *, fetch_every: int,
                  drain_rows: int, drain_s: float, check_fetched: Any,
-                 mfu_scale: float | None = None) -> None:
+                 flop_scales: Mapping[str, float] | None = None) -> None:
         self._torch = torch
         self.store = store
         self.alerts = alerts
@@ -58,8 +58,9 @@ class Recorder:
         self._check_fetched = check_fetched
         self.rows: list[CpuRow] = []
         self.pending: list[tuple[int, dict[str, Any]]] = []
-        #: FLOPs per step over the peak FLOP/s: ``mfu`` is this over the step time.
-        self.mfu_scale = mfu_scale
+        #: Per metric (``mfu``, ``hfu``), FLOPs per step over the peak FLOP/s: the metric is
+        #: this over the step time.
+        self.flop_scales: Mapping[str, float] = flop_scales or {}
         #: The loss of the last fetched device row (the progress line's loss on a GPU).
         self.last_loss: float | None = None
         self._t_drained = time.perf_counter()
@@ -98,7 +99,7 @@ class Recorder:
              comm_s) in rows:
             row: dict[str, float | None] = {"data_time_s": data_s, "gc_time_s": gc_s,
                                             "rss_mb": rss}
-            put_step_time(row, step_time_s, batch_size, tokens, self.mfu_scale)
+            put_step_time(row, step_time_s, batch_size, tokens, self.flop_scales)
             if fwd is not None:
                 row["compute_time_s"] = fwd
             if comm_s is not None:

@@ -178,7 +178,7 @@ class Watcher:
                                 record_event=self._record_event, device=self._device)
         self._rec = Recorder(self._torch, self.store, None, fetch_every=self.fetch_every,
                              drain_rows=_DRAIN_ROWS, drain_s=cfg.flush_interval_s / 2,
-                             check_fetched=self._guard.check_fetched, mfu_scale=cfg.mfu_scale)
+                             check_fetched=self._guard.check_fetched, flop_scales=cfg.flop_scales)
         # update_ratio: a copy of the parameters taken before the update on measured steps.
         self._before_update: list[torch.Tensor] | None = None
         self._param_stats: dict[str, Any] = {}
@@ -372,12 +372,12 @@ class Watcher:
             if self._last_step_event is not None:
                 device["step_time_s"] = [(self._last_step_event, ev)]
                 for name, count in (("samples_per_s", batch_size), ("tokens_per_s", tokens),
-                                    ("mfu", rec.mfu_scale)):
+                                    *rec.flop_scales.items()):
                     if count is not None:
                         device[name] = ("rate", float(count))
             self._last_step_event = ev
         else:
-            put_step_time(host, step_time_s, batch_size, tokens, rec.mfu_scale)
+            put_step_time(host, step_time_s, batch_size, tokens, rec.flop_scales)
         if fwd is not None:
             if isinstance(fwd, list):
                 device["compute_time_s"] = fwd

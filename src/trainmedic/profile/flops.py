@@ -47,6 +47,18 @@ class FlopCount:
     """``measured``: counted by FlopCounterMode on the ops that ran (formula-added attention
     included: its shapes are the ones that ran)."""
 
+    recompute: int | None = 0
+    """Of ``total``, the FLOPs of forward ops run again during the backward pass (activation
+    checkpointing): hardware FLOPs, not model FLOPs. ``None`` when it could not be told apart
+    (a backward that builds a graph, ``create_graph=True``, looks the same: see
+    :func:`count_flops`)."""
+
+    @property
+    def model_flops(self) -> int | None:
+        """FLOPs the model needs (MFU's numerator): ``total`` less the recompute; ``None``
+        when the recompute is unknown."""
+        return None if self.recompute is None else self.total - self.recompute
+
 
 def _cpu_attention_mapping() -> dict[Any, Any]:
     """FlopCounterMode ``custom_mapping`` entries for the CPU attention kernels it lacks."""
@@ -85,7 +97,10 @@ def count_flops(fn: Callable[[], Any]) -> FlopCount:
 
     extra = _cpu_attention_mapping()
     counter = FlopCounterMode(display=False, custom_mapping=extra)
-    with counter:
+    phases = _PhaseFlops(counter.flop_registry)
+    # ``phases`` is entered first, so it sits under the counter on the mode stack: it sees
+    # every op the counter sees, after the counter, with the same formulas.
+    with phases, counter:
         fn()
     by_op: dict[str, int] = {}
     for op, n in counter.get_flop_counts().get("Global", {}).items():
@@ -94,8 +109,54 @@ def count_flops(fn: Callable[[], Any]) -> FlopCount:
     extra_names = {str(op).removeprefix("aten.").split(".")[0] for op in extra}
     added = sum(n for name, n in by_op.items() if name.split(".")[0] in extra_names)
     ordered = dict(sorted(by_op.items(), key=lambda kv: -kv[1]))
+    recompute: int | None = phases.recompute
+    if phases.recompute > phases.forward or not phases.can_tell:
+        # More "recomputed" than forward FLOPs is no checkpointing: a backward with
+        # create_graph=True (a gradient penalty) runs its own ops with grad enabled.
+        recompute = None
     return FlopCount(total=int(counter.get_total_flops()), by_op=ordered,
-                     added_by_formula=added)
+                     added_by_formula=added, recompute=recompute)
+
+
+def _phase_mode_class() -> type:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class PhaseFlops(TorchDispatchMode):
+        """FLOPs by phase: forward (outside any backward) and recompute (an op that runs
+        inside a backward pass with grad enabled). A backward's own ops run with grad
+        disabled; the forward ops activation checkpointing replays in the backward run with
+        grad enabled, reentrant or not (torch.utils.checkpoint: both recompute under
+        ``torch.enable_grad()``)."""
+
+        def __init__(self, formulas: Mapping[Any, Any]) -> None:
+            super().__init__()
+            import torch
+
+            self.formulas = formulas
+            self.forward = 0
+            self.recompute = 0
+            self._task_id = getattr(torch._C, "_current_graph_task_id", None)
+            self.can_tell = self._task_id is not None
+            self._grad_enabled = torch.is_grad_enabled
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = self.formulas.get(func._overloadpacket)
+            if formula is not None and self._task_id is not None:
+                in_backward = self._task_id() != -1
+                if not in_backward:
+                    self.forward += int(formula(*args, **kwargs, out_val=out))
+                elif self._grad_enabled():
+                    self.recompute += int(formula(*args, **kwargs, out_val=out))
+            return out
+
+    return PhaseFlops
+
+
+def _PhaseFlops(formulas: Mapping[Any, Any]) -> Any:  # noqa: N802 - a class made lazily
+    return _phase_mode_class()(formulas)
 
 
 def transformer_train_flops_per_token(*, n_params: int, n_layers: int, n_heads: int,

@@ -100,9 +100,13 @@ class ProfileReport:
 
     flops: FlopCount | None = None
     flops_per_step: float | None = None
-    """FLOPs of one optimizer step on this rank: counted on the first micro-batch, times
-    grad_accum (batches of other shapes are not counted). Under activation checkpointing the
-    count includes the recompute: hardware FLOPs (HFU), not model FLOPs."""
+    """Model FLOPs of one optimizer step on this rank: counted on the first micro-batch,
+    times grad_accum (batches of other shapes are not counted), without the forward ops that
+    activation checkpointing runs again in the backward. ``None`` when the recompute could
+    not be told apart (then only ``hardware_flops_per_step`` is known)."""
+
+    hardware_flops_per_step: float | None = None
+    """Every FLOP the step ran, recompute included (HFU's numerator)."""
 
     achieved_flops_per_s: float | None = None
     peak_flops_per_s: float | None = None
@@ -115,6 +119,10 @@ class ProfileReport:
     """Model FLOPs over (step time x measured peak)."""
 
     mfu_datasheet: float | None = None
+    hfu: float | None = None
+    """Hardware FLOPs (recompute included) over (step time x measured peak); set when they
+    differ from the model FLOPs or when the recompute could not be told apart."""
+
     levers: list[Lever] = field(default_factory=list)
     ranks: list[ProfileReport] = field(default_factory=list)
     """Every rank's report, on rank 0 of a distributed run (empty otherwise)."""
@@ -149,8 +157,10 @@ def profile_recipe(recipe: Recipe, config: ProfileConfig | None = None, *,
                             f" ms (vs {b.step_time_s * 1e3:.1f} ms timed): its own cost, "
                             "not counted in the split")
     if flop_count is not None:
-        report.flops_per_step = float(flop_count.total) * recipe.grad_accum
-        report.achieved_flops_per_s = report.flops_per_step / b.step_time_s
+        report.hardware_flops_per_step = float(flop_count.total) * recipe.grad_accum
+        if flop_count.model_flops is not None:
+            report.flops_per_step = float(flop_count.model_flops) * recipe.grad_accum
+            report.achieved_flops_per_s = report.flops_per_step / b.step_time_s
     _peak(report, cfg, window.device, recipe.precision, torch)
     report.causes = _causes(report, cfg.min_share)
     report.levers = rank_levers(b, min_share=cfg.min_share,
@@ -228,6 +238,9 @@ def _peak(report: ProfileReport, cfg: ProfileConfig, device: str, precision: str
     if steps and report.datasheet_flops_per_s:
         report.mfu_datasheet = mfu(steps, report.breakdown.step_time_s,
                                    report.datasheet_flops_per_s)
+    hardware = report.hardware_flops_per_step
+    if hardware and report.peak_flops_per_s and hardware != steps:
+        report.hfu = mfu(hardware, report.breakdown.step_time_s, report.peak_flops_per_s)
 
 
 def _datasheet(torch: Any, dtype: str) -> float | None:

@@ -10,9 +10,11 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trainmedic.profile.config_flops import ConfigFlops
     from trainmedic.profile.session import ProfileReport
 
-__all__ = ["profile_lines", "profile_doc", "SCHEMA"]
+__all__ = ["profile_lines", "profile_doc", "config_flops_lines", "config_flops_doc",
+           "SCHEMA"]
 
 SCHEMA = "trainmedic.profile/1"
 
@@ -62,14 +64,22 @@ def profile_lines(report: ProfileReport) -> list[str]:
             lines.append(f"  - [{cause.kind}] {cause.summary} ({cause.basis})")
     lines.append("")
     lines.append("FLOPs and MFU:")
-    if r.flops_per_step is None:
+    added = (f"; {_flops(r.flops.added_by_formula)} of it attention added by formula "
+             "(CPU kernel torch's counter does not know)"
+             if r.flops is not None and r.flops.added_by_formula else "")
+    if r.hardware_flops_per_step is None:
         lines.append("  FLOPs per step: not checked")
+    elif r.flops_per_step is None:
+        lines.append(f"  FLOPs per step: {_flops(r.hardware_flops_per_step)} hardware (measured:"
+                     f" FlopCounterMode on the first micro-batch x grad_accum{added}); model "
+                     "FLOPs not checked: a backward that builds a graph cannot be told from "
+                     "activation recompute")
     else:
-        added = (f"; {_flops(r.flops.added_by_formula)} of it attention added by formula "
-                 "(CPU kernel torch's counter does not know)"
-                 if r.flops is not None and r.flops.added_by_formula else "")
         lines.append(f"  FLOPs per step: {_flops(r.flops_per_step)} (measured: "
                      f"FlopCounterMode on the first micro-batch x grad_accum{added})")
+        if r.hardware_flops_per_step != r.flops_per_step:
+            lines.append(f"  with recompute: {_flops(r.hardware_flops_per_step)} hardware FLOPs"
+                         " (measured: forward ops activation checkpointing ran again)")
         lines.append(f"  achieved: {_flops(r.achieved_flops_per_s)}/s (measured)")
     peak = _flops(r.peak_flops_per_s) + "/s" if r.peak_flops_per_s else "not checked"
     lines.append(f"  peak: {peak} ({r.peak_basis}{': ' + r.peak_detail if r.peak_detail else ''})")
@@ -79,6 +89,8 @@ def profile_lines(report: ProfileReport) -> list[str]:
                  else "  MFU: not checked (needs FLOPs and a peak)")
     if r.mfu_datasheet is not None:
         lines.append(f"  MFU: {r.mfu_datasheet:.1%} of the datasheet peak")
+    if r.hfu is not None:
+        lines.append(f"  HFU: {r.hfu:.1%} of the measured peak (recompute included)")
     if r.top_ops:
         lines.append("")
         lines.append("top ops (self time per step, profiled):")
@@ -137,13 +149,17 @@ def _one(r: ProfileReport) -> dict[str, Any]:
         "top_ops": [{"op": op, "self_s_per_step": t, "calls_per_step": n}
                     for op, t, n in r.top_ops],
         "flops": {"per_step": r.flops_per_step,
+                  "hardware_per_step": r.hardware_flops_per_step,
+                  "recompute_per_step": (None if r.hardware_flops_per_step is None
+                                         or r.flops_per_step is None
+                                         else r.hardware_flops_per_step - r.flops_per_step),
                   "added_by_formula": r.flops.added_by_formula if r.flops else None,
                   "by_op": dict(r.flops.by_op) if r.flops else {},
-                  "basis": "measured" if r.flops_per_step is not None else "not_checked"},
+                  "basis": "measured" if r.hardware_flops_per_step is not None else "not_checked"},
         "achieved_flops_per_s": r.achieved_flops_per_s,
         "peak": {"flops_per_s": r.peak_flops_per_s, "basis": r.peak_basis,
                  "detail": r.peak_detail, "datasheet_flops_per_s": r.datasheet_flops_per_s},
-        "mfu": r.mfu, "mfu_datasheet": r.mfu_datasheet,
+        "mfu": r.mfu, "mfu_datasheet": r.mfu_datasheet, "hfu": r.hfu,
         "levers": [_lever(lv) for lv in r.levers],
         "notes": list(r.notes),
     }
@@ -154,3 +170,33 @@ def profile_doc(report: ProfileReport) -> str:
     report on rank 0 of a distributed run."""
     doc = {"schema": SCHEMA, **_one(report), "ranks": [_one(x) for x in report.ranks]}
     return json.dumps(doc, indent=2, allow_nan=False, default=float)
+
+
+def config_flops_lines(source: str, flops: ConfigFlops, gpu: str | None,
+                       peak_flops_per_s: float | None) -> list[str]:
+    """``profile --config``: the estimated FLOPs of a step and what to give the watcher."""
+    lines = [f"FLOPs of a training step of {source} (estimated from the config: 6·N·tokens "
+             "plus attention, PaLM appendix B; no recompute):",
+             f"  matmul weights N: {flops.matmul_params:,}",
+             f"  per token: {_flops(flops.flops_per_token)}",
+             f"  tokens per step: {flops.tokens_per_step:,}",
+             f"  per step: {_flops(flops.flops_per_step)}"]
+    if gpu and peak_flops_per_s:
+        lines.append(f"  {gpu} bf16 dense peak: {_flops(peak_flops_per_s)}/s (datasheet; "
+                     "`trainmedic bench matmul` there measures the achievable one)")
+    elif gpu:
+        lines.append(f"  {gpu}: no bf16 dense peak in the datasheet table (not checked)")
+    peak = f"{peak_flops_per_s:.4g}" if peak_flops_per_s else "<from trainmedic bench matmul>"
+    lines.append(f"watch(model, optimizer, flops_per_step={flops.flops_per_step:.4g}, "
+                 f"peak_flops_per_s={peak}) logs mfu each step")
+    return lines
+
+
+def config_flops_doc(source: str, flops: ConfigFlops, gpu: str | None,
+                     peak_flops_per_s: float | None) -> str:
+    """``profile --config --json``: schema ``trainmedic.flops/1``."""
+    return json.dumps({
+        "schema": "trainmedic.flops/1", "source": source, "basis": flops.basis,
+        "matmul_params": flops.matmul_params, "flops_per_token": flops.flops_per_token,
+        "tokens_per_step": flops.tokens_per_step, "flops_per_step": flops.flops_per_step,
+        "gpu": gpu, "datasheet_peak_flops_per_s": peak_flops_per_s}, indent=2)

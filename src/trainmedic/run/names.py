@@ -34,7 +34,7 @@ CANONICAL: tuple[str, ...] = (
     "loss", "val_loss", "grad_norm", "lr", "loss_scale", "param_norm", "update_ratio",
     "step_time_s", "data_time_s", "compute_time_s", "comm_time_s", "samples_per_s",
     "tokens_per_s", "mem_alloc_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb", "gpu_util",
-    "gc_time_s", "mfu",
+    "gc_time_s", "mfu", "hfu",
 )
 """The canonical metric names of DESIGN.md."""
 

@@ -183,6 +183,7 @@ WORDS: dict[str, _Word] = {
     **_words("gpu_util", "pct", "gpu_util", "gpu_utilization", "gpu_usage", "util",
              "utilization", "gpu_utilisation", "sm_util"),
     **_words("mfu", "pct", "mfu"),
+    **_words("hfu", "pct", "hfu"),
 }
 """Word -> canonical metric. Rates (``*_per_s``) are looked up by their counted noun."""
 
@@ -495,7 +496,7 @@ def _kind_of(canonical: str) -> str:
         return "time"
     if canonical.endswith("_mb"):
         return "mem"
-    if canonical in ("gpu_util", "mfu"):
+    if canonical in ("gpu_util", "mfu", "hfu"):
         return "pct"
     return ""
 
