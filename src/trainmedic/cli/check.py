@@ -30,22 +30,28 @@ _MARK = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
               help="A recipe argument (VALUE read as JSON, else a string); repeatable.")
 @click.option("--only", "only", multiple=True, metavar="NAME",
               help="Run only this check (repeatable); default: all of them.")
+@click.option("--ddp", is_flag=True,
+              help="Also check that 2 gloo ranks under DDP give one process's gradient "
+                   "(spawns 2 processes that build the recipe again; CPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def check(recipe: str, sets: tuple[str, ...], only: tuple[str, ...], as_json: bool) -> None:
+def check(recipe: str, sets: tuple[str, ...], only: tuple[str, ...], ddp: bool,
+          as_json: bool) -> None:
     """Preflight a recipe for silent correctness bugs before it burns compute.
 
     Each check runs a short experiment on the recipe's own model, loss and first batches and
     says PASS, FAIL or SKIP (with the reason), with the numbers it compared and, under a
     failure, the smallest fix: label_range, optimizer_coverage, gradients_flow, init_loss,
     microbatch_equivalence, mode_switch, determinism, mixed_precision, overfit_one_batch.
-    The recipe's model, optimizer and RNG state are left as they were. Exit 1 when a check
-    fails.
+    With --ddp, also ddp_equivalence: 2 gloo ranks under DDP against one process (a loss
+    summed over the batch, BatchNorm without SyncBatchNorm). The recipe's model, optimizer
+    and RNG state are left as they were. Exit 1 when a check fails.
 
     \b
     Examples:
       trainmedic check trainmedic.demo:recipe --set batch_size=8 --set context_len=32
       trainmedic check train.py:recipe --only microbatch_equivalence --only init_loss
       trainmedic check mypkg.train:recipe --set precision=bf16-mixed --json
+      trainmedic check train.py:recipe --only gradients_flow --ddp
     """
     from trainmedic.levers.preflight import check_names, run_checks
     from trainmedic.recipe.recipe import load_recipe
@@ -57,7 +63,14 @@ def check(recipe: str, sets: tuple[str, ...], only: tuple[str, ...], as_json: bo
             raise click.BadParameter(f"no check {name!r}; expected one of {', '.join(names)}",
                                      param_hint="--only")
     loaded = load_recipe(recipe, **overrides)
-    report = run_checks(loaded, only=list(only) or None, progress=_progress())
+    say = _progress()
+    report = run_checks(loaded, only=list(only) or None, progress=say)
+    if ddp:
+        from trainmedic.levers.preflight_ddp import NAME, with_ddp_check
+
+        if say is not None:
+            say(NAME)
+        report = with_ddp_check(report, recipe, overrides)
     if as_json:
         click.echo(json.dumps(report.to_dict(source=recipe), indent=2))
     else:
