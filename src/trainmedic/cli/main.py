@@ -39,6 +39,7 @@ def cli() -> None:
     Optimizing:   trainmedic profile train.py:recipe; trainmedic check train.py:recipe;
                   trainmedic try train.py:recipe --lever num_workers=4
     Hardware:     trainmedic bench matmul; trainmedic bench storage /scratch
+    Crashed:      trainmedic explain slurm-1234.out
     """
 
 
@@ -50,6 +51,7 @@ def _register() -> None:
     from trainmedic.cli.ckpt import ckpt
     from trainmedic.cli.demo import demo
     from trainmedic.cli.diagnose import diagnose
+    from trainmedic.cli.explain import explain
     from trainmedic.cli.export import export
     from trainmedic.cli.memory import memory
     from trainmedic.cli.profile import profile
@@ -64,6 +66,7 @@ def _register() -> None:
     cli.add_command(bench)
     cli.add_command(check)
     cli.add_command(try_cmd)
+    cli.add_command(explain)
 
 
 _register()
