@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from trainmedic.dist.watchdog import HangWatchdogConfig
 from trainmedic.errors import ConfigError
 
 __all__ = ["WatchConfig", "NAN_POLICIES", "IF_EXISTS", "check_callback_kwargs",
@@ -93,6 +94,14 @@ class WatchConfig:
     on_stop: Callable[[str], None] | None = None
     """Called once on the training thread, at the first step boundary after a stop was asked
     for, with the reason (save a checkpoint here)."""
+
+    hang: HangWatchdogConfig | bool | None = None
+    """The hang watchdog (``trainmedic.dist.watchdog``): a thread that dumps every thread's
+    stack and torch's flight recorder when no step completes for ``k`` x the median step time
+    (``watch.phase("eval")`` / ``("checkpoint")`` get longer limits); ``trainmedic dist
+    diagnose RUN_DIR`` merges the ranks' dumps. ``None``: on when the run has several ranks or
+    runs under ``trainmedic dist watch``; ``True``: on with the defaults; a
+    ``HangWatchdogConfig``: on with it; ``False``: off."""
 
     rss_interval_s: float | None = 0.05
     """Seconds between readings of the process's resident set (``rss_mb``), on the training
@@ -228,6 +237,9 @@ class WatchConfig:
             raise ConfigError(f"announce must be True or False, got {self.announce!r}")
         if self.progress is not None and not isinstance(self.progress, bool):
             raise ConfigError(f"progress must be True, False or None, got {self.progress!r}")
+        if self.hang is not None and not isinstance(self.hang, (bool, HangWatchdogConfig)):
+            raise ConfigError(f"hang must be True, False, None or a HangWatchdogConfig, got "
+                              f"{self.hang!r}")
         for name in ("on_finding", "on_stop"):
             fn = getattr(self, name)
             if fn is not None and not callable(fn):

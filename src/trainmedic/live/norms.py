@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["global_l2_norm", "GradNorm", "clip_grads_with_norm"]
+__all__ = ["global_l2_norm", "GradNorm", "clip_grads_with_norm", "update_stats"]
 
 
 def global_l2_norm(torch: Any, tensors: list[Any]) -> Any:
@@ -188,3 +188,17 @@ def clip_grads_with_norm(torch: Any, params: list[Any], max_norm: float, total: 
                     g.mul_(c)
             else:
                 torch._foreach_mul_(grads, c)
+
+
+def update_stats(torch: Any, norm: GradNorm, before: list[Any], after: list[Any]) -> dict[str, Any]:
+    """``param_norm`` and ``update_ratio`` (the update's norm over the parameters') of one
+    optimizer step, from a copy of the parameters taken ``before`` it (overwritten here with
+    minus the update) and the parameters ``after`` it; floats on CPU, 0-d tensors (no sync)
+    on an accelerator."""
+    with torch.no_grad():  # on the parameters themselves: no graph under no_grad
+        torch._foreach_sub_(before, after)  # minus the update, in the copy's memory
+        param_norm = norm.of_aligned(after)
+        update_norm = norm.of_aligned(before)
+    if isinstance(param_norm, float):
+        return {"param_norm": param_norm, "update_ratio": update_norm / max(param_norm, 1e-30)}
+    return {"param_norm": param_norm, "update_ratio": update_norm / param_norm.clamp_min(1e-30)}

@@ -135,6 +135,19 @@ class Recorder:
         else:
             host[name] = float(value)
 
+    def log(self, s: int, metrics: Mapping[str, Any]) -> None:
+        """Scalars the loop logs itself (``Watcher.log``): host values recorded now, device
+        tensors held for the next batched fetch."""
+        torch = self._torch
+        host = {k: float(v) for k, v in metrics.items()
+                if not isinstance(v, torch.Tensor) or not self.defers(v)}
+        dev = {k: v.detach().reshape(()) for k, v in metrics.items()
+               if isinstance(v, torch.Tensor) and self.defers(v)}
+        if host:
+            self.record(s, host)
+        if dev:
+            self.hold_device(s, dev)
+
     def hold_device(self, s: int, device: dict[str, Any]) -> None:
         """Keep step ``s``'s device values; fetch once ``fetch_every`` steps are held."""
         self.pending.append((s, device))

@@ -23,6 +23,7 @@ alerts in batches of up to 32 steps or half ``flush_interval_s`` (:meth:`Watcher
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -30,12 +31,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from trainmedic.dist.watchdog import watchdog_for_run
 from trainmedic.errors import ConfigError
 from trainmedic.live.announce import Announcer, recorded_summary
 from trainmedic.live.clock import CallIterator, ForwardClock, TimedLoader
 from trainmedic.live.config import WatchConfig
 from trainmedic.live.inputs import check_loss, check_optimizer_params, trainable_params
-from trainmedic.live.norms import GradNorm, clip_grads_with_norm
+from trainmedic.live.norms import GradNorm, clip_grads_with_norm, update_stats
 from trainmedic.live.recorder import Recorder, put_step_time, read_now
 from trainmedic.live.run_dir import choose_run_dir, stop_file_path
 from trainmedic.live.step_guard import StepGuard
@@ -144,6 +146,8 @@ class Watcher:
                 clock.remove()
             if probe is not None:  # its GC hook and GPU thread
                 probe.close()
+            if (hang := getattr(self, "_hang", None)) is not None:
+                hang.close()
             self.store.close()
             raise
 
@@ -222,6 +226,8 @@ class Watcher:
             self._rec.alerts = self._alerts
         if self._cuda:
             self._torch.cuda.reset_peak_memory_stats(self._device)
+        self._hang = watchdog_for_run(cfg.hang, run_dir=self.run_dir, rank=self.store.rank or 0,
+                                      world_size=self.store.world_size, store=self.store)
 
     # -- public API -------------------------------------------------------------------
     @property
@@ -243,6 +249,11 @@ class Watcher:
     def findings(self) -> list[Any]:
         """Every live finding raised so far (empty without live alerts)."""
         return list(self._alerts.findings) if self._alerts is not None else []
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """``with w.phase("eval"):`` (or ``"checkpoint"``): the hang watchdog, when on, allows
+        this phase its own, longer limit instead of k x the median step time."""
+        return self._hang.phase(name) if self._hang is not None else contextlib.nullcontext()
 
     def wrap_loader(self, iterable: Iterable[T]) -> TimedLoader[T]:
         """Iterate ``iterable`` through this to record ``data_time_s`` per step. Without the
@@ -310,6 +321,8 @@ class Watcher:
         if step is not None:
             self._step = int(step)
         s = self._step
+        if self._hang is not None:  # two attribute writes and a deque append
+            self._hang.step_done(s, now - start)
         gn: Any = grad_norm
         if gn is None:
             gn = self._grad_norm_now if self._grad_norm_now is not None else (
@@ -443,16 +456,7 @@ class Watcher:
         """Record other scalars (``val_loss``, ...) at ``step`` (default: the last step)."""
         if self._closed:
             return
-        s = max(self._step - 1, 0) if step is None else int(step)
-        torch, rec = self._torch, self._rec
-        host = {k: float(v) for k, v in metrics.items()
-                if not isinstance(v, torch.Tensor) or not rec.defers(v)}
-        dev = {k: v.detach().reshape(()) for k, v in metrics.items()
-               if isinstance(v, torch.Tensor) and rec.defers(v)}
-        if host:
-            rec.record(s, host)
-        if dev:
-            rec.hold_device(s, dev)
+        self._rec.log(max(self._step - 1, 0) if step is None else int(step), metrics)
 
     def flush(self) -> None:
         """Fetch pending device values and commit everything recorded so far."""
@@ -473,6 +477,8 @@ class Watcher:
         finally:
             self._closed = True
             self._host.close()
+            if self._hang is not None:
+                self._hang.close()
             for h in self._hooks:
                 h.remove()
             self._hooks = []
@@ -490,6 +496,9 @@ class Watcher:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if self._hang is not None and exc is not None and not self._closed \
+                and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self._hang.dump_now(f"exception: {type(exc).__name__}", exc=exc)  # a peer died
         self.close()
 
     # -- loader and hooks -------------------------------------------------------------
@@ -556,18 +565,7 @@ class Watcher:
         if before is None:
             return
         self._before_update = None
-        torch = self._torch
-        with torch.no_grad():  # on the parameters themselves: no graph under no_grad
-            after = self._params
-            torch._foreach_sub_(before, after)  # minus the update, in the copy's memory
-            param_norm = self._grad_norm.of_aligned(after)
-            update_norm = self._grad_norm.of_aligned(before)
-        if isinstance(param_norm, float):
-            self._param_stats = {"param_norm": param_norm,
-                                 "update_ratio": update_norm / max(param_norm, 1e-30)}
-        else:
-            self._param_stats = {"param_norm": param_norm,
-                                 "update_ratio": update_norm / param_norm.clamp_min(1e-30)}
+        self._param_stats = update_stats(self._torch, self._grad_norm, before, self._params)
 
     # -- recording --------------------------------------------------------------------
     def _record_event(self, s: int, kind: str, data: dict[str, Any]) -> None:

@@ -1,0 +1,242 @@
+"""``trainmedic dist watch -- CMD ...``: run a job (typically ``torchrun ... train.py``) with
+the environment set for hang dumps, pass its output through, and when it stops making
+progress for ``timeout_s`` ask every Python process of the job for its stacks.
+
+Progress is a heartbeat whose step moved (a rank running trainmedic's watchdog), or, with no
+heartbeat in the hang folder, a line of output. Every Python child loads the stack hook
+(:mod:`trainmedic.dist.stack_hook`) through a ``sitecustomize.py`` in a folder prepended to
+``PYTHONPATH`` (chained to any ``sitecustomize`` already on the path), so a script that does
+not use trainmedic still dumps its stacks, and its flight recorder when torch.distributed is
+up. The job runs in its own session: Ctrl-C or an error here ends all of it, never leaving a
+child behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import pathlib
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from trainmedic.dist import stack_hook
+from trainmedic.errors import ConfigError
+
+__all__ = ["WatchRunConfig", "WatchResult", "run_watched", "dump_environment"]
+
+_CHAIN = '''
+
+def _trainmedic_chain() -> None:
+    import importlib
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    sys.modules.pop("sitecustomize", None)
+    try:  # the sitecustomize this one shadows, if any
+        importlib.import_module("sitecustomize")
+    except ImportError:
+        pass
+
+
+if os.environ.get(HANG_DIR_ENV):
+    install(os.environ[HANG_DIR_ENV], role="process")
+_trainmedic_chain()
+'''
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class WatchRunConfig:
+    """How ``dist watch`` runs and watches a job."""
+
+    timeout_s: float = 300.0
+    """Seconds without progress (a heartbeat's step moving, or output) before the stacks are
+    dumped."""
+
+    hang_dir: str
+    """Where the children's dumps go (``$TRAINMEDIC_HANG_DIR`` in their environment)."""
+
+    flight_recorder_entries: int = 2000
+    """``TORCH_FR_BUFFER_SIZE`` given to the job when it has none."""
+
+    poll_s: float = 0.5
+    """How often progress is checked."""
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "poll_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v <= 0:
+                raise ConfigError(f"WatchRunConfig.{name} must be seconds > 0, got {v!r}")
+        if not self.hang_dir:
+            raise ConfigError("WatchRunConfig.hang_dir must name a folder, got an empty one")
+        n = self.flight_recorder_entries
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ConfigError(f"WatchRunConfig.flight_recorder_entries must be an integer "
+                              f">= 0, got {n!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchResult:
+    returncode: int
+    hangs: int
+    """How many times the job was found without progress (and signalled)."""
+    signalled: list[int]
+    hang_dir: pathlib.Path
+
+
+def dump_environment(cfg: WatchRunConfig, base: dict[str, str], hook_dir: str
+                     ) -> dict[str, str]:
+    """The job's environment: the hook on ``PYTHONPATH`` and torch's dump settings (names
+    from torch 2.13's libtorch: ``TORCH_FR_BUFFER_SIZE``, and the older
+    ``TORCH_NCCL_TRACE_BUFFER_SIZE``; ``TORCH_NCCL_DUMP_ON_TIMEOUT`` makes NCCL's own watchdog
+    write the buffer to ``TORCH_FR_DUMP_TEMP_FILE``<rank> on a timeout). A value the user set
+    is kept."""
+    env = dict(base)
+    env["PYTHONPATH"] = hook_dir + (os.pathsep + env["PYTHONPATH"]
+                                    if env.get("PYTHONPATH") else "")
+    env[stack_hook.HANG_DIR_ENV] = cfg.hang_dir
+    if cfg.flight_recorder_entries > 0:
+        env.setdefault("TORCH_FR_BUFFER_SIZE", str(cfg.flight_recorder_entries))
+        env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", str(cfg.flight_recorder_entries))
+        env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+        env.setdefault("TORCH_FR_DUMP_TEMP_FILE",
+                       os.path.join(cfg.hang_dir, "nccl_flight_recorder.rank"))
+    return env
+
+
+def _write_hook(folder: str) -> None:
+    source = pathlib.Path(stack_hook.__file__).read_text()
+    pathlib.Path(folder, "sitecustomize.py").write_text(source + _CHAIN)
+
+
+def _heartbeat_steps(hang_dir: pathlib.Path) -> dict[str, str]:
+    steps = {}
+    for p in hang_dir.glob("heartbeat.rank*.json"):
+        try:
+            text = p.read_text()
+        except OSError:
+            continue
+        i = text.find('"step":')
+        steps[p.name] = text[i:i + 24] if i >= 0 else ""
+    return steps
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live descendant of ``root``, from /proc (Linux). Not the session: torchrun
+    starts each rank in a session of its own (elastic's subprocess_handler)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for kid in children.get(todo.pop(), []):
+            if kid not in found:
+                found.add(kid)
+                todo.append(kid)
+    return found
+
+
+def _hooked_pids(hang_dir: pathlib.Path, root: int) -> list[int]:
+    """The job's processes that installed the hook (only those are signalled: the default
+    action of the signal is to terminate)."""
+    job = _descendants(root) | {root}
+    pids = set()
+    for p in hang_dir.glob(f"{stack_hook.SIGNAL_PREFIX}*.pid*.txt"):
+        try:
+            pid = int(p.name.rsplit(".pid", 1)[1].split(".")[0])
+        except (IndexError, ValueError):
+            continue
+        if pid in job:
+            pids.add(pid)
+    return sorted(pids)
+
+
+def run_watched(cmd: Sequence[str], cfg: WatchRunConfig,
+                on_line: Callable[[str], None]) -> WatchResult:
+    """Run ``cmd`` to its end; ``on_line`` gets each line of its output (stdout and stderr
+    merged). Ctrl-C ends the whole job (SIGTERM, then SIGKILL after 5 s) and re-raises."""
+    hang_dir = pathlib.Path(cfg.hang_dir)
+    hang_dir.mkdir(parents=True, exist_ok=True)
+    signalled: list[int] = []
+    hangs = 0
+    with tempfile.TemporaryDirectory(prefix="trainmedic-hook-") as hook_dir:
+        _write_hook(hook_dir)
+        env = dump_environment(cfg, dict(os.environ), hook_dir)
+        try:
+            proc = subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, errors="replace",
+                                    start_new_session=True)
+        except OSError as exc:
+            raise ConfigError(f"dist watch: cannot run {cmd[0]!r} ({exc}); give the command "
+                              f"after --, e.g. trainmedic dist watch -- torchrun ...") from None
+        last_out = [time.monotonic()]
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                last_out[0] = time.monotonic()
+                on_line(line.rstrip("\n"))
+
+        reader = threading.Thread(target=pump, daemon=True, name="trainmedic-watch-output")
+        reader.start()
+        try:
+            steps = _heartbeat_steps(hang_dir)
+            progress_t = time.monotonic()
+            stalled = False
+            while proc.poll() is None:
+                time.sleep(cfg.poll_s)
+                now_steps = _heartbeat_steps(hang_dir)
+                if now_steps != steps:
+                    steps, progress_t, stalled = now_steps, time.monotonic(), False
+                elif not steps and last_out[0] > progress_t:
+                    progress_t, stalled = last_out[0], False
+                if not stalled and time.monotonic() - progress_t > cfg.timeout_s:
+                    stalled = True
+                    hangs += 1
+                    signalled += _dump_job(hang_dir, proc.pid)
+            proc.wait()
+            reader.join(timeout=5.0)
+        except BaseException:
+            _end_job(proc)
+            raise
+    return WatchResult(returncode=proc.returncode, hangs=hangs, signalled=signalled,
+                       hang_dir=hang_dir)
+
+
+def _dump_job(hang_dir: pathlib.Path, root: int) -> list[int]:
+    (hang_dir / stack_hook.REQUEST_FILE).write_text(str(time.time()))  # flight recorders
+    sent = []
+    for pid in _hooked_pids(hang_dir, root):
+        try:
+            os.kill(pid, stack_hook.DUMP_SIGNAL)
+            sent.append(pid)
+        except OSError:
+            continue
+    time.sleep(1.5)  # the hook threads look for the request once a second
+    return sent
+
+
+def _end_job(proc: subprocess.Popen[str]) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
