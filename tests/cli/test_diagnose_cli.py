@@ -245,3 +245,22 @@ def test_the_command_logs_the_library_s_warnings_as_one_prefixed_line(
     assert main(["diagnose", str(f)]) == 0
     assert log.level == logging.WARNING
     assert sum(getattr(h, "_trainmedic_cli", False) for h in log.handlers) == 1
+
+
+@pytest.mark.parametrize("name", ["nccl_timeout_ofa_271.log", "cuda_device_assert_semseg_29.log",
+                                  "gloo_raise.log"])
+def test_a_crash_log_is_refused_with_a_pointer_to_explain(
+        name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    log = Path(__file__).resolve().parents[1] / "data" / "explain" / name
+    rc = main(["diagnose", str(log)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"run `trainmedic explain {log}`" in err and "crash log" in err
+
+
+def test_a_log_that_is_no_crash_gets_no_explain_pointer(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "notes.txt"
+    log.write_text("the meeting moved to thursday\nbring the slides\n")
+    rc = main(["diagnose", str(log)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "explain" not in err

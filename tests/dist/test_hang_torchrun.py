@@ -48,7 +48,7 @@ def _env(fr: bool = True) -> dict[str, str]:
         "TRAINMEDIC_HANG_DIR", "TORCH_FR_BUFFER_SIZE")}
     env["OMP_NUM_THREADS"] = "1"
     if fr:
-        env["TORCH_FR_BUFFER_SIZE"] = "200"  # set before init, as docs/dist_hang.md says
+        env["TORCH_FR_BUFFER_SIZE"] = "200"  # set before init, as docs/dist.md says
     return env
 
 

@@ -1,5 +1,5 @@
 """Benchmarks of what a training run can get from this machine: achievable matmul FLOP/s
-(MAMF), storage write/read throughput, and the data loader alone.
+(MAMF), storage write/read throughput, the data loader alone, and collectives (algbw/busbw).
 
 Importing this package does not import torch; each name loads its module on first use
 (``sweep_matmul`` and ``bench_data`` import torch when called).
@@ -12,13 +12,16 @@ from typing import Any
 
 __all__ = ["sweep_matmul", "MatmulSweep", "ShapeResult", "bench_storage", "StorageConfig",
            "StorageResult", "bench_data", "DataBenchConfig", "DataBench", "LoaderRow",
-           "describe_machine", "Machine"]
+           "describe_machine", "Machine", "run_collectives", "CollectivesConfig",
+           "CollectivesResult"]
 
 _HOME = {
     "sweep_matmul": "matmul", "MatmulSweep": "matmul", "ShapeResult": "matmul",
     "bench_storage": "storage", "StorageConfig": "storage", "StorageResult": "storage",
     "bench_data": "data", "DataBenchConfig": "data", "DataBench": "data", "LoaderRow": "data",
     "describe_machine": "machine", "Machine": "machine",
+    "run_collectives": "collectives", "CollectivesConfig": "collectives",
+    "CollectivesResult": "collectives",
 }
 
 

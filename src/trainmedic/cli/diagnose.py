@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from trainmedic.cli.options import FAIL_ON_CHOICES, exit_code_for, parse_mapping
+
+if TYPE_CHECKING:
+    from trainmedic.errors import UnrecognizedInputError
 
 __all__ = ["diagnose"]
 
@@ -34,10 +39,14 @@ def diagnose(paths: tuple[str, ...], as_json: bool, html: str | None, fail_on: s
       trainmedic diagnose runs/exp1 --json --fail-on warning | jq .findings
     """
     from trainmedic.diagnose.engine import diagnose as run_detectors
+    from trainmedic.errors import UnrecognizedInputError
     from trainmedic.run import load_run
 
     mapping = parse_mapping(maps)
-    run = load_run(*paths, mapping=mapping or None)
+    try:
+        run = load_run(*paths, mapping=mapping or None)
+    except UnrecognizedInputError as exc:
+        raise _with_crash_hint(exc, paths) from None
     result = run_detectors(run)
     from trainmedic.cli.presenter import present
 
@@ -48,6 +57,28 @@ def diagnose(paths: tuple[str, ...], as_json: bool, html: str | None, fail_on: s
         from trainmedic.errors import UnrecognizedInputError
         from trainmedic.report.wording import map_hint
 
-        raise UnrecognizedInputError(", ".join(paths), "no training loss recognised among its "
-                                     f"columns; {map_hint(result)}")
+        raise _with_crash_hint(UnrecognizedInputError(
+            ", ".join(paths), f"no training loss recognised among its columns; "
+            f"{map_hint(result)}"), paths)
     raise click.exceptions.Exit(exit_code_for(result.worst(), fail_on))
+
+
+def _with_crash_hint(exc: UnrecognizedInputError, paths: tuple[str, ...]) -> Exception:
+    """A log diagnose cannot read as a run may be a crash log: say so, and name `explain`."""
+    from pathlib import Path
+
+    from trainmedic.errors import TrainmedicError, UnrecognizedInputError
+    from trainmedic.explain.triage import explain_log
+
+    for path in paths:
+        if not Path(path).is_file():
+            continue
+        try:
+            root = explain_log(path).root_incident
+        except TrainmedicError:
+            continue
+        if root is not None:
+            return UnrecognizedInputError(
+                exc.path, f"{exc.message.rstrip('.')}; it reads as a crash log ({root.code} at "
+                f"line {root.line} of {path}): run `trainmedic explain {path}`")
+    return exc

@@ -39,7 +39,8 @@ def cli() -> None:
     Optimizing:   trainmedic profile train.py:recipe; trainmedic check train.py:recipe;
                   trainmedic try train.py:recipe --lever num_workers=4
     Hardware:     trainmedic bench matmul; trainmedic bench storage /scratch
-    Crashed:      trainmedic explain slurm-1234.out
+    Distributed:  torchrun --nproc-per-node 8 -m trainmedic dist check
+    Hung/crashed: trainmedic dist diagnose runs/my-run/; trainmedic explain slurm-1234.out
     """
 
 
@@ -47,10 +48,12 @@ def _register() -> None:
     # Subcommands live in their own modules; each keeps its heavy imports inside the command
     # body so that `trainmedic diagnose` on a log never pays for torch.
     from trainmedic.cli.bench import bench
+    from trainmedic.cli.bench_collectives import collectives
     from trainmedic.cli.check import check
     from trainmedic.cli.ckpt import ckpt
     from trainmedic.cli.demo import demo
     from trainmedic.cli.diagnose import diagnose
+    from trainmedic.cli.dist import dist
     from trainmedic.cli.explain import explain
     from trainmedic.cli.export import export
     from trainmedic.cli.memory import memory
@@ -64,9 +67,11 @@ def _register() -> None:
     cli.add_command(ckpt)
     cli.add_command(profile)
     cli.add_command(bench)
+    bench.add_command(collectives)  # its own module: bench.py holds the one-process benches
     cli.add_command(check)
     cli.add_command(try_cmd)
     cli.add_command(explain)
+    cli.add_command(dist)
 
 
 _register()

@@ -23,7 +23,16 @@ def _lever_help() -> str:
     return "\n".join(rows)
 
 
-@click.command("try", epilog="\b\nLevers:\n" + _lever_help())
+class _TryCommand(click.Command):
+    """Lists the levers in the help's epilog, built when help is shown: the catalog imports
+    the recipe runner, which no other command should pay for at start-up."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.epilog = "\b\nLevers:\n" + _lever_help()
+        super().format_epilog(ctx, formatter)
+
+
+@click.command("try", cls=_TryCommand)
 @click.argument("recipe", metavar="RECIPE")
 @click.option("--lever", "levers", multiple=True, required=True, metavar="NAME[=VALUE]",
               help="The lever to try; repeat to stack: each next one is tried on top of the "
