@@ -6,6 +6,7 @@ Usage: ``torchrun --nproc-per-node 2 hang_worker.py CASE RUN_DIR`` with CASE one
 calls all_reduce), ``loader`` (rank 1's data-loader worker is stuck in ``__getitem__``),
 ``kill`` (rank 1 is SIGKILLed while rank 0 waits in all_reduce). A short gloo timeout ends
 each case by itself. Lines the test looks for carry a ``# TAG:<name>`` comment.
+``HANG_BACKEND=nccl`` runs it on one GPU per rank (benchmarks/dist_gpu.py).
 """
 
 from __future__ import annotations
@@ -50,17 +51,21 @@ def _timed(wd: HangWatchdog, step: int, fn: object) -> None:
 
 def main(case: str, run_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=GLOO_TIMEOUT_S))
+    backend = os.environ.get("HANG_BACKEND", "gloo")
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend, timeout=timedelta(seconds=GLOO_TIMEOUT_S))
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = "cuda" if backend == "nccl" else "cpu"
     cfg = HangWatchdogConfig(floor_s=2.0, min_steps=2, first_step_limit_s=60.0,
                              heartbeat_interval_s=0.5, poll_interval_s=0.1)
-    t = torch.ones(4)
+    t = torch.ones(4, device=device)
     with HangWatchdog(cfg, run_dir=run_dir, rank=rank, world_size=world) as wd:
         if case == "loader":
             loader = torch.utils.data.DataLoader(_Dataset(stuck=rank == 1), batch_size=1,
                                                  num_workers=1, timeout=STUCK_S)
             for step, x in enumerate(loader):  # TAG:loader_next
-                _timed(wd, step, lambda x=x: dist.all_reduce(x))  # TAG:loader_allreduce
+                _timed(wd, step, lambda x=x: dist.all_reduce(x.to(device)))  # TAG:loader_allreduce
             return
         for step in range(STEPS):
             _timed(wd, step, lambda: dist.all_reduce(t))
