@@ -48,6 +48,7 @@ def test_a_stalled_step_is_dumped_and_an_eval_phase_is_not(tmp_path: pathlib.Pat
         w.step(_step(model, opt))
         assert not list((tmp_path / "hang").glob("rank0.hang*.json"))
         time.sleep(0.8)  # THE STALL: no step for 2x the floor
+        diagnosis = diagnose_hang_dir(tmp_path)  # read while still stalled
         w.step(_step(model, opt))
     dumps = sorted((tmp_path / "hang").glob("rank0.hang*.json"))
     assert [p.name for p in dumps] == ["rank0.hang0.json"]
@@ -55,6 +56,6 @@ def test_a_stalled_step_is_dumped_and_an_eval_phase_is_not(tmp_path: pathlib.Pat
     line = next(i for i, text in enumerate(pathlib.Path(__file__).read_text().splitlines(), 1)
                 if "# THE STALL" in text)
     assert f'File "{__file__}", line {line}' in stacks
-    diagnosis = diagnose_hang_dir(tmp_path)
     assert diagnosis.hung and diagnosis.ranks[0].status == "stuck"
     assert diagnosis.ranks[0].step == 4  # the last step that completed (0-based)
+    assert not diagnose_hang_dir(tmp_path).hung  # a step came after: the stall resolved

@@ -297,9 +297,11 @@ def run_collectives(cfg: CollectivesConfig,
     """Sweep on this rank; rank 0 returns the gathered result, the others None. Needs a
     launch of two or more ranks (torchrun or srun).
 
-    ``before_call(op, iteration)`` runs on this rank before each timed call, outside its
-    timing: a caller's own work between collectives (the tests put a delay there to make a
-    rank late)."""
+    ``before_call(op, iteration)`` runs on this rank before each timed call: a caller's own
+    work between collectives (the tests put a delay there to make a rank late). It is outside
+    the per-rank time *inside* each call (what the slow-rank flag reads) but inside the
+    iteration time that algbw and busbw come from, as any rank's lateness is for every rank:
+    with a late rank, the bandwidth a job gets is lower."""
     import socket
 
     import torch

@@ -494,8 +494,11 @@ def _run(col: _Collector, me: RankReport, launch: Launch, config: CheckConfig,
             rv.post("done", result.exit_code)
             return result
     elif rv.wait(["go"], time.monotonic() + 2 * timeout) or not rv.read("go"):
-        return replace(col.result("rank 0 gave up before the check started", {}),
-                       verdict_code=1)
+        # Rank 0 died or gave up (under srun nothing stops this rank): say so from here.
+        gave_up = replace(col.result("rank 0 gave up before the check started", {}),
+                          verdict_code=1)
+        col.emit_once(gave_up)
+        return gave_up
     _run_rank(me, rv, config, env, backend)
     _enter(rv, me, "done")
     rv.post(f"result/{launch.rank}", me.to_dict())

@@ -119,17 +119,30 @@ def diagnose_hang(record: HangRecord) -> HangDiagnosis:
 
 
 def _own_signal(r: int, record: HangRecord, pid: int | None) -> SignalDump | None:
+    """Rank ``r``'s own stack file (of process ``pid`` when known), the latest written."""
     mine = [s for s in record.signals if s.rank == r and s.header.get("role") != "forked child"
             and (pid is None or s.header.get("pid") == pid)]
-    return mine[-1] if mine else None
+    return max(mine, key=lambda s: float(s.header.get("dumped_unix")
+                                         or s.header.get("started_unix") or 0.0), default=None)
+
+
+def _resolved(dump: RankDump, beat: dict[str, Any]) -> bool:
+    """A later heartbeat of the same rank shows a later step than the dump's: that stall
+    ended (or the folder holds an earlier run's dump and this run went further)."""
+    step, beat_step = dump.meta.get("step"), beat.get("step")
+    t, beat_t = dump.meta.get("wall_time_unix"), beat.get("wall_time_unix")
+    return (isinstance(step, int) and isinstance(beat_step, int) and beat_step > step
+            and t is not None and beat_t is not None and float(beat_t) > float(t))
 
 
 def _rank_state(r: int, record: HangRecord, ref_t: float | None
                 ) -> tuple[RankState, dict[str, Any] | None]:
     dump: RankDump | None = record.dumps.get(r)
     beat = record.heartbeats.get(r) or {}
+    if dump is not None and _resolved(dump, beat):
+        dump = None  # status below: no_dump, from the heartbeat
     pid = (dump.meta.get("pid") if dump else None) or beat.get("pid")
-    sig = _own_signal(r, record, None)
+    sig = _own_signal(r, record, pid) or (_own_signal(r, record, None) if pid is None else None)
     location: Location | None = None
     fr: dict[str, Any] | None = None
     exception = None

@@ -33,7 +33,8 @@ from trainmedic.dist.stack_hook import HANG_DIR_ENV, SIGNAL_PREFIX
 from trainmedic.errors import InputError
 
 __all__ = ["DUMP_SCHEMA", "HangRecord", "RankDump", "SignalDump", "dump_paths",
-           "heartbeat_path", "read_hang_dir", "resolve_hang_dir", "write_json_atomic"]
+           "heartbeat_path", "next_dump_index", "read_hang_dir", "resolve_hang_dir",
+           "write_json_atomic"]
 
 DUMP_SCHEMA = "trainmedic.dist.hang_dump/1"
 _HEARTBEAT_RE = re.compile(r"heartbeat\.rank(\d+)\.json")
@@ -66,6 +67,16 @@ def dump_paths(hang_dir: pathlib.Path, rank: int, index: int) -> dict[str, pathl
     return {part: hang_dir / f"{stem}.{suffix}" for part, suffix in (
         ("meta", "json"), ("stacks", "stacks.txt"), ("fr", "fr.json"),
         ("exception", "exception.txt"))}
+
+
+def next_dump_index(hang_dir: pathlib.Path, rank: int) -> int:
+    """One past the highest dump index ``rank`` has in ``hang_dir`` (0 for none)."""
+    found = [-1]
+    for p in hang_dir.glob(f"rank{rank}.hang*.json"):
+        index = p.name[len(f"rank{rank}.hang"):-len(".json")]
+        if index.isdigit():
+            found.append(int(index))
+    return max(found) + 1
 
 
 def write_json_atomic(path: pathlib.Path, doc: Mapping[str, Any]) -> None:

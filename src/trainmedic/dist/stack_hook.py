@@ -26,7 +26,8 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["DUMP_SIGNAL", "HANG_DIR_ENV", "REQUEST_FILE", "SIGNAL_PREFIX", "install"]
+__all__ = ["DUMP_SIGNAL", "HANG_DIR_ENV", "REQUEST_FILE", "SIGNAL_PREFIX", "install",
+           "uninstall", "catches_dump_signal"]
 
 #: The signal a hook turns into a stack dump.
 DUMP_SIGNAL: int = (signal.SIGRTMIN + 7) if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
@@ -49,21 +50,57 @@ def _rank_label() -> str:
 
 def install(dump_dir: str, *, role: str = "process", fr_requests: bool = True) -> str | None:
     """Register the dump signal in this process (and, through ``os.register_at_fork``, in
-    every child it forks) to write into ``dump_dir``. Returns the file, or ``None`` where it
-    cannot (no such signal, unwritable folder). Installing twice in one process is a no-op."""
-    if os.environ.get(_MARK_ENV) == str(os.getpid()):
+    every child it forks while installed) to write into ``dump_dir``. Returns the file, or
+    ``None`` where it cannot (no such signal, unwritable folder). Installing twice in one
+    process is a no-op; :func:`uninstall` undoes it."""
+    if os.environ.get(_MARK_ENV) == str(os.getpid()) and _state.get("dir") is not None:
         return str(_state.get("path"))
     try:
         os.makedirs(dump_dir, exist_ok=True)
         path = _register(dump_dir, role)
     except (OSError, ValueError, RuntimeError):
         return None
+    _state["dir"] = dump_dir
     if not _state.get("fork_hook"):
+        # register_at_fork cannot be undone: the hook reads the folder from _state and does
+        # nothing once uninstall() cleared it.
         _state["fork_hook"] = True
-        os.register_at_fork(after_in_child=lambda: _after_fork(dump_dir))
+        os.register_at_fork(after_in_child=_after_fork)
     if fr_requests and "RANK" in os.environ:
         _start_request_thread(dump_dir)
     return path
+
+
+def uninstall() -> None:
+    """Undo :func:`install` in this process: the signal goes back to its default, the file is
+    closed, forked children no longer register (a watcher that closes leaves nothing armed)."""
+    if _state.get("dir") is None:
+        return
+    try:
+        faulthandler.unregister(DUMP_SIGNAL)
+    except (ValueError, RuntimeError):
+        pass
+    f = _state.pop("file", None)
+    if f is not None:
+        f.close()
+    _state["dir"] = None
+    if os.environ.get(_MARK_ENV) == str(os.getpid()):
+        del os.environ[_MARK_ENV]
+
+
+def catches_dump_signal(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for :data:`DUMP_SIGNAL` (``SigCgt`` in
+    /proc/<pid>/status, Linux): a registration file alone is not enough, since a child forked
+    while the hook was armed may have exec'd another program since (``subprocess`` with a
+    ``preexec_fn``), or its pid been reused, and there the signal's default action kills."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (int(DUMP_SIGNAL) - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
 
 
 def _register(dump_dir: str, role: str) -> str:
@@ -81,9 +118,12 @@ def _register(dump_dir: str, role: str) -> str:
     return path
 
 
-def _after_fork(dump_dir: str) -> None:
+def _after_fork() -> None:
     # A forked child (a data-loader worker) inherits the handler and the parent's open file;
     # give it its own file so two processes never write into one.
+    dump_dir = _state.get("dir")
+    if dump_dir is None:
+        return
     try:
         _register(dump_dir, "forked child")
     except (OSError, ValueError, RuntimeError):
@@ -98,12 +138,13 @@ def _start_request_thread(dump_dir: str) -> None:
 
     def poll() -> None:
         seen = _mtime(request)
-        while True:
+        while _state.get("dir") == dump_dir:  # until uninstall()
             time.sleep(1.0)  # one stat a second: nothing on a training step
             now = _mtime(request)
             if now is not None and now != seen:
                 seen = now
                 _dump_flight_recorder(dump_dir)
+        _state.pop("thread_pid", None)
 
     threading.Thread(target=poll, name="trainmedic-fr-request", daemon=True).start()
 

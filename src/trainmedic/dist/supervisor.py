@@ -14,6 +14,7 @@ child behind.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import pathlib
@@ -23,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from trainmedic.dist import stack_hook
 from trainmedic.errors import ConfigError
@@ -114,16 +116,23 @@ def _write_hook(folder: str) -> None:
     pathlib.Path(folder, "sitecustomize.py").write_text(source + _CHAIN)
 
 
-def _heartbeat_steps(hang_dir: pathlib.Path) -> dict[str, str]:
-    steps = {}
+def _heartbeat_steps(hang_dir: pathlib.Path, since_unix: float) -> tuple[dict[str, Any], bool]:
+    """Each rank's last heartbeat step written since ``since_unix`` (an earlier run's files in
+    the folder are not this job's), and whether a rank's own watchdog is judging it now: in
+    an eval or checkpoint phase, or before its first step (it has longer limits there, and
+    dumps by itself when they run out)."""
+    steps: dict[str, Any] = {}
+    own_limits = False
     for p in hang_dir.glob("heartbeat.rank*.json"):
         try:
-            text = p.read_text()
-        except OSError:
+            if p.stat().st_mtime < since_unix:
+                continue
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError):
             continue
-        i = text.find('"step":')
-        steps[p.name] = text[i:i + 24] if i >= 0 else ""
-    return steps
+        steps[p.name] = doc.get("step")
+        own_limits = own_limits or doc.get("phase") is not None or doc.get("step") is None
+    return steps, own_limits
 
 
 def _descendants(root: int) -> set[int]:
@@ -159,7 +168,7 @@ def _hooked_pids(hang_dir: pathlib.Path, root: int) -> list[int]:
             pid = int(p.name.rsplit(".pid", 1)[1].split(".")[0])
         except (IndexError, ValueError):
             continue
-        if pid in job:
+        if pid in job and stack_hook.catches_dump_signal(pid):  # else the signal kills
             pids.add(pid)
     return sorted(pids)
 
@@ -183,23 +192,33 @@ def run_watched(cmd: Sequence[str], cfg: WatchRunConfig,
             raise ConfigError(f"dist watch: cannot run {cmd[0]!r} ({exc}); give the command "
                               f"after --, e.g. trainmedic dist watch -- torchrun ...") from None
         last_out = [time.monotonic()]
+        started_unix = time.time()
 
         def pump() -> None:
             assert proc.stdout is not None
-            for line in proc.stdout:
-                last_out[0] = time.monotonic()
-                on_line(line.rstrip("\n"))
+            passing = True
+            for line in proc.stdout:  # drained to the end even when our reader went away,
+                last_out[0] = time.monotonic()  # or the job would block on a full pipe
+                if passing:
+                    try:
+                        on_line(line.rstrip("\n"))
+                    except (BrokenPipeError, OSError, ValueError):
+                        passing = False
 
         reader = threading.Thread(target=pump, daemon=True, name="trainmedic-watch-output")
         reader.start()
+        previous = {}  # SIGTERM / SIGHUP to us end the job too, as Ctrl-C does
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, _raise_interrupt)
+                        for sig in (signal.SIGTERM, signal.SIGHUP)}
         try:
-            steps = _heartbeat_steps(hang_dir)
+            steps, _ = _heartbeat_steps(hang_dir, started_unix)
             progress_t = time.monotonic()
             stalled = False
             while proc.poll() is None:
                 time.sleep(cfg.poll_s)
-                now_steps = _heartbeat_steps(hang_dir)
-                if now_steps != steps:
+                now_steps, own_limits = _heartbeat_steps(hang_dir, started_unix)
+                if now_steps != steps or own_limits:
                     steps, progress_t, stalled = now_steps, time.monotonic(), False
                 elif not steps and last_out[0] > progress_t:
                     progress_t, stalled = last_out[0], False
@@ -212,8 +231,17 @@ def run_watched(cmd: Sequence[str], cfg: WatchRunConfig,
         except BaseException:
             _end_job(proc)
             raise
-    return WatchResult(returncode=proc.returncode, hangs=hangs, signalled=signalled,
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    rc = proc.returncode
+    # A job killed by signal N: the shell's 128 + N (Popen says -N, which exit() would wrap).
+    return WatchResult(returncode=128 - rc if rc < 0 else rc, hangs=hangs, signalled=signalled,
                        hang_dir=hang_dir)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _dump_job(hang_dir: pathlib.Path, root: int) -> list[int]:

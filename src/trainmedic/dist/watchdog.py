@@ -55,6 +55,7 @@ from trainmedic.dist.hang_dump import (
     DUMP_SCHEMA,
     dump_paths,
     heartbeat_path,
+    next_dump_index,
     resolve_hang_dir,
     write_json_atomic,
 )
@@ -170,8 +171,11 @@ class HangWatchdog:
         self._times: collections.deque[float] = collections.deque(maxlen=_RECENT_STEPS)
         self._phase: str | None = None
         self._phase_start_t = 0.0
-        # Watchdog thread only.
-        self._hangs = 0
+        self._outer_phases: list[tuple[str, float]] = []  # (name, start) of enclosing phases
+        self._hooked = False
+        # Watchdog thread only. Dumps are numbered on from those already in the folder (a
+        # resumed run): a new dump never pairs with an old one's files, and is the latest.
+        self._hangs = next_dump_index(self.dump_dir, rank)
         self._dumped_for: float | None = None  # the _progress_t of the stall already dumped
         self._beats: collections.deque[dict[str, Any]] = collections.deque(
             maxlen=_HEARTBEAT_HISTORY)
@@ -188,7 +192,7 @@ class HangWatchdog:
         if size is not None and size.strip() not in ("", "0"):
             return f"on ({size} entries)"
         if not initialized and entries > 0:
-            os.environ["TORCH_FR_BUFFER_SIZE"] = str(entries)
+            os.environ["TORCH_FR_BUFFER_SIZE"] = str(entries)  # taken back at close()
             return f"on ({entries} entries, set by the watchdog)"
         return "off: set TORCH_FR_BUFFER_SIZE=2000 before init_process_group"
 
@@ -197,7 +201,8 @@ class HangWatchdog:
         """Start the thread (idempotent)."""
         if self._thread is None:
             if self.config.dump_children:
-                stack_hook.install(str(self.dump_dir), role="rank", fr_requests=False)
+                self._hooked = stack_hook.install(str(self.dump_dir), role="rank",
+                                                  fr_requests=False) is not None
             self._progress_t = time.monotonic()
             self._thread = threading.Thread(target=self._run, daemon=True,
                                             name=f"trainmedic-hang-watchdog-rank{self.rank}")
@@ -214,12 +219,18 @@ class HangWatchdog:
         """Enter an eval or checkpoint phase: its own limit applies until :meth:`exit_phase`."""
         if name not in PHASES:
             raise ConfigError(f"HangWatchdog phase must be one of {PHASES}, got {name!r}")
+        if self._phase is not None:  # a checkpoint inside an eval: the eval resumes after
+            self._outer_phases.append((self._phase, self._phase_start_t))
         self._phase_start_t = time.monotonic()
         self._phase = name
 
     def exit_phase(self) -> None:
-        """Leave the phase; the time spent in it is not counted against the next step."""
-        self._phase = None
+        """Leave the phase (back into the enclosing one, if any, with its own start); the
+        time spent in it is not counted against the next step."""
+        if self._outer_phases:
+            self._phase, self._phase_start_t = self._outer_phases.pop()
+        else:
+            self._phase = None
         self._progress_t = time.monotonic()
 
     @contextlib.contextmanager
@@ -232,11 +243,19 @@ class HangWatchdog:
             self.exit_phase()
 
     def close(self) -> None:
-        """Stop the thread and write a last heartbeat (idempotent)."""
+        """Stop the thread, write a last heartbeat, and take back what was set in the
+        process: the stack hook, and ``TORCH_FR_BUFFER_SIZE`` when the watchdog set it
+        (idempotent)."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
         self._thread = None
+        if self._hooked:
+            stack_hook.uninstall()
+            self._hooked = False
+        if self._fr_note.endswith("set by the watchdog)"):
+            os.environ.pop("TORCH_FR_BUFFER_SIZE", None)
+            self._fr_note = "off: set TORCH_FR_BUFFER_SIZE=2000 before init_process_group"
 
     def __enter__(self) -> HangWatchdog:
         return self.start()
@@ -274,12 +293,19 @@ class HangWatchdog:
 
     def _run(self) -> None:
         next_beat = 0.0
+        beat_failed = False
         while not self._stop.wait(self.config.poll_s):
-            try:
-                now = time.monotonic()
-                if now >= next_beat:
+            now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + self.config.heartbeat_interval_s  # a failed write waits too
+                try:
                     self._heartbeat()
-                    next_beat = now + self.config.heartbeat_interval_s
+                    beat_failed = False
+                except Exception:  # a full disk, a removed folder: say it once, go on
+                    if not beat_failed:
+                        logger.exception("trainmedic: hang watchdog heartbeat failed")
+                    beat_failed = True
+            try:
                 self._check(now)
             except Exception:  # the watchdog must never take training down
                 logger.exception("trainmedic: hang watchdog check failed")
@@ -390,8 +416,8 @@ class HangWatchdog:
                 pid = int(entry.name.rsplit(".pid", 1)[1].split(".")[0])
             except (IndexError, ValueError):
                 continue
-            if pid == me or _parent_of(pid) != me:
-                continue
+            if pid == me or _parent_of(pid) != me or not stack_hook.catches_dump_signal(pid):
+                continue  # not ours, or no handler there (the signal's default kills)
             try:
                 os.kill(pid, stack_hook.DUMP_SIGNAL)
                 sent.append(pid)

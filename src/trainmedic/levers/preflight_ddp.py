@@ -192,7 +192,10 @@ def _compare(torch: Any, model: Any, loss_fn: Any, batch: Any, parts: list[Any],
     for m in model.modules():  # dropout off: each rank would draw its own masks
         if isinstance(m, torch.nn.modules.dropout._DropoutNd):
             m.eval()
-    ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters and buffers
+    # Broadcasts rank 0's parameters and buffers. find_unused_parameters: a parameter the
+    # loss does not reach would otherwise keep the reduction from finishing, leaving each
+    # rank its own half-batch gradient (gradients_flow names unused parameters).
+    ddp = DistributedDataParallel(model, find_unused_parameters=True)
     reference = copy.deepcopy(model)
     ref_params = [p for p in reference.parameters() if p.requires_grad]
     torch.manual_seed(seed)

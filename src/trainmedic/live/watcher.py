@@ -496,10 +496,14 @@ class Watcher:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self._hang is not None and exc is not None and not self._closed \
-                and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            self._hang.dump_now(f"exception: {type(exc).__name__}", exc=exc)  # a peer died
-        self.close()
+        try:
+            if self._hang is not None and exc is not None and not self._closed \
+                    and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                self._hang.dump_now(f"exception: {type(exc).__name__}", exc=exc)  # a peer died
+        except Exception:  # never instead of the user's exception, never before close()
+            logger.exception("trainmedic: the hang dump of the exception failed")
+        finally:
+            self.close()
 
     # -- loader and hooks -------------------------------------------------------------
     def _batch_requested(self, t: float) -> None:
