@@ -127,3 +127,25 @@ def test_a_job_killed_by_a_signal_exits_128_plus_the_signal(tmp_path: pathlib.Pa
     result = run_watched(cmd, WatchRunConfig(timeout_s=30, hang_dir=str(tmp_path), poll_s=0.05),
                          on_line=lambda line: None)
     assert result.returncode == 128 + signal.SIGKILL
+
+
+def test_files_of_exited_forked_children_do_not_pile_up(tmp_path: pathlib.Path) -> None:
+    import multiprocessing
+
+    cfg = HangWatchdogConfig(**{**FAST, "dump_children": True, "floor_s": 30.0,
+                                "first_step_limit_s": 30.0})
+    with HangWatchdog(cfg, run_dir=tmp_path):
+        hang = tmp_path / "hang"
+        fork = multiprocessing.get_context("fork")
+        children = [fork.Process(target=time.sleep, args=(1.0,)) for _ in range(3)]
+        for child in children:  # three forked children (an epoch's loader workers)
+            child.start()
+        time.sleep(0.4)  # several heartbeats: the children are alive, their files stay
+        files = [p for p in hang.glob("signal.*.txt") if f".pid{os.getpid()}." not in p.name]
+        assert len(files) == 3  # each registered itself...
+        for child in children:
+            child.join()
+        time.sleep(0.4)  # ...and heartbeats prune those of children that exited
+        files = [p for p in hang.glob("signal.*.txt") if f".pid{os.getpid()}." not in p.name]
+        assert files == []
+        assert list(hang.glob(f"signal.*.pid{os.getpid()}.txt"))  # our own stays

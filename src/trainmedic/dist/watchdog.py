@@ -36,6 +36,7 @@ import collections
 import contextlib
 import dataclasses
 import faulthandler
+import json
 import logging
 import math
 import os
@@ -335,6 +336,26 @@ class HangWatchdog:
         write_json_atomic(heartbeat_path(self.dump_dir, self.rank), beat)
         self._event("heartbeat", {k: beat[k] for k in ("wall_time_unix", "phase",
                                                        "median_step_time_s")})
+        if self._hooked:
+            self._prune_children()
+
+    def _prune_children(self) -> None:
+        """Remove the registration files of this rank's forked children that exited without
+        ever dumping (data-loader workers of past epochs), so they do not pile up."""
+        me = os.getpid()
+        for entry in self.dump_dir.glob(f"{stack_hook.SIGNAL_PREFIX}*.pid*.txt"):
+            try:
+                pid = int(entry.name.rsplit(".pid", 1)[1].split(".")[0])
+                if pid == me or os.path.exists(f"/proc/{pid}"):
+                    continue
+                with open(entry) as f:
+                    lines = f.read(65536).splitlines()
+                header = json.loads(lines[0].split(" ", 2)[2]) if lines else {}
+                if len(lines) == 1 and header.get("role") == "forked child" \
+                        and header.get("ppid") == me:
+                    entry.unlink()
+            except (OSError, ValueError, IndexError):
+                continue
 
     def _beat_doc(self, closing: bool) -> dict[str, Any]:
         times = list(self._times)
