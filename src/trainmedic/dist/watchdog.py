@@ -264,9 +264,8 @@ class HangWatchdog:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         try:
-            if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                self.dump_now(f"exception: {exc_type.__name__ if exc_type else 'error'}",
-                              exc=exc)
+            if exc is not None:
+                self.dump_exception(exc)
         finally:
             self.close()
 
@@ -372,6 +371,17 @@ class HangWatchdog:
             self.store.event(self._step if self._step is not None else 0, kind, data)
 
     # -- dumping ------------------------------------------------------------------------
+    def dump_exception(self, exc: BaseException) -> None:
+        """An exception leaving the training loop (a collective that failed because a peer
+        died): into the current hang's dump, or a new one. Never raises (the caller's own
+        exception must go on); Ctrl-C and SystemExit are no hang."""
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            return
+        try:
+            self.dump_now(f"exception: {type(exc).__name__}", exc=exc)
+        except Exception:
+            logger.exception("trainmedic: the hang dump of the exception failed")
+
     def dump_now(self, reason: str, *, exc: BaseException | None = None) -> pathlib.Path:
         """Dump now, from any thread. With ``exc``, its traceback goes into the current
         hang's dump when one was written for this stall, else into a new dump."""

@@ -496,12 +496,9 @@ class Watcher:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        try:
-            if self._hang is not None and exc is not None and not self._closed \
-                    and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                self._hang.dump_now(f"exception: {type(exc).__name__}", exc=exc)  # a peer died
-        except Exception:  # never instead of the user's exception, never before close()
-            logger.exception("trainmedic: the hang dump of the exception failed")
+        try:  # a peer that died: the exception goes into the hang dump, if one is kept
+            if self._hang is not None and exc is not None and not self._closed:
+                self._hang.dump_exception(exc)
         finally:
             self.close()
 
