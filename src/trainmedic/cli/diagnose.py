@@ -23,20 +23,26 @@ __all__ = ["diagnose"]
               help="Exit 1 when a finding is at or above this severity.")
 @click.option("--map", "maps", multiple=True, metavar="CANONICAL=SOURCE",
               help="Read metric SOURCE as CANONICAL (repeatable), e.g. --map loss=train/loss_step.")
+@click.option("--line-pattern", "line_patterns", multiple=True, metavar="REGEX",
+              help="Read console lines with this regex: (?P<step>...) and one (?P<name>...) "
+                   "per metric; repeatable (docs/trackers.md).")
 @click.option("-v", "--verbose", is_flag=True, help="Show every cause, intervention and note.")
 def diagnose(paths: tuple[str, ...], as_json: bool, html: str | None, fail_on: str,
-             maps: tuple[str, ...], verbose: bool) -> None:
+             maps: tuple[str, ...], line_patterns: tuple[str, ...], verbose: bool) -> None:
     """Diagnose a training run from what it left behind.
 
-    PATH is a log file (CSV, JSONL, HF trainer_state.json, TensorBoard events), a folder
-    holding several of them (per-rank files named *rank<N>*), or a trainmedic run store.
-    Several PATHs are read as one run.
+    PATH is a log file (CSV, JSONL, Parquet, HF trainer_state.json, TensorBoard events, a
+    console log), a folder holding several of them (per-rank files named *rank<N>*), a W&B
+    run folder, an MLflow store or mlflow:<uri>#<run id>, or a trainmedic run store. Several
+    PATHs are read as one run; separate runs are refused (trainmedic compare A B).
 
     \b
     Examples:
       trainmedic diagnose output/checkpoint-500/trainer_state.json
       trainmedic diagnose lightning_logs/version_3/metrics.csv --html report.html
       trainmedic diagnose runs/exp1 --json --fail-on warning | jq .findings
+      trainmedic diagnose wandb/offline-run-20261201_101500-abc123
+      trainmedic diagnose train.log --line-pattern 'iter (?P<step>\d+): loss (?P<loss>[\d.]+)'
     """
     from trainmedic.diagnose.engine import diagnose as run_detectors
     from trainmedic.errors import UnrecognizedInputError
@@ -44,7 +50,7 @@ def diagnose(paths: tuple[str, ...], as_json: bool, html: str | None, fail_on: s
 
     mapping = parse_mapping(maps)
     try:
-        run = load_run(*paths, mapping=mapping or None)
+        run = load_run(*paths, mapping=mapping or None, line_pattern=list(line_patterns) or None)
     except UnrecognizedInputError as exc:
         raise _with_crash_hint(exc, paths) from None
     result = run_detectors(run)

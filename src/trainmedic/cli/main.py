@@ -35,6 +35,9 @@ def cli() -> None:
     First look:   trainmedic demo --fault spike
     Before a run: trainmedic memory plan --config config.json --batch 4 --seq 4096 --gpu h100
     After a run:  trainmedic diagnose runs/my-run/ --html report.html
+    Two runs:     trainmedic compare runs/a runs/b --html compare.html
+    No logs:      trainmedic triage --loss nan --since start --precision fp16
+    A new run:    trainmedic advise train.py:recipe
     Recovering:   trainmedic ckpt latest checkpoints/
     Optimizing:   trainmedic profile train.py:recipe; trainmedic check train.py:recipe;
                   trainmedic try train.py:recipe --lever num_workers=4
@@ -47,10 +50,12 @@ def cli() -> None:
 def _register() -> None:
     # Subcommands live in their own modules; each keeps its heavy imports inside the command
     # body so that `trainmedic diagnose` on a log never pays for torch.
+    from trainmedic.cli.advise import advise
     from trainmedic.cli.bench import bench
     from trainmedic.cli.bench_collectives import collectives
     from trainmedic.cli.check import check
     from trainmedic.cli.ckpt import ckpt
+    from trainmedic.cli.compare import compare
     from trainmedic.cli.demo import demo
     from trainmedic.cli.diagnose import diagnose
     from trainmedic.cli.dist import dist
@@ -58,6 +63,7 @@ def _register() -> None:
     from trainmedic.cli.export import export
     from trainmedic.cli.memory import memory
     from trainmedic.cli.profile import profile
+    from trainmedic.cli.triage import triage
     from trainmedic.cli.trial import try_cmd
 
     cli.add_command(diagnose)
@@ -72,6 +78,9 @@ def _register() -> None:
     cli.add_command(try_cmd)
     cli.add_command(explain)
     cli.add_command(dist)
+    cli.add_command(compare)
+    cli.add_command(triage)
+    cli.add_command(advise)
 
 
 _register()

@@ -17,6 +17,8 @@ __all__ = ["detect_format", "names_look_like_log", "WHAT_WE_READ"]
 _SNIFF_BYTES = 65536
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _GZIP_MAGIC = b"\x1f\x8b"
+_WANDB_MAGIC = b":W&B"  # a W&B transaction log (run/wandb_run.py)
+_PARQUET_MAGIC = b"PAR1"
 
 WHAT_WE_READ = ("CSV logs with a header row, JSON Lines, HF trainer_state.json, Keras "
                 "history JSON, TensorBoard event files, MLflow file stores, training console "
@@ -24,7 +26,8 @@ WHAT_WE_READ = ("CSV logs with a header row, JSON Lines, HF trainer_state.json, 
 
 
 def detect_format(path: Path) -> str | None:
-    """``csv``, ``jsonl``, ``json``, ``tensorboard``, ``store``, or None (not a log we read).
+    """``csv``, ``jsonl``, ``json``, ``tensorboard``, ``store``, ``wandb`` (a ``.wandb``
+    transaction log), ``parquet``, ``text``, ``empty``, or None (not a log we read).
 
     Reads at most the first 64 KiB. Raises UnreadableInputError when the file cannot be opened.
     """
@@ -36,6 +39,10 @@ def detect_format(path: Path) -> str | None:
                                    f"a readable log ({WHAT_WE_READ})") from exc
     if head.startswith(_SQLITE_MAGIC):
         return "store"
+    if head.startswith(_WANDB_MAGIC):
+        return "wandb"
+    if head.startswith(_PARQUET_MAGIC):
+        return "parquet"
     if "tfevents" in path.name:
         return "tensorboard"
     if len(head) >= 12:

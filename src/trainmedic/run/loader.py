@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,8 @@ class _Found:
     tag_prefix: str = ""
     explicit: bool = False
     """Named on the command line (an error in it is the user's error, not a skip)."""
+    origin: int = 0
+    """Which of the paths given it was found under."""
 
 
 def _csv_header_is_log(path: Path) -> bool:
@@ -183,6 +185,14 @@ def read_file(path: Path, fmt: str | None = None,
         return read_mlflow_run(path)
     if fmt == "epoch_files":
         return read_epoch_files(path)
+    if fmt == "wandb":
+        from trainmedic.run.wandb_run import read_wandb_run
+
+        return read_wandb_run(path)
+    if fmt == "parquet":
+        from trainmedic.run.wandb_run import read_parquet_history
+
+        return read_parquet_history(path)
     raise UnrecognizedInputError(str(path), f"is not a training log trainmedic reads; expected "
                                  f"{WHAT_WE_READ}")
 
@@ -281,13 +291,15 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
     unreadable: list[str] = []
     looked = 0
     from trainmedic.run.mlflow_store import find_mlflow_runs
+    from trainmedic.run.wandb_run import find_wandb_runs
 
     mlruns = find_mlflow_runs(root, MAX_DEPTH)
     for d in mlruns:
         found.append(_Found(d, "mlflow", rank_of(d, root)))
+    wandb_runs = find_wandb_runs(root, MAX_DEPTH)
     misnamed: list[Path] = []
     epoch_dirs: dict[Path, int] = {}  # AllenNLP's metrics_epoch_<N>.json, one file per epoch
-    for p, _depth in _walk(root, frozenset(mlruns)):
+    for p, _depth in _walk(root, frozenset(mlruns + wandb_runs)):
         if p.suffix.lower() in _SKIP_SUFFIXES and "tfevents" not in p.name:
             # a log saved under a script's or a document's suffix ("training_log.py", a
             # report.md whose table holds the metrics): read only when nothing else is there
@@ -327,6 +339,19 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
             prefix = p.parent.name
         found.append(_Found(p, fmt, rank_of(p, root), prefix))
     found += [_Found(d, "epoch_files", rank_of(d, root)) for d, n in epoch_dirs.items() if n >= 2]
+    if wandb_runs:
+        # wandb's own debug.log / debug-internal.log beside its run folders are not the run
+        homes = {r.parent for r in wandb_runs}
+        found = [f for f in found if not (f.path.parent in homes and
+                                          f.path.name.startswith("debug"))]
+        from trainmedic.run.wandb_run import choose_wandb_run
+
+        pick, why = choose_wandb_run(root, wandb_runs, others=bool(found))
+        if why:
+            notes.append(ImportNote("skipped_file" if pick is None else "other_runs", why,
+                                    path=str(root)))
+        if pick is not None:
+            found.append(_Found(pick, "wandb", rank_of(pick, root)))
     if not found:
         found = [_Found(p, "text", rank_of(p, root)) for p in misnamed if _log_not_code(p)]
         if found:
@@ -396,17 +421,32 @@ def _check_mapping(mapping: dict[str, str], tables: list[LogTable], runs: list[R
                          f"'{source}'; {hint}")
 
 
-def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
+def load_paths(paths: list[str], mapping: dict[str, str] | None = None,
+               line_pattern: str | Sequence[str] | None = None) -> Run:
     """Read every path (file, folder or run store) into one ``Run``.
 
     ``mapping`` is the user's ``{canonical: source}``; it overrides the alias table, and a
     source found in none of the files is an ``InputError`` listing close names.
+    ``line_pattern`` (regular expressions with a ``step`` group and one named group per
+    metric, ``run/line_pattern.py``) reads console logs instead of the built-in line reader.
+    A path ``mlflow:<tracking uri>#<run id>`` is read through mlflow's client
+    (``run/mlflow_client.py``).
     """
+    from trainmedic.run.mlflow_client import is_mlflow_uri, read_mlflow_uri
+
     if not paths:
         raise UnrecognizedInputError("", "no path given; expected a log file or folder")
+    if line_pattern is not None:
+        from trainmedic.run.line_pattern import compile_line_patterns
+
+        compile_line_patterns(line_pattern)  # a bad pattern is the user's error, before any read
     notes: list[ImportNote] = []
     found: list[_Found] = []
-    for raw in paths:
+    direct: list[tuple[int, LogTable]] = []  # tracker runs read by URI, with their path index
+    for index, raw in enumerate(paths):
+        if is_mlflow_uri(raw):
+            direct.append((index, read_mlflow_uri(raw)))
+            continue
         p = Path(raw)
         if not p.exists():
             raise UnreadableInputError(raw, "does not exist; expected a log file or a folder "
@@ -414,7 +454,8 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
         if p.is_dir():
             if not os.access(p, os.R_OK | os.X_OK):
                 raise UnreadableInputError(raw, "folder cannot be read (permission denied)")
-            here = _scan_folder(p, notes)
+            here = [_Found(f.path, f.fmt, f.rank, f.tag_prefix, f.explicit, index)
+                    for f in _scan_folder(p, notes)]
             blocked = [n for n in notes if n.kind == "unreadable_file" and n.path == str(p)]
             if not here and blocked:
                 raise UnreadableInputError(raw, f"holds files that cannot be opened "
@@ -425,24 +466,35 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
             found.extend(here)
         else:
             fmt = detect_format(p)
+            if line_pattern is not None and fmt in (None, "text"):
+                fmt = "pattern"  # a layout the built-in reader may not know: the user's regex
             if fmt is None:
                 raise UnrecognizedInputError(raw, f"is not a training log trainmedic reads "
                                              f"(binary or unknown content); expected "
                                              f"{WHAT_WE_READ}")
             # A file named on the command line takes its rank from its name or its folder's
             # (logs/rank_1/metrics.csv).
-            found.append(_Found(p, fmt, rank_of(p, p.parent), explicit=True))
+            found.append(_Found(p, fmt, rank_of(p, p.parent), explicit=True,
+                                origin=index))
 
-    tables: list[LogTable] = []
+    tables: list[LogTable] = [t for _, t in direct]
     runs: list[Run] = []
+    origin: dict[int, int] = {id(t): i for i, t in direct}  # id(table or run) -> its path
     for f in found:
         try:
-            got = read_file(f.path, f.fmt, f.tag_prefix)
+            if line_pattern is not None and f.fmt in ("text", "pattern"):
+                from trainmedic.run.line_pattern import read_line_pattern
+
+                got: LogTable | Run | list[LogTable] = read_line_pattern(f.path, line_pattern)
+            else:
+                got = read_file(f.path, f.fmt, f.tag_prefix)
         except UnrecognizedInputError as exc:
             if f.explicit or len(found) == 1:
                 raise
             notes.append(ImportNote("skipped_file", exc.message, path=str(f.path)))
             continue
+        for part in got if isinstance(got, list) else [got]:
+            origin[id(part)] = f.origin
         if isinstance(got, Run):
             runs.append(got)
         elif isinstance(got, list):
@@ -458,7 +510,9 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
             if got.rank is None:
                 got.rank = f.rank
             _name_value_column(got, f.path)
-            tables.extend(split_by_rank_column(got) or [got])
+            for t in split_by_rank_column(got) or [got]:
+                origin[id(t)] = f.origin
+                tables.append(t)
     if not tables and not runs:
         first = notes[0].detail if notes else "nothing readable"
         raise UnrecognizedInputError(paths[0], f"holds no readable training log ({first}); "
@@ -467,8 +521,11 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
     if mapping:
         _check_mapping(mapping, tables, runs)
 
+    from trainmedic.run.merge import refuse_separate_runs
+
     source = paths[0] if len(paths) == 1 else ", ".join(paths)
     total = Run(source=source)
+    owner: dict[tuple[str, int | None], int] = {}
     # Console logs last: one beside the metrics file extracted from it is read once.
     for t in sorted(tables, key=lambda t: t.format == "text"):
         part = table_to_run(t, mapping)
@@ -491,6 +548,7 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
                     "the run also holds, at other steps; that file's series are used",
                     path=t.path))
                 continue
+        refuse_separate_runs(total, part, origin.get(id(t), 0), owner, paths)
         merge_into(total, part, t.path)
     for r in runs:
         if mapping:
@@ -500,6 +558,7 @@ def load_paths(paths: list[str], mapping: dict[str, str] | None = None) -> Run:
                 {"file": r.source, "column": m, "canonical": m if m in names_mod.CANONICAL
                  else None, "how": "canonical" if m in names_mod.CANONICAL else "kept as raw"}
                 for m in r.metrics()]
+        refuse_separate_runs(total, r, origin.get(id(r), 0), owner, paths)
         merge_into(total, r, r.source)
     total.notes[:0] = notes
     if not total.series:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from trainmedic.errors import InputError
+from trainmedic.run.names import CANONICAL
 from trainmedic.run.series import ImportNote, Run, Series
 from trainmedic.run.table import LogTable
 
-__all__ = ["merge_into", "repeats", "drop_superseded_hf_states", "same_data"]
+__all__ = ["merge_into", "repeats", "drop_superseded_hf_states", "same_data",
+           "refuse_separate_runs"]
 
 
 def same_data(a: Series, b: Series) -> bool:
@@ -117,3 +120,26 @@ def _is_prefix(old: LogTable, new: LogTable) -> bool:
                 and np.array_equal(n.values[:len(s)], s.values, equal_nan=True)):
             return False
     return True
+
+
+def refuse_separate_runs(total: Run, part: Run, origin: int,
+                          owner: dict[tuple[str, int | None], int], paths: list[str]) -> None:
+    """Several paths are one run only when they hold its parts: other ranks, other metrics, or
+    the same points logged twice. Two paths that log one canonical metric on one rank, each
+    from its first logged step, with other values, are two runs: merged, they would read as
+    one run that went back to the start (a resume that never happened)."""
+    for key, s in part.series.items():
+        first = owner.setdefault(key, origin)
+        if first == origin or key[0] not in CANONICAL or not len(s):
+            continue
+        old = total.series.get(key)
+        if old is None or not len(old) or same_data(old, s):
+            continue
+        gap = max(int(np.median(np.diff(np.unique(x.steps)))) if len(np.unique(x.steps)) > 1
+                  else 1 for x in (old, s))
+        if abs(int(old.steps.min()) - int(s.steps.min())) <= gap:
+            raise InputError(f"{paths[first]}, {paths[origin]}", f"hold separate runs (both "
+                             f"log '{key[0]}' from step {int(s.steps.min())} on, with other "
+                             f"values); compare them with: trainmedic compare {paths[first]} "
+                             f"{paths[origin]} (to read a resumed run's logs as one, pass "
+                             f"their parent folder)")
