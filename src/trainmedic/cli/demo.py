@@ -40,9 +40,14 @@ FAULTS = ("none", "diverge", "spike", "flat", "overfit", "stall", "leak")
               help="With --resume: continue even from a checkpoint saved with another config "
                    "(more --steps, another --seed); otherwise it is refused, the differences "
                    "named.")
+@click.option("--skip-batches", "skip_batches", metavar="N|FIRST-LAST", default=None,
+              help="Drop the batches of steps FIRST-LAST (as the run store numbers them) when "
+                   "the run reaches FIRST, or of the next N steps from where it starts or "
+                   "resumes: to step past the data behind a spike. Recorded as a "
+                   "batches_skipped event.")
 def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json: bool,
          html: str | None, fail_on: str, checkpoint_every: int | None, resume: bool,
-         force: bool) -> None:
+         force: bool, skip_batches: str | None = None) -> None:
     """Train a tiny character-level transformer on CPU, record it, diagnose it, report it.
 
     The fault is injected for real (a too-high learning rate, poisoned batches, a frozen
@@ -57,6 +62,7 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
       trainmedic demo --checkpoint-every 50 --out runs/ck   # kill it, then:
       trainmedic demo --checkpoint-every 50 --out runs/ck --resume
       trainmedic demo --checkpoint-every 50 --out runs/ck --resume --steps 400 --force
+      trainmedic demo --checkpoint-every 50 --out runs/ck --resume --skip-batches 120-130
     """
     # Imported here: `trainmedic diagnose` must not pay for the checkpoint package.
     from trainmedic.checkpoint.preemption import EXIT_PREEMPTED, Preempted
@@ -70,6 +76,8 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
                                  "force": force}
     if steps is not None:
         kwargs["steps"] = steps
+    if skip_batches is not None:
+        kwargs.update(_parse_skip(skip_batches))
     config = DemoConfig(**kwargs)  # type: ignore[arg-type]
     if resume:
         _say_where_it_resumes(config)
@@ -88,6 +96,24 @@ def demo(fault: str, steps: int | None, out_dir: str | None, seed: int, as_json:
 
     present(result, run, as_json=as_json, html=html or str(Path(run_dir) / "report.html"))
     raise click.exceptions.Exit(exit_code_for(result.worst(), fail_on))
+
+
+def _parse_skip(spec: str) -> dict[str, object]:
+    """``N`` -> skip_next=N; ``FIRST-LAST`` -> skip_steps=(FIRST, LAST)."""
+    text = spec.strip()
+    try:
+        if "-" in text:
+            a, b = text.split("-", 1)
+            first, last = int(a), int(b)
+            if 0 <= first <= last:
+                return {"skip_steps": (first, last)}
+        elif int(text) >= 1:
+            return {"skip_next": int(text)}
+    except ValueError:
+        pass
+    raise click.BadParameter(f"got {spec!r}; expected N (the next N steps' batches, N >= 1) "
+                             f"or FIRST-LAST step numbers, e.g. 1200-1210",
+                             param_hint="--skip-batches")
 
 
 def _say_where_it_resumes(config: DemoConfig) -> None:

@@ -38,7 +38,8 @@ def cli() -> None:
     Two runs:     trainmedic compare runs/a runs/b --html compare.html
     No logs:      trainmedic triage --loss nan --since start --precision fp16
     A new run:    trainmedic advise train.py:recipe
-    Recovering:   trainmedic ckpt latest checkpoints/
+    Recovering:   trainmedic ckpt latest checkpoints/; trainmedic ckpt plan --run runs/my-run
+                  trainmedic supervise --run-dir runs/r -- python train.py --resume {checkpoint}
     Optimizing:   trainmedic profile train.py:recipe; trainmedic check train.py:recipe;
                   trainmedic try train.py:recipe --lever num_workers=4
     Hardware:     trainmedic bench matmul; trainmedic bench storage /scratch
@@ -55,6 +56,7 @@ def _register() -> None:
     from trainmedic.cli.bench_collectives import collectives
     from trainmedic.cli.check import check
     from trainmedic.cli.ckpt import ckpt
+    from trainmedic.cli.ckpt_plan import plan as ckpt_plan
     from trainmedic.cli.compare import compare
     from trainmedic.cli.demo import demo
     from trainmedic.cli.diagnose import diagnose
@@ -63,6 +65,7 @@ def _register() -> None:
     from trainmedic.cli.export import export
     from trainmedic.cli.memory import memory
     from trainmedic.cli.profile import profile
+    from trainmedic.cli.supervise import supervise
     from trainmedic.cli.triage import triage
     from trainmedic.cli.trial import try_cmd
 
@@ -71,6 +74,7 @@ def _register() -> None:
     cli.add_command(export)
     cli.add_command(memory)
     cli.add_command(ckpt)
+    ckpt.add_command(ckpt_plan)  # its own module: ckpt.py holds the checkpoint readers
     cli.add_command(profile)
     cli.add_command(bench)
     bench.add_command(collectives)  # its own module: bench.py holds the one-process benches
@@ -81,6 +85,7 @@ def _register() -> None:
     cli.add_command(compare)
     cli.add_command(triage)
     cli.add_command(advise)
+    cli.add_command(supervise)
 
 
 _register()

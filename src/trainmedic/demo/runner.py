@@ -96,7 +96,29 @@ class DemoConfig:
     ``steps``, another ``seed``); the differences are logged as a warning. Without it such a
     checkpoint is refused with the differences named."""
 
+    skip_steps: tuple[int, int] | None = None
+    """Drop the batches of steps ``(first, last)`` (0-based, inclusive) when the run reaches
+    ``first`` (``RecipeRunner.skip_steps``): to step past the data behind a spike on a
+    resume. Recorded in the store as a ``batches_skipped`` event."""
+
+    skip_next: int | None = None
+    """Drop the batches of the next this many steps, from where the run starts or resumes
+    (>= 1). Under ``trainmedic supervise`` every restart would skip again: use
+    ``skip_steps``."""
+
     def __post_init__(self) -> None:
+        if self.skip_steps is not None:
+            ok = (isinstance(self.skip_steps, tuple) and len(self.skip_steps) == 2
+                  and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                          for v in self.skip_steps)
+                  and self.skip_steps[0] <= self.skip_steps[1])
+            if not ok:
+                raise ConfigError(f"skip_steps must be (first, last) step numbers with "
+                                  f"0 <= first <= last, got {self.skip_steps!r}")
+        if self.skip_next is not None:
+            _check_int("skip_next", self.skip_next, 1, 1_000_000)
+        if self.skip_steps is not None and self.skip_next is not None:
+            raise ConfigError("skip_next: give skip_steps or skip_next, not both")
         if self.fault not in FAULTS:
             raise ConfigError(f"fault must be one of {', '.join(FAULTS)}; got {self.fault!r}")
         _check_int("steps", self.steps, 10, 1_000_000)
@@ -264,6 +286,11 @@ def run_demo(config: DemoConfig, *,
                                   preemption=preemption, force=cfg.force)
             if resuming:
                 runner.resume()
+            skip = cfg.skip_steps
+            if cfg.skip_next is not None:
+                skip = (runner.loop.step, runner.loop.step + cfg.skip_next - 1)
+            if skip is not None:
+                runner.skip_steps(*skip)
             # The demo command draws its own progress and says where the run went: the
             # watcher's start/exit lines and progress line would say it twice.
             w = stack.enter_context(watch(model, recipe.optimizer, run_dir=run_dir, meta=meta,
@@ -285,7 +312,13 @@ def run_demo(config: DemoConfig, *,
                 if progress is not None:
                     progress(done, cfg.steps)
 
-            runner.on_batch, runner.on_step = on_batch, on_step
+            def on_skip(first: int, last: int, batches: int) -> None:
+                w.store.event(first, "batches_skipped",
+                              {"first_step": first, "last_step": last,
+                               "micro_batches": batches,
+                               "samples": batches * B, "tokens": batches * B * T})
+
+            runner.on_batch, runner.on_step, runner.on_skip = on_batch, on_step, on_skip
             result = runner.run(cfg.steps)
             drawn.clear()
         if manager is not None:

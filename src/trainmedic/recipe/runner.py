@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -160,7 +161,39 @@ class RecipeRunner:
         #: Wraps each part of a step, called with its name ("data", "forward", "backward",
         #: "optimizer"): a profiler sets it to time the parts (``None``: nothing wraps them).
         self.phase: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None
+        #: Called with (first, last, micro-batches dropped) when a skip is applied.
+        self.on_skip: Callable[[int, int, int], None] | None = None
+        self._skips: list[tuple[int, int]] = []
         self._started = False
+
+    # -- skipping data -------------------------------------------------------------------------
+    def skip_steps(self, first: int, last: int) -> None:
+        """Drop the micro-batches of steps ``first..last`` (inclusive, 0-based) when the loop
+        reaches step ``first``; ignored (logged) when the loop is already past ``first``."""
+        for name, v in (("first", first), ("last", last)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(f"skip_steps: {name} must be an integer >= 0, got {v!r}")
+        if last < first:
+            raise ConfigError(f"skip_steps: last ({last}) must be >= first ({first}); write "
+                              f"the range as FIRST-LAST")
+        self._skips.append((first, last))
+
+    def _apply_skips(self) -> None:
+        step = self.loop.step
+        for first, last in list(self._skips):
+            if step > first:
+                logger.warning("not skipping the batches of steps %d-%d: the run is already "
+                               "at step %d (the checkpoint's data position is past them)",
+                               first, last, step)
+                self._skips.remove((first, last))
+            elif step == first:
+                n = (last - first + 1) * self.recipe.grad_accum
+                for _ in range(n):
+                    self.position.next_batch()
+                self._skips.remove((first, last))
+                logger.info("skipped the %d micro-batches of steps %d-%d", n, first, last)
+                if self.on_skip is not None:
+                    self.on_skip(first, last, n)
 
     # -- state ---------------------------------------------------------------------------------
     def stateful(self) -> dict[str, Any]:
@@ -294,8 +327,11 @@ class RecipeRunner:
         self.recipe.model.train()
         result = RunResult(start_step=self.loop.step, step=self.loop.step)
         losses: list[torch.Tensor] = []
+        beat = _Heartbeat.from_env()
         try:
             while self.loop.step < until:
+                if self._skips:
+                    self._apply_skips()
                 loss = self._one_step()
                 losses.append(loss)
                 if self.on_step is not None:
@@ -306,6 +342,8 @@ class RecipeRunner:
                     result.saved.append(self.save())
                 if request == "save" and self.preemption is not None:
                     self.preemption.clear_save_request()
+                if beat is not None:
+                    beat.write(self.loop.step)
                 if request == "stop":
                     result.preempted = True
                     result.signal = self.preemption.signal_received if self.preemption else None
@@ -313,10 +351,39 @@ class RecipeRunner:
                                    result.signal, self.loop.step)
                     break
         finally:
+            if beat is not None:
+                beat.close()
             result.step = self.loop.step
             if losses:
                 result.losses = torch.stack(losses).tolist()
         return result
+
+
+class _Heartbeat:
+    """The steps done, rewritten in place after every step (``TRAINMEDIC_HEARTBEAT``)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    @classmethod
+    def from_env(cls) -> _Heartbeat | None:
+        path = os.environ.get("TRAINMEDIC_HEARTBEAT")
+        if not path:
+            return None
+        try:
+            return cls(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+        except OSError as exc:
+            logger.warning("cannot write the heartbeat file %s: %s", path, exc)
+            return None
+
+    def write(self, step: int) -> None:
+        # Fixed width: a shorter number never leaves digits of a longer one behind.
+        with contextlib.suppress(OSError):
+            os.pwrite(self.fd, f"{step:>20}\n".encode(), 0)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
 
 
 def run_recipe(recipe: Recipe, steps: int, *, manager: Checkpointer | None = None,
