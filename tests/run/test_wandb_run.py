@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +218,34 @@ def test_history_parquet_export(tmp_path: Path) -> None:
     assert not run.has("media")
     # _runtime is a clock: 2.5 s between rows 5 steps apart
     assert np.allclose(run.get("step_time_s").values, 0.5)
+
+
+_RESUMER = textwrap.dedent("""\
+    import sys, wandb
+    root, first, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    run = wandb.init(project="tm-test", id="resumed01", resume="allow", dir=root)
+    for i in range(first, last):
+        wandb.log({"train/loss": 5.0 - 0.01 * i}, step=i)
+    wandb.finish()
+    """)
+
+
+def test_a_resumed_run_reads_its_sessions_as_one_run(tmp_path: Path) -> None:
+    pytest.importorskip("wandb")
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=str(tmp_path),
+               WANDB_CONSOLE="off", WANDB_DISABLE_GIT="true", WANDB_DISABLE_CODE="true")
+    script = tmp_path / "resumer.py"
+    script.write_text(_RESUMER)
+    for first, last in ((0, 30), (30, 60)):  # two sessions of one run id
+        subprocess.run([sys.executable, str(script), str(tmp_path), str(first), str(last)],
+                       env=env, check=True, timeout=120, capture_output=True, cwd=tmp_path)
+        time.sleep(1.1)  # the folder names carry the start time to the second
+    script.unlink()
+    sessions = [d for d in (tmp_path / "wandb").iterdir()
+                if d.name.endswith("-resumed01") and not d.is_symlink()]
+    assert len(sessions) == 2
+    run = load_run(str(tmp_path / "wandb"))
+    loss = run.get("loss")
+    assert loss is not None
+    np.testing.assert_array_equal(loss.steps, np.arange(60))
+    np.testing.assert_allclose(loss.values, 5.0 - 0.01 * np.arange(60))

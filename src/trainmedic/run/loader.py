@@ -346,12 +346,11 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
                                           f.path.name.startswith("debug"))]
         from trainmedic.run.wandb_run import choose_wandb_run
 
-        pick, why = choose_wandb_run(root, wandb_runs, others=bool(found))
+        picks, why = choose_wandb_run(root, wandb_runs, others=bool(found))
         if why:
-            notes.append(ImportNote("skipped_file" if pick is None else "other_runs", why,
+            notes.append(ImportNote("skipped_file" if not picks else "other_runs", why,
                                     path=str(root)))
-        if pick is not None:
-            found.append(_Found(pick, "wandb", rank_of(pick, root)))
+        found += [_Found(pick, "wandb", rank_of(pick, root)) for pick in picks]
     if not found:
         found = [_Found(p, "text", rank_of(p, root)) for p in misnamed if _log_not_code(p)]
         if found:

@@ -125,15 +125,21 @@ def _is_prefix(old: LogTable, new: LogTable) -> bool:
 def refuse_separate_runs(total: Run, part: Run, origin: int,
                           owner: dict[tuple[str, int | None], int], paths: list[str]) -> None:
     """Several paths are one run only when they hold its parts: other ranks, other metrics, or
-    the same points logged twice. Two paths that log one canonical metric on one rank, each
-    from its first logged step, with other values, are two runs: merged, they would read as
-    one run that went back to the start (a resume that never happened)."""
+    the same points logged twice (also at another cadence: a per-step log beside one that
+    averages every N steps). Two paths that log one canonical metric on one rank, each from
+    its first logged step, with other values, are two runs: merged, they would read as one
+    run that went back to the start (a resume that never happened). A rank-less series and
+    rank 0's are the same rank here (``metrics.csv`` beside ``metrics.rank0.csv``)."""
     for key, s in part.series.items():
-        first = owner.setdefault(key, origin)
+        rank0 = (key[0], key[1] or 0)
+        first = owner.setdefault(rank0, origin)
         if first == origin or key[0] not in CANONICAL or not len(s):
             continue
         old = total.series.get(key)
-        if old is None or not len(old) or same_data(old, s):
+        if old is None:
+            old = total.series.get((key[0], 0 if key[1] is None else None)
+                                   if key[1] in (None, 0) else key)
+        if old is None or not len(old) or same_data(old, s) or _same_run_resampled(old, s):
             continue
         gap = max(int(np.median(np.diff(np.unique(x.steps)))) if len(np.unique(x.steps)) > 1
                   else 1 for x in (old, s))
@@ -143,3 +149,27 @@ def refuse_separate_runs(total: Run, part: Run, origin: int,
                              f"values); compare them with: trainmedic compare {paths[first]} "
                              f"{paths[origin]} (to read a resumed run's logs as one, pass "
                              f"their parent folder)")
+
+
+def _same_run_resampled(a: Series, b: Series) -> bool:
+    """One run's metric logged at two cadences: at the sparser series' steps the denser one
+    holds the same values, or their mean over each interval (a logger that averages the
+    steps since its last line, as HF's Trainer does for ``loss``)."""
+    sparse, dense = (a, b) if len(a) <= len(b) else (b, a)
+    if len(sparse) < 3 or len(dense) < 2 * len(sparse):
+        return False
+    order = np.argsort(dense.steps, kind="stable")
+    steps, values = dense.steps[order], dense.values[order]
+    csum = np.concatenate([[0.0], np.cumsum(np.nan_to_num(values))])
+    hits = 0
+    previous = -np.inf
+    for t, v in zip(sparse.steps, sparse.values, strict=True):
+        lo, hi = np.searchsorted(steps, previous, side="right"), np.searchsorted(steps, t, "right")
+        previous = t
+        if hi == lo or not np.isfinite(v):
+            continue
+        at = values[hi - 1] if steps[hi - 1] == t else np.nan
+        mean = (csum[hi] - csum[lo]) / (hi - lo)
+        hits += bool(np.isclose(at, v, rtol=1e-4, atol=1e-7) or
+                     np.isclose(mean, v, rtol=1e-3, atol=1e-7))
+    return hits >= 0.9 * len(sparse)

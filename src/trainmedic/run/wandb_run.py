@@ -52,7 +52,7 @@ _RECORD = struct.Struct("<IHB")  # crc32, length, type
 _BLOCK = 32768
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 _TYPE_CRC = {t: zlib.crc32(bytes([t])) for t in (_FULL, _FIRST, _MIDDLE, _LAST)}
-_RUN_DIR = re.compile(r"(?:offline-)?run-(\d{8}_\d{6})-[A-Za-z0-9]+")
+_RUN_DIR = re.compile(r"(?:offline-)?run-(\d{8}_\d{6})-([A-Za-z0-9]+)")
 _INSTALL = "pip install 'trainmedic[wandb]'"
 
 
@@ -98,27 +98,40 @@ def newest_run(runs: list[Path]) -> Path:
     return max(runs, key=_run_order)
 
 
+def _run_id(d: Path) -> str | None:
+    m = _RUN_DIR.fullmatch(d.name)
+    return m.group(2) if m else None
+
+
 def choose_wandb_run(root: Path, runs: list[Path], *,
-                     others: bool) -> tuple[Path | None, str | None]:
-    """The W&B run to read of ``runs`` found under ``root``, and a note for the report.
+                     others: bool) -> tuple[list[Path], str | None]:
+    """The W&B run folders to read of ``runs`` found under ``root`` (one run), and a note.
 
     None when ``others`` (other logs found there hold the run: an HF output folder's
     trainer_state.json beside its wandb/ folder, read twice, would interleave the run at two
-    step numberings); else the newest, the others named: each ``wandb/run-*`` folder is a
-    separate experiment, never merged.
+    step numberings); else the newest run: its folder, and the earlier folders of the same
+    run id (``wandb.init(resume=...)`` starts a new ``run-<time>-<id>`` folder for each
+    session of one run), oldest first; other ids are separate experiments, never merged.
     """
     rel = [str(r.relative_to(root)) if r != root else "." for r in runs]
     if others:
-        return None, (f"W&B run folders not read, as the other logs here hold the run: "
-                      f"{', '.join(rel[:5])}; pass a run folder to read it")
+        return [], (f"W&B run folders not read, as the other logs here hold the run: "
+                    f"{', '.join(rel[:5])}; pass a run folder to read it")
     pick = newest_run(runs)
-    if len(runs) == 1:
-        return pick, None
-    rest = [r for r, p in zip(rel, runs, strict=True) if p != pick]
-    more = f" and {len(rest) - 5} more" if len(rest) > 5 else ""
-    return pick, (f"{len(runs)} W&B runs here; read the newest, {pick.name}; the others are "
-                  f"separate runs (pass one to read it, or compare them): "
-                  f"{', '.join(rest[:5])}{more}")
+    rid = _run_id(pick)
+    mine = sorted((r for r in runs if r == pick or (rid is not None and _run_id(r) == rid)),
+                  key=_run_order)
+    rest = [r for r, p in zip(rel, runs, strict=True) if p not in mine]
+    notes = []
+    if len(mine) > 1:
+        notes.append(f"W&B run {rid} was resumed: read its {len(mine)} session folders as one "
+                     f"run, {', '.join(p.name for p in mine)}")
+    if rest:
+        more = f" and {len(rest) - 5} more" if len(rest) > 5 else ""
+        notes.append(f"{len(runs)} W&B run folders here; read the newest run, {pick.name}; the "
+                     f"others are separate runs (pass one to read it, or compare them): "
+                     f"{', '.join(rest[:5])}{more}")
+    return mine, "; ".join(notes) or None
 
 
 def _proto() -> Any:
