@@ -11,6 +11,7 @@ import pytest
 
 from trainmedic.checkpoint.cadence import (
     CadenceInputs,
+    count_failures,
     daly_interval_s,
     measured_inputs,
     plan_cadence,
@@ -98,7 +99,42 @@ def test_measured_from_a_demo_run_and_supervise_incidents(tmp_path: Path) -> Non
     assert any("MTBF not measured" in n for n in figures.notes)
     with RunStore(run_dir) as store:
         for k in range(3):
-            store.event(10 * k, "supervise_incident", {"attempt": k, "uptime_s": 50.0})
-        store.event(40, "supervise_summary", {"wall_s": 360.0, "incidents": 3})
+            store.event(10 * k, "supervise_incident",
+                        {"attempt": k, "uptime_s": 50.0, "session": "s", "action": "restart",
+                         "start_step": 10 * k, "steps_done": 10 * k + 7})
+        # Neither lost training: the user's Ctrl-C, and a crash before the first step (no
+        # heartbeat, no store rows, in a run that logs its steps).
+        store.event(30, "supervise_incident", {"attempt": 3, "uptime_s": 1.0, "session": "s",
+                                               "action": "restart", "start_step": 30,
+                                               "steps_done": None})
+        store.event(30, "supervise_incident", {"attempt": 4, "uptime_s": 9.0, "session": "s",
+                                               "action": "stop", "start_step": 30,
+                                               "steps_done": 36})
+        store.event(40, "supervise_summary", {"wall_s": 360.0, "incidents": 5})
     figures = measured_inputs(run_dir)
-    assert figures.incidents == 3 and figures.mtbf_s == pytest.approx(120.0)
+    assert figures.incidents == 5 and figures.failures == 3
+    assert figures.mtbf_s == pytest.approx(120.0)
+    (left_out,) = [n for n in figures.notes if n.startswith("left out of the MTBF")]
+    assert "1 stop(s)" in left_out and "1 attempt(s) that completed no step" in left_out
+
+
+def test_count_failures_leaves_out_stops_and_attempts_without_a_step() -> None:
+    def inc(session: str, action: str = "restart", start: int | None = 0,
+            done: int | None = 5) -> dict[str, object]:
+        return {"session": session, "action": action, "start_step": start, "steps_done": done}
+
+    incidents = [
+        inc("a"),                          # a failure after 5 steps
+        inc("a", start=20, done=20),       # resumed at 20, died before step 21: no step
+        inc("a", done=None),               # nothing recorded, but session a records: no step
+        inc("a", action="stop"),           # Ctrl-C / scancel to supervise
+        inc("b", done=None),               # session b never records progress: counted
+        {"attempt": 0, "uptime_s": 3.0},   # an event from before start_step: counted
+        inc("c", start=None, done=40),     # steps_done without start_step: counted
+    ]
+    t = count_failures(incidents, run_logs_steps=False)
+    assert (t.failures, t.stops, t.no_step, t.unknown) == (4, 1, 2, 2)
+    # When the run store holds the run's metrics, an attempt that added none did no step.
+    t = count_failures(incidents, run_logs_steps=True)
+    assert (t.failures, t.stops, t.no_step, t.unknown) == (2, 1, 4, 0)
+    assert count_failures([inc("a", action="stop")], run_logs_steps=False).failures == 0

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from trainmedic.checkpoint import supervisor as supervisor_module
+from trainmedic.checkpoint.recovery import Incident
 from trainmedic.checkpoint.supervisor import (
     HEARTBEAT_ENV,
     INCIDENT_EVENT,
@@ -32,7 +34,7 @@ from trainmedic.checkpoint.supervisor import (
     supervise,
 )
 from trainmedic.cli.supervise import explain_tail
-from trainmedic.errors import ConfigError
+from trainmedic.errors import ConfigError, InputError
 
 
 @pytest.fixture(autouse=True)
@@ -137,6 +139,8 @@ def test_restarts_hand_over_the_checkpoint_and_record_incidents(tmp_path: Path) 
     # Lost progress: the heartbeat (7, 8 steps done) minus the checkpoint's step 5.
     assert [i.lost_steps for i in result.incidents] == [2, 3]
     assert {i.lost_source for i in result.incidents} == {"heartbeat"}
+    assert {i.to_dict()["lost_basis"] for i in result.incidents} == {"measured"}
+    assert result.to_dict()["total_lost_basis"] == "measured"
     assert all(i.checkpoint == str(ckpt) and i.checkpoint_step == 5 for i in result.incidents)
     assert result.total_lost_steps == 5
     assert any("CUDA out of memory" in ln for ln in lines)
@@ -145,6 +149,33 @@ def test_restarts_hand_over_the_checkpoint_and_record_incidents(tmp_path: Path) 
         (0, "preempted", 2), (1, "failed", 3)]
     summary = events(run_dir, SUMMARY_EVENT)
     assert summary[-1]["incidents"] == 2 and summary[-1]["total_lost_steps"] == 5
+    assert (summary[-1]["wall_basis"], summary[-1]["total_lost_basis"]) == ("measured",
+                                                                           "measured")
+    # Each attempt resumed from step 5: what it trained itself is the heartbeat minus 5.
+    assert [(i.start_step, i.steps_run) for i in result.incidents] == [(5, 2), (5, 3)]
+
+
+def _incident(**kw: Any) -> Incident:
+    base: dict[str, Any] = {
+        "attempt": 0, "outcome": "killed", "exit_code": None, "signal": "SIGKILL",
+        "failure_class": None, "failure_summary": None, "resumed_from": None,
+        "checkpoint": None, "checkpoint_step": 10, "steps_done": 14, "lost_steps": 4,
+        "lost_source": "heartbeat", "uptime_s": 1.0}
+    return Incident(**{**base, **kw})
+
+
+def test_progress_basis_says_where_the_steps_came_from() -> None:
+    from trainmedic.checkpoint.recovery import SuperviseResult
+
+    beat = _incident()
+    store = _incident(lost_source="run store")
+    none = _incident(steps_done=None, lost_steps=None, lost_source="none")
+    assert [i.to_dict()["lost_basis"] for i in (beat, store, none)] == [
+        "measured", "estimated", "not_checked"]
+    assert beat.to_dict()["uptime_basis"] == "measured"
+    bases = [SuperviseResult(exit_code=1, incidents=inc).to_dict()["total_lost_basis"]
+             for inc in ([beat], [beat, store], [beat, none], [])]
+    assert bases == ["measured", "estimated", "not_checked", "measured"]
 
 
 def test_gives_up_after_max_restarts_with_the_last_status(tmp_path: Path) -> None:
@@ -238,6 +269,130 @@ def test_sigterm_is_forwarded_and_stops_the_restarts(tmp_path: Path) -> None:
     assert result.final == "stopped" and result.attempts == 1
     assert result.incidents[0].signal == "SIGTERM" and result.incidents[0].action == "stop"
     assert _wait_gone(int(pidfile.read_text()))
+
+
+_IGNORES_TERM = textwrap.dedent("""
+    import os, signal, sys, time
+    from pathlib import Path
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    Path(sys.argv[1]).write_text(str(os.getpid()))
+    time.sleep(30)
+    """)
+
+
+def _signal_us_when(pidfile: Path, signum: int) -> threading.Thread:
+    def go() -> None:
+        end = time.monotonic() + 30
+        while not pidfile.exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signum)
+
+    t = threading.Thread(target=go)
+    t.start()
+    return t
+
+
+def test_a_child_that_ignores_sigterm_gets_sigkill_after_the_grace(tmp_path: Path) -> None:
+    script = tmp_path / "stubborn.py"
+    script.write_text(_IGNORES_TERM)
+    pidfile = tmp_path / "pid"
+    cfg = SuperviseConfig(command=(sys.executable, str(script), str(pidfile)),
+                          run_dir=tmp_path / "run", max_restarts=3, kill_grace_s=0.5)
+    killer = _signal_us_when(pidfile, signal.SIGTERM)
+    result = supervise(cfg)
+    killer.join()
+    # Without the escalation it would sleep its 30 s out and exit 0 ("done").
+    assert result.final == "stopped" and result.attempts == 1
+    (inc,) = result.incidents
+    assert (inc.outcome, inc.signal, inc.action) == ("killed", "SIGKILL", "stop")
+    assert _wait_gone(int(pidfile.read_text()))
+
+
+def test_a_stop_during_the_checkpoint_search_starts_nothing(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)  # so resume_point asks for the onset
+    marker = tmp_path / "started"
+    cfg = SuperviseConfig(command=(sys.executable, "-c",
+                                   "import sys; open(sys.argv[1], 'w').close()", str(marker)),
+                          run_dir=run_dir, backoff_s=0.0)
+    sup = Supervisor(cfg)
+
+    def onset() -> int | None:
+        sup._handle(signal.SIGTERM, None)  # as if SIGTERM came while verifying checkpoints
+        return None
+
+    sup.divergence_onset = onset
+    result = sup.run()
+    assert not marker.exists()
+    assert (result.final, result.attempts, result.incidents) == ("stopped", 0, [])
+    assert result.exit_code == 128 + signal.SIGTERM
+    assert events(run_dir, SUMMARY_EVENT)[-1]["final"] == "stopped"
+
+
+def test_a_stop_between_popen_and_the_child_is_passed_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = SuperviseConfig(command=(sys.executable, "-c", "import time; time.sleep(30)"),
+                          run_dir=tmp_path / "run", max_restarts=2, backoff_s=0.0,
+                          kill_grace_s=5.0)
+    sup = Supervisor(cfg)
+
+    class LateStop(supervisor_module._Child):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            assert sup.child is None
+            sup._handle(signal.SIGINT, None)  # the child exists, `sup.child` not yet
+
+    monkeypatch.setattr(supervisor_module, "_Child", LateStop)
+    result = sup.run()
+    # Unfixed, the child slept its 30 s out and the session ended "done".
+    assert result.final == "stopped" and result.attempts == 1
+    (inc,) = result.incidents
+    assert (inc.signal, inc.action) == ("SIGINT", "stop")
+
+
+def test_a_command_that_cannot_start_raises_input_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-train"
+    cfg = SuperviseConfig(command=(str(missing), "--steps", "3"), run_dir=tmp_path / "run")
+    with pytest.raises(InputError, match="not found") as info:
+        supervise(cfg)
+    assert info.value.path == str(missing)
+    assert events(tmp_path / "run", SUMMARY_EVENT)[-1]["final"] == "start_failed"
+
+
+_SUPERVISE_A_SLEEPER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from trainmedic.checkpoint.supervisor import SuperviseConfig, supervise
+    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+    supervise(SuperviseConfig(command=(sys.executable, "-c", code, sys.argv[2]),
+                              run_dir=Path(sys.argv[1]), max_restarts=0))
+    """)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_supervisor_takes_its_child_along(tmp_path: Path) -> None:
+    import subprocess
+
+    script = tmp_path / "sup.py"
+    script.write_text(_SUPERVISE_A_SLEEPER)
+    pidfile = tmp_path / "pid"
+    outer = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run"), str(pidfile)],
+                             start_new_session=True)
+    child = None
+    try:
+        end = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < end:
+            time.sleep(0.05)
+        child = int(pidfile.read_text())
+        os.kill(outer.pid, signal.SIGKILL)  # supervise itself gets no chance to clean up
+        outer.wait(timeout=30)
+        assert _wait_gone(child)
+    finally:
+        if outer.poll() is None:
+            os.killpg(outer.pid, signal.SIGKILL)
+            outer.wait(timeout=30)
+        if child is not None and _alive(child):
+            os.kill(child, signal.SIGKILL)
 
 
 # ------------------------------------------------------------------- the bar: kill -9 the demo

@@ -97,6 +97,21 @@ def test_bad_usage_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
                  "true"]) == 2
 
 
+def test_a_command_that_cannot_start_exits_2_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no-such-train.sh"
+    assert main(["supervise", "--run-dir", str(tmp_path / "run"), "--", str(missing)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(missing) in err[0] and "not found" in err[0], err
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    assert main(["supervise", "--run-dir", str(tmp_path / "run"), "--", str(script)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(script) in err[0] and "not executable" in err[0], err
+    assert "Traceback" not in "".join(err) and "bug" not in "".join(err)
+
+
 def test_supervised_demo_preempted_by_sigterm_resumes_losing_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The first start is sent SIGTERM once it has done 10 steps: the demo saves at the next
@@ -134,6 +149,12 @@ def test_ckpt_plan_given(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     assert "(given)" in text and "cadence (estimated)" in text
     assert "53.0 min of training = about 6360 steps (Daly 2006)" in text
+    assert "restart cost not given" in text  # the 0 s it assumes is said, not hidden
+    assert main(["ckpt", "plan", "--save-cost-s", "60", "--mtbf-h", "24",
+                 "--restart-cost-s", "90", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["inputs"]["restart_cost_s"] == {"value": 90.0, "basis": "given"}
+    assert not any("restart cost" in n for n in doc["notes"])
 
 
 def test_ckpt_plan_without_inputs_names_the_flag(tmp_path: Path,

@@ -21,22 +21,26 @@ measured inputs is ``estimated``; an input is ``measured``, ``given`` or ``estim
 run at the edge: the save cost from the run store's ``step_time_s`` (the steps right after a
 checkpoint's step, which include the save, minus the median step: anything else the loop does
 at those same steps counts as save cost too), the MTBF from the ``supervise_summary`` and
-``supervise_incident`` events ``trainmedic supervise`` records (its wall time over its
-incidents), the step time as the median ``step_time_s``.
+``supervise_incident`` events ``trainmedic supervise`` records (its wall time over the failures
+among its incidents: not the stops asked for, such as Ctrl-C or ``scancel``, nor the attempts
+that never completed a step, such as a crash loop at start-up, which lose no training), the
+step time as the median ``step_time_s``.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from trainmedic.errors import ConfigError
 
 __all__ = ["Source", "CadenceInputs", "CadencePlan", "young_interval_s", "daly_interval_s",
-           "plan_cadence", "RunFigures", "measured_inputs"]
+           "plan_cadence", "RunFigures", "measured_inputs", "count_failures",
+           "FailureTally"]
 
 Source = Literal["measured", "estimated", "given"]
 """Where an input came from: read from the run or the disk, computed, or passed by the user."""
@@ -190,10 +194,13 @@ class RunFigures:
     """Median ``step_time_s`` of the steps without a save."""
 
     mtbf_s: float | None = None
-    """Supervised wall time over the incidents in it."""
+    """Supervised wall time over the failures in it."""
 
     incidents: int = 0
     """Incidents ``trainmedic supervise`` recorded."""
+
+    failures: int = 0
+    """Those counted as failures (see :func:`count_failures`)."""
 
     notes: tuple[str, ...] = field(default_factory=tuple)
     """Why a figure is missing, or what it includes."""
@@ -206,6 +213,62 @@ def _store_file(run_dir: Path) -> Path | None:
         if p.is_file():
             return p
     return None
+
+
+@dataclass(kw_only=True, frozen=True)
+class FailureTally:
+    """How :func:`count_failures` sorted a run's supervise incidents."""
+
+    failures: int = 0
+    """Counted in the MTBF."""
+
+    stops: int = 0
+    """Left out: supervise was told to stop."""
+
+    no_step: int = 0
+    """Left out: the attempt completed no step."""
+
+    unknown: int = 0
+    """Among ``failures``: progress not recorded, counted because nothing says otherwise."""
+
+
+def _steps_run(d: Mapping[str, Any]) -> int | None:
+    if d.get("steps_run") is not None:
+        return int(d["steps_run"])
+    if d.get("steps_done") is not None and d.get("start_step") is not None:
+        return max(0, int(d["steps_done"]) - int(d["start_step"]))
+    return None
+
+
+def count_failures(incidents: Sequence[Mapping[str, Any]], *,
+                   run_logs_steps: bool) -> FailureTally:
+    """Sort ``supervise_incident`` events' data into failures and the rest.
+
+    Left out: ``action == "stop"`` (supervise itself was told to stop: the user's Ctrl-C,
+    ``scancel``; not a failure of the job), and attempts that completed no step (``steps_run``
+    0; a crash loop at start-up), which lose no training: counting them would pull the MTBF,
+    and so the interval, down. An attempt whose progress was not recorded completed no step
+    when the command does record it -- another attempt of the same session did, or the run
+    store holds the run's metrics (``run_logs_steps``) -- and is counted (``unknown``) when
+    nothing says. Events from before ``start_step`` was recorded count as failures unless
+    they are stops."""
+    by_session: dict[Any, list[Mapping[str, Any]]] = {}
+    for d in incidents:
+        by_session.setdefault(d.get("session"), []).append(d)
+    failures = stops = no_step = unknown = 0
+    for items in by_session.values():
+        reports = run_logs_steps or any(d.get("steps_done") is not None for d in items)
+        for d in items:
+            run = _steps_run(d)
+            if d.get("action") == "stop":
+                stops += 1
+            elif run == 0 or (d.get("steps_done") is None and reports):
+                no_step += 1
+            else:
+                failures += 1
+                if d.get("steps_done") is None:
+                    unknown += 1
+    return FailureTally(failures=failures, stops=stops, no_step=no_step, unknown=unknown)
 
 
 def measured_inputs(run_dir: str | Path, checkpoint_dir: str | Path | None = None) -> RunFigures:
@@ -260,16 +323,35 @@ def measured_inputs(run_dir: str | Path, checkpoint_dir: str | Path | None = Non
                 save_cost = None
     incidents = run.events_of("supervise_incident")
     summaries = run.events_of("supervise_summary")
+    # A store with the run's own metrics: an attempt that added no row completed no step
+    # (up to the store's ~1.5 s commit batch).
+    logs_steps = any(len(s.steps) for (m, _), s in run.series.items())
+    tally = count_failures([e.data for e in incidents], run_logs_steps=logs_steps)
     mtbf = None
     if incidents:
         wall = sum(float(e.data.get("wall_s") or 0.0) for e in summaries)
         if wall <= 0:
             wall = sum(float(e.data.get("uptime_s") or 0.0) for e in incidents)
-        if wall > 0:
-            mtbf = wall / len(incidents)
-            notes.append(f"MTBF from {len(incidents)} supervised incident(s) over "
-                         f"{wall:.1f} s: few incidents make it a rough figure")
+        left_out = []
+        if tally.stops:
+            left_out.append(f"{tally.stops} stop(s) asked of supervise (Ctrl-C, scancel)")
+        if tally.no_step:
+            left_out.append(f"{tally.no_step} attempt(s) that completed no step (a crash at "
+                            f"start-up loses no training)")
+        if left_out:
+            notes.append(f"left out of the MTBF: {' and '.join(left_out)}")
+        if tally.unknown:
+            notes.append(f"{tally.unknown} failure(s) whose progress nothing recorded counted "
+                         f"as failures (no heartbeat, no run-store rows)")
+        if wall > 0 and tally.failures:
+            mtbf = wall / tally.failures
+            notes.append(f"MTBF from {tally.failures} failure(s) over {wall:.1f} s supervised: "
+                         f"few failures make it a rough figure")
+        elif wall > 0:
+            notes.append(f"no failure in {wall:.1f} s supervised: MTBF not measured (it is "
+                         f"longer than that); pass --mtbf-h")
     else:
         notes.append("no incidents recorded by trainmedic supervise: MTBF not measured")
     return RunFigures(save_cost_s=save_cost, save_samples=n_save, step_time_s=step_time,
-                      mtbf_s=mtbf, incidents=len(incidents), notes=tuple(notes))
+                      mtbf_s=mtbf, incidents=len(incidents), failures=tally.failures,
+                      notes=tuple(notes))

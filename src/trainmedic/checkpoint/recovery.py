@@ -6,7 +6,8 @@ stopped are read from the heartbeat file ``RecipeRunner`` rewrites after every s
 (``TRAINMEDIC_HEARTBEAT``), else from the run store's rows that attempt logged (after the
 row id the store had at its start: a restart replays steps, and the highest step in the
 whole store may be an earlier attempt's); the store commits in batches, so it may be up to
-about 1.5 s behind. The checkpoint a restart resumes from is the newest committed one that
+about 1.5 s behind: a figure from the store is a lower bound and says ``estimated``, one from
+the heartbeat ``measured``. The checkpoint a restart resumes from is the newest committed one that
 verifies (:func:`~trainmedic.checkpoint.verify.find_latest`). Incidents go into the run store
 as ``supervise_incident`` events and a session's summary as ``supervise_summary``, written
 while no child runs (the store takes one writer).
@@ -57,6 +58,10 @@ class Incident:
     resumed_from: str | None
     """The checkpoint that attempt had started from (None: from scratch)."""
 
+    start_step: int = 0
+    """The step of that checkpoint (0 from scratch): ``steps_done - start_step`` is what the
+    attempt itself trained."""
+
     checkpoint: str | None
     """The checkpoint the next start resumes from (None: from scratch)."""
 
@@ -64,10 +69,10 @@ class Incident:
     """Its step (0 without one)."""
 
     steps_done: int | None
-    """Steps done when it stopped (measured; None when nothing said)."""
+    """Steps done when it stopped (None when nothing said; basis: :attr:`progress_basis`)."""
 
     lost_steps: int | None
-    """``steps_done - checkpoint_step``, >= 0 (measured; None when not known)."""
+    """``steps_done - checkpoint_step``, >= 0 (None when not known)."""
 
     lost_source: str
     """Where ``steps_done`` was read: ``heartbeat``, ``run store`` or ``none``."""
@@ -78,15 +83,31 @@ class Incident:
     action: str = ""
     """What followed: ``restart``, ``requeue``, ``give_up`` or ``stop`` (a signal to us)."""
 
+    @property
+    def progress_basis(self) -> str:
+        """Of ``steps_done``, ``steps_run`` and ``lost_steps``: ``measured`` (the heartbeat,
+        exact), ``estimated`` (the run store: a lower bound, it commits in batches) or
+        ``not_checked`` (nothing said)."""
+        if self.steps_done is None:
+            return "not_checked"
+        return "measured" if self.lost_source == "heartbeat" else "estimated"
+
+    @property
+    def steps_run(self) -> int | None:
+        """Steps this attempt itself completed (0: it stopped before its first step)."""
+        return None if self.steps_done is None else max(0, self.steps_done - self.start_step)
+
     def to_dict(self) -> dict[str, Any]:
+        basis = self.progress_basis
         return {"attempt": self.attempt, "outcome": self.outcome, "exit_code": self.exit_code,
                 "signal": self.signal, "failure_class": self.failure_class,
                 "failure_summary": self.failure_summary, "resumed_from": self.resumed_from,
+                "start_step": self.start_step,
                 "checkpoint": self.checkpoint, "checkpoint_step": self.checkpoint_step,
-                "steps_done": self.steps_done, "lost_steps": self.lost_steps,
-                "lost_basis": "measured" if self.lost_steps is not None else "not_checked",
+                "steps_done": self.steps_done, "steps_run": self.steps_run,
+                "lost_steps": self.lost_steps, "lost_basis": basis,
                 "lost_source": self.lost_source, "uptime_s": self.uptime_s,
-                "action": self.action}
+                "uptime_basis": "measured", "action": self.action}
 
 
 @dataclass(kw_only=True)
@@ -107,7 +128,8 @@ class SuperviseResult:
     """Seconds the session took (measured)."""
 
     final: str = ""
-    """``done``, ``gave_up``, ``requeued`` or ``stopped``."""
+    """``done``, ``gave_up``, ``requeued``, ``stopped`` or ``start_failed`` (the command could
+    not be started: not found, not executable)."""
 
     @property
     def total_lost_steps(self) -> int | None:
@@ -116,10 +138,22 @@ class SuperviseResult:
             return None
         return sum(v for v in lost if v is not None)
 
+    @property
+    def total_lost_basis(self) -> str:
+        """``measured`` when every incident's loss came from the heartbeat, ``estimated`` when
+        one came from the run store, ``not_checked`` when one is not known (no incident:
+        nothing lost, ``measured``)."""
+        bases = {i.progress_basis for i in self.incidents}
+        if "not_checked" in bases:
+            return "not_checked"
+        return "estimated" if "estimated" in bases else "measured"
+
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "trainmedic.supervise/1", "final": self.final,
                 "exit_code": self.exit_code, "attempts": self.attempts,
-                "wall_s": self.wall_s, "total_lost_steps": self.total_lost_steps,
+                "wall_s": self.wall_s, "wall_basis": "measured",
+                "total_lost_steps": self.total_lost_steps,
+                "total_lost_basis": self.total_lost_basis,
                 "incidents": [i.to_dict() for i in self.incidents]}
 
 

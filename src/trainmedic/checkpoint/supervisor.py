@@ -20,8 +20,14 @@ The contract with the command (see docs/recovery.md):
   step count as text).
 
 The child runs in its own session (process group); SIGTERM / SIGINT to the supervisor are
-forwarded to the whole group and stop the restarts, and on every way out the group is killed
-(SIGTERM, then SIGKILL after a grace period): no child is left behind.
+forwarded to the whole group and stop the restarts (one that arrives while the supervisor looks
+for the checkpoint, or while it starts the child, too: it starts nothing more, or passes the
+signal on as soon as the child exists). A group still running ``kill_grace_s`` after the
+forwarded signal gets SIGKILL (a rank stuck in a collective ignores SIGTERM), and on every way
+out the group is killed (SIGTERM, then SIGKILL after the grace): no child is left behind. On
+Linux the child also gets ``PR_SET_PDEATHSIG=SIGKILL``, so a supervisor killed outright (``kill
+-9``, the OOM killer) does not leave it running. A command that cannot be started (not found,
+not executable) raises :class:`~trainmedic.errors.InputError` naming it.
 
 Each incident is recorded in the run store (``RunStore.event``, kind ``supervise_incident``):
 the outcome, exit code or signal, the failure class ``trainmedic explain`` finds in the last
@@ -37,10 +43,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -60,7 +68,7 @@ from trainmedic.checkpoint.recovery import (
     store_marks,
     store_steps_done,
 )
-from trainmedic.errors import ConfigError
+from trainmedic.errors import ConfigError, InputError
 
 __all__ = ["SuperviseConfig", "Supervisor", "Incident", "SuperviseResult", "supervise",
            "decide", "classify",
@@ -74,6 +82,9 @@ RESUME_ENV = "TRAINMEDIC_RESUME_FROM"
 RESUME_STEP_ENV = "TRAINMEDIC_RESUME_STEP"
 RESTART_ENV = "TRAINMEDIC_RESTART"
 PLACEHOLDER = "{checkpoint}"
+_POLL_S = 0.1
+"""How often the wait for the child looks at the stop flag (the latency of a forwarded stop)."""
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -104,8 +115,9 @@ class SuperviseConfig:
     tail_lines: int = 200
     """Last lines of the command's output kept for ``explain`` (>= 1)."""
 
-    kill_grace_s: float = 10.0
-    """After forwarding SIGTERM, seconds before the group gets SIGKILL (> 0)."""
+    kill_grace_s: float = 30.0
+    """After forwarding a stop (SIGTERM / SIGINT), seconds before the group gets SIGKILL (> 0).
+    30 s: SLURM's default ``KillWait`` and torchrun's own grace when it stops its workers."""
 
     def __post_init__(self) -> None:
         cmd = self.command
@@ -199,10 +211,16 @@ class _Child:
     def __init__(self, argv: list[str], env: Mapping[str, str], tail_lines: int,
                  echo: Callable[[str], None] | None) -> None:
         self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
-        self.proc = subprocess.Popen(argv, env=dict(env), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(argv, env=dict(env), stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True,
+                                         preexec_fn=_die_with_parent())
+        except OSError as exc:  # not found, not executable, not a binary (ENOEXEC)
+            raise _start_error(argv[0], exc) from exc
         self.pgid = self.proc.pid  # a new session's leader: its pid is the group id
+        self.stop_forwarded_at: float | None = None
+        self.killed = False
         self._echo = echo
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name="trainmedic-supervise-output")
@@ -220,8 +238,26 @@ class _Child:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, signum)
 
-    def wait(self, grace_s: float) -> int:
-        rc = self.proc.wait()
+    def wait(self, grace_s: float, stop: threading.Event, stop_signal: Callable[[], int]) -> int:
+        """Wait for the leader's exit. Once ``stop`` is set (by the supervisor's signal
+        handler, which may have run before this child existed), pass ``stop_signal()`` to the
+        group once, and SIGKILL the group ``grace_s`` later if the leader still runs."""
+        while True:
+            if stop.is_set():
+                now = time.monotonic()
+                if self.stop_forwarded_at is None:
+                    self.stop_forwarded_at = now
+                    self.signal_group(stop_signal())
+                elif not self.killed and now - self.stop_forwarded_at >= grace_s:
+                    logger.warning("the command (process group %d) still runs %.1f s after the "
+                                   "stop signal: SIGKILL", self.pgid, grace_s)
+                    self.signal_group(signal.SIGKILL)
+                    self.killed = True
+            try:
+                rc = self.proc.wait(timeout=_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                continue
         # What is left in the group once the leader is gone is an orphan (it may hold the
         # output pipe open, so the reader would wait on it): TERM, then KILL after the grace.
         self.signal_group(signal.SIGTERM)
@@ -280,10 +316,24 @@ class Supervisor:
             self.on_event(what, data)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.stop_signal = signum
+        # Only flags: the wait loop (the same thread) passes the signal on, exactly once, to
+        # whichever child exists then -- also one started after this ran.
+        if self.stop_signal is None:
+            self.stop_signal = signum
         self._stop.set()
-        if self.child is not None:
-            self.child.signal_group(signum)
+
+    def _stop_signum(self) -> int:
+        return self.stop_signal if self.stop_signal is not None else int(signal.SIGTERM)
+
+    def _stopped_before_start(self, result: SuperviseResult) -> bool:
+        """A stop that arrived while no child ran (during the checkpoint search, the backoff):
+        start nothing more."""
+        if not self._stop.is_set():
+            return False
+        result.final = "stopped"
+        if not result.incidents:  # no status of a child to pass on: the shell's 128 + signal
+            result.exit_code = 128 + self._stop_signum()
+        return True
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
@@ -304,11 +354,14 @@ class Supervisor:
         result = SuperviseResult(exit_code=0)
         t0 = time.monotonic()
         resumed_from: str | None = None
+        start_error: InputError | None = None
         with self._signals():
             try:
                 while True:
+                    if self._stopped_before_start(result):
+                        break
                     ckpt, ckpt_step = resume_point(cfg.checkpoints, self.divergence_onset)
-                    resumed_from = ckpt
+                    resumed_from, start_step = ckpt, ckpt_step
                     argv = substitute_checkpoint(cfg.command, ckpt)
                     env = dict(os.environ)
                     for k in (RESUME_ENV, RESUME_STEP_ENV):
@@ -319,12 +372,26 @@ class Supervisor:
                     env[HEARTBEAT_ENV] = str(heartbeat)
                     heartbeat.unlink(missing_ok=True)
                     marks = store_marks(cfg.run_dir)
+                    # Verifying the checkpoint and reading the divergence onset take seconds.
+                    if self._stopped_before_start(result):
+                        break
+                    started = time.monotonic()
+                    try:
+                        self.child = _Child(argv, env, cfg.tail_lines, self.echo)
+                    except InputError as exc:
+                        start_error = exc
+                        result.final = "start_failed"
+                        # The shell's statuses: 127 not found, 126 found but not executable.
+                        result.exit_code = 127 if isinstance(exc.__cause__,
+                                                             FileNotFoundError) else 126
+                        break
+                    # Said once it started: a command that cannot start gets one line.
                     self._say("start", {"attempt": result.attempts, "checkpoint": ckpt,
                                         "checkpoint_step": ckpt_step, "argv": argv})
-                    started = time.monotonic()
-                    self.child = _Child(argv, env, cfg.tail_lines, self.echo)
                     result.attempts += 1
-                    rc = self.child.wait(cfg.kill_grace_s)
+                    # A stop that came before now (even between Popen and `self.child = ...`,
+                    # when the handler saw no child) is passed on at wait's first look.
+                    rc = self.child.wait(cfg.kill_grace_s, self._stop, self._stop_signum)
                     uptime = time.monotonic() - started
                     tail = list(self.child.tail)
                     self.child.reap(cfg.kill_grace_s)  # what it left in its group
@@ -335,7 +402,7 @@ class Supervisor:
                         result.final = "done"
                         break
                     incident = self._incident(result, outcome, code, sig, tail, uptime,
-                                              resumed_from, heartbeat, marks)
+                                              resumed_from, start_step, heartbeat, marks)
                     result.incidents.append(incident)
                     record(cfg.run_dir, result.incidents, session=self.session)
                     self._say("incident", incident.to_dict())
@@ -367,15 +434,19 @@ class Supervisor:
         result.wall_s = time.monotonic() - t0
         summary = {"final": result.final, "exit_code": result.exit_code,
                    "attempts": result.attempts, "incidents": len(result.incidents),
-                   "wall_s": result.wall_s, "total_lost_steps": result.total_lost_steps,
+                   "wall_s": result.wall_s, "wall_basis": "measured",
+                   "total_lost_steps": result.total_lost_steps,
+                   "total_lost_basis": result.total_lost_basis,
                    "steps_done": max([i.steps_done or 0 for i in result.incidents],
                                      default=0)}
         record(cfg.run_dir, result.incidents, session=self.session, summary=summary)
+        if start_error is not None:
+            raise start_error
         return result
 
     def _incident(self, result: SuperviseResult, outcome: str, code: int | None,
                   sig: str | None, tail: list[str], uptime: float, resumed_from: str | None,
-                  heartbeat: Path, marks: Mapping[str, int]) -> Incident:
+                  start_step: int, heartbeat: Path, marks: Mapping[str, int]) -> Incident:
         cfg = self.config
         beat = read_heartbeat(heartbeat)
         stored = store_steps_done(cfg.run_dir, marks)
@@ -394,9 +465,53 @@ class Supervisor:
                         requeue=cfg.requeue, environ=os.environ)
         return Incident(attempt=result.attempts - 1, outcome=outcome, exit_code=code,
                         signal=sig, failure_class=klass, failure_summary=summary,
-                        resumed_from=resumed_from, checkpoint=ckpt, checkpoint_step=ckpt_step,
+                        resumed_from=resumed_from, start_step=start_step,
+                        checkpoint=ckpt, checkpoint_step=ckpt_step,
                         steps_done=done, lost_steps=lost, lost_source=source,
                         uptime_s=uptime, action=action)
+
+
+def _start_error(program: str, exc: OSError) -> InputError:
+    if isinstance(exc, FileNotFoundError):
+        why = ("not found (no such file, or not on PATH); expected a program after `--`, e.g. "
+               "trainmedic supervise --run-dir runs/x -- python train.py")
+    elif isinstance(exc, PermissionError):
+        why = ("not executable (permission denied); make it executable (chmod +x) or run it "
+               "through its interpreter (-- sh script.sh, -- python train.py)")
+    else:
+        why = (f"cannot be started ({exc.strerror or exc}); expected a program after `--`, e.g. "
+               "-- python train.py")
+    return InputError(program, f"the command to supervise is {why}")
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the kernel SIGKILL the child when the supervisor dies
+    (``prctl(PR_SET_PDEATHSIG)``, Linux only; None elsewhere or without libc).
+
+    Caveats (prctl(2), the subprocess docs): it fires when the *thread* that forked the child
+    exits, and :meth:`Supervisor.run` starts, waits for and reaps every child in one thread;
+    it covers the child only, not its own children (the group kill does that while we live);
+    an exec of a set-user-ID program clears it. ``preexec_fn`` runs Python between fork and
+    exec, which the docs call unsafe with threads (a lock held by another thread at the fork
+    stays held in the child): this one only calls a C function resolved here, before the fork,
+    and ``os.getppid``. The parent may die before the prctl call: then the child kills itself.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError) as exc:
+        logger.debug("no prctl (%s): a killed supervisor may leave its child running", exc)
+        return None
+    parent = os.getpid()
+    sigkill = int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died between the fork and the prctl
+            os.kill(os.getpid(), sigkill)
+
+    return preexec
 
 
 def _scontrol_requeue(job_id: str) -> int:

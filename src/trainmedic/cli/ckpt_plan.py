@@ -22,21 +22,24 @@ __all__ = ["plan"]
               help="Seconds one save holds the training (overrides the measured one).")
 @click.option("--mtbf-h", type=float, default=None,
               help="Mean time between failures, hours (overrides the measured one).")
-@click.option("--restart-cost-s", type=float, default=0.0, show_default=True,
-              help="Seconds from a failure to training again (start-up, loading).")
+@click.option("--restart-cost-s", type=float, default=None,
+              help="Seconds from a failure to training again (start-up, loading); "
+                   "0 when not given (said in a note).")
 @click.option("--step-time-s", type=float, default=None,
               help="Seconds per step, to say the interval in steps (default: measured with "
                    "--run).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the plan as JSON, each figure with its basis.")
 def plan(run_dir: str | None, checkpoint_dir: str | None, save_cost_s: float | None,
-         mtbf_h: float | None, restart_cost_s: float, step_time_s: float | None,
+         mtbf_h: float | None, restart_cost_s: float | None, step_time_s: float | None,
          as_json: bool) -> None:
     """The checkpoint interval that wastes least: Young's sqrt(2*C*MTBF) and Daly's
     higher-order form, with the expected loss per failure and the save overhead.
 
-    Each input is measured from the run (--run) or given; a given one wins. Exit 0, or 2
-    when the save cost or the MTBF is neither measured nor given.
+    Each input is measured from the run (--run) or given; a given one wins; every output is
+    estimated (a model). The MTBF counts failures only: not the stops asked of `trainmedic
+    supervise` (Ctrl-C, scancel), nor attempts that completed no step. Exit 0, or 2 when the
+    save cost or the MTBF is neither measured nor given.
 
     \b
     Examples:
@@ -72,14 +75,19 @@ def plan(run_dir: str | None, checkpoint_dir: str | None, save_cost_s: float | N
         raise ConfigError(f"{' and '.join(missing)}: not measured ({why}); pass "
                           f"{' and '.join(missing)}")
     assert cost is not None and mtbf is not None
+    notes = list(figures.notes)
+    if restart_cost_s is None:
+        restart_cost_s = 0.0
+        notes.append("restart cost not given: taken as 0 s, so the loss per failure is a "
+                     "lower bound; pass --restart-cost-s")
     result = plan_cadence(CadenceInputs(
         save_cost_s=cost, save_cost_source=cost_src,  # type: ignore[arg-type]
         mtbf_s=mtbf, mtbf_source=mtbf_src,  # type: ignore[arg-type]
         restart_cost_s=restart_cost_s, step_time_s=step,
         step_time_source=step_src))  # type: ignore[arg-type]
     if as_json:
-        sys.stdout.write(json.dumps({**result.to_dict(), "notes": list(figures.notes)},
+        sys.stdout.write(json.dumps({**result.to_dict(), "notes": notes},
                                     indent=1) + "\n")
         return
-    for line in plan_lines(result, figures.notes):
+    for line in plan_lines(result, notes):
         click.echo(line)

@@ -34,6 +34,10 @@ def explain_tail(lines: list[str]) -> tuple[str | None, str | None]:
               help="Restarts allowed after the first start.")
 @click.option("--backoff-s", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Wait before the first restart, doubled at each one (at most 60 s).")
+@click.option("--kill-grace-s", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              show_default=True,
+              help="After passing a stop (SIGTERM, Ctrl-C) on to CMD, seconds before its "
+                   "process group gets SIGKILL.")
 @click.option("--requeue", is_flag=True,
               help="Under SLURM (SLURM_JOB_ID set): `scontrol requeue` the job instead of "
                    "restarting in place (untested outside SLURM).")
@@ -41,7 +45,8 @@ def explain_tail(lines: list[str]) -> tuple[str | None, str | None]:
               help="Print the summary as JSON on stdout (the command's output goes to stderr).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- CMD...")
 def supervise(run_dir: str, checkpoint_dir: str | None, max_restarts: int, backoff_s: float,
-              requeue: bool, as_json: bool, command: tuple[str, ...]) -> None:
+              kill_grace_s: float, requeue: bool, as_json: bool,
+              command: tuple[str, ...]) -> None:
     """Run CMD; when it exits 75 (preempted: saved and stopped) or fails (another status, or
     killed by a signal), restart it from the newest checkpoint that verifies, skipping those
     saved after the loss diverged, up to --max-restarts times.
@@ -50,11 +55,15 @@ def supervise(run_dir: str, checkpoint_dir: str | None, max_restarts: int, backo
     environment and in place of {checkpoint} in its arguments (dropped, with the option
     before it, when there is none yet). Each incident (exit code or signal, the failure class
     `trainmedic explain` finds in CMD's last output lines, the checkpoint used, the steps lost:
-    measured) goes into the run store; a summary closes the session.
+    measured from the heartbeat, estimated from the run store) goes into the run store; a
+    summary closes the session.
+
+    SIGTERM or Ctrl-C to supervise is passed on to CMD's process group and stops the
+    restarts; the group gets SIGKILL --kill-grace-s later if it still runs.
 
     Exit 0 when CMD finished; 75 when the job was requeued, or when supervise itself was
     stopped after CMD saved on a preemption; 1 when the restarts ran out or it was stopped
-    otherwise; 2 bad usage.
+    otherwise; 2 bad usage (CMD not found or not executable).
 
     \b
     Examples:
@@ -74,7 +83,8 @@ def supervise(run_dir: str, checkpoint_dir: str | None, max_restarts: int, backo
     config = SuperviseConfig(command=tuple(command), run_dir=Path(run_dir),
                              checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
                              max_restarts=max_restarts, backoff_s=backoff_s,
-                             backoff_max_s=max(60.0, backoff_s), requeue=requeue)
+                             backoff_max_s=max(60.0, backoff_s), requeue=requeue,
+                             kill_grace_s=kill_grace_s)
     seen = [0]
 
     def echo(line: str) -> None:

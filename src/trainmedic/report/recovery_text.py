@@ -34,9 +34,13 @@ def _how(d: Mapping[str, Any]) -> str:
 
 def _lost(d: Mapping[str, Any]) -> str:
     if d.get("lost_steps") is None:
-        return "lost progress not known (no heartbeat, no store rows from that attempt)"
-    return (f"lost {fmt_num(int(d['lost_steps']))} steps (measured: {d.get('lost_source')} "
-            f"step {d.get('steps_done')} minus the checkpoint's {d.get('checkpoint_step')})")
+        return ("lost progress not known (not_checked: no heartbeat, no store rows from that "
+                "attempt)")
+    basis = d.get("lost_basis") or "measured"
+    bound = ", a lower bound: the store commits in batches" if basis == "estimated" else ""
+    return (f"lost {fmt_num(int(d['lost_steps']))} steps ({basis}: {d.get('lost_source')} "
+            f"step {d.get('steps_done')} minus the checkpoint's {d.get('checkpoint_step')}"
+            f"{bound})")
 
 
 def incident_text(number: int, d: Mapping[str, Any]) -> str:
@@ -47,7 +51,8 @@ def incident_text(number: int, d: Mapping[str, Any]) -> str:
     where = (f"resume from {ckpt} (step {d.get('checkpoint_step')})" if ckpt
              else "restart from step 0 (no checkpoint)")
     action = {"restart": where, "requeue": f"requeue the job, {where}",
-              "give_up": "no restarts left", "stop": "stopped (signal to supervise)"}.get(
+              "give_up": "no restarts left",
+              "stop": "stopped (a signal to supervise; not counted as a failure by ckpt plan)"}.get(
         str(d.get("action")), str(d.get("action")))
     return (f"incident {number}: attempt {d.get('attempt')} {_how(d)} after "
             f"{duration_text(float(d.get('uptime_s') or 0.0))} (measured){why}; "
@@ -64,15 +69,16 @@ def supervise_summary_lines(doc: Mapping[str, Any]) -> list[str]:
         lines.append(f"  {incident_text(k, d)}")
     total = doc.get("total_lost_steps")
     if incidents:
-        lines.append(f"  total lost: {fmt_num(total)} steps (measured)" if total is not None
-                     else "  total lost: not known for every incident")
+        lines.append(f"  total lost: {fmt_num(total)} steps ({doc.get('total_lost_basis')})"
+                     if total is not None
+                     else "  total lost: not known for every incident (not_checked)")
     return lines
 
 
 def plan_lines(plan: CadencePlan, notes: Sequence[str] = ()) -> list[str]:
     """``trainmedic ckpt plan``: inputs with their basis, then the cadence (estimated)."""
     i = plan.inputs
-    lines = ["inputs:",
+    lines = ["inputs (measured: read from the run; given: a flag):",
              f"  save cost       {duration_text(i.save_cost_s)} ({i.save_cost_source})",
              f"  MTBF            {duration_text(i.mtbf_s)} ({i.mtbf_source})",
              f"  restart cost    {duration_text(i.restart_cost_s)} ({i.restart_cost_source})"]
