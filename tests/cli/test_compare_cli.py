@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 
+import numpy as np
 import pytest
 
 from trainmedic.cli.compare import compare
@@ -19,22 +20,24 @@ def _registered() -> None:
         cli.add_command(compare)
 
 
-def _csv(path: pathlib.Path, scale: float, lr: float) -> str:
+def _csv(path: pathlib.Path, scale: float, lr: float, seed: int) -> str:
+    # each run its own noise: two runs never share their noise pattern point for point
     path.mkdir(parents=True, exist_ok=True)
-    rows = "".join(f"{s},{scale * 3.0 / (1 + s / 20) + 0.01 * ((s * 7) % 5)},{lr}\n"
-                   for s in range(60))
+    noise = np.random.default_rng(seed).normal(0.0, 0.01, 60)
+    rows = "".join(f"{s},{scale * 3.0 / (1 + s / 20) + noise[s]},{lr}\n" for s in range(60))
     (path / "metrics.csv").write_text("step,loss,lr\n" + rows)
     (path / "hparams.yaml").write_text(f"lr: {lr}\nbatch_size: 32\n")
     return str(path)
 
 
 def test_compare_exit_codes_and_outputs(tmp_path: pathlib.Path, capsys) -> None:
-    a, b = _csv(tmp_path / "a", 1.0, 1e-3), _csv(tmp_path / "b", 0.8, 3e-3)
+    a, b = _csv(tmp_path / "a", 1.0, 1e-3, seed=1), _csv(tmp_path / "b", 0.8, 3e-3, seed=2)
     html = tmp_path / "c.html"
     assert main(["compare", a, b, "--html", str(html)]) == 0
     out = capsys.readouterr().out
     assert "hparams.lr (hparams.yaml)" in out and "batch_size" not in out
-    assert "b is better" in out and html.read_text().startswith("<!DOCTYPE html>")
+    assert "b is lower beyond this run's own noise" in out
+    assert html.read_text().startswith("<!DOCTYPE html>")
     assert main(["compare", a, b, "--json", "--by", "step"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == "trainmedic.compare/1"
@@ -51,7 +54,7 @@ def test_compare_exit_codes_and_outputs(tmp_path: pathlib.Path, capsys) -> None:
 
 def test_diagnose_refuses_separate_runs_and_points_to_compare(tmp_path: pathlib.Path,
                                                               capsys) -> None:
-    a, b = _csv(tmp_path / "a", 1.0, 1e-3), _csv(tmp_path / "b", 0.8, 3e-3)
+    a, b = _csv(tmp_path / "a", 1.0, 1e-3, seed=1), _csv(tmp_path / "b", 0.8, 3e-3, seed=2)
     assert main(["diagnose", a, b]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1

@@ -3,9 +3,9 @@
 By step (the default) the runs are compared where both logged the metric at the very same step:
 nothing is interpolated. By tokens or by time each run's progress coordinate is built from its
 own measured series (cumulative ``tokens_per_s x step_time_s`` or a cumulative token counter;
-cumulative ``step_time_s``), and run B's metric is interpolated linearly onto run A's points
-inside the range both runs cover, so two runs with another batch size or speed meet at equal
-work or equal time.
+cumulative ``step_time_s``; each logged row weighted by the steps since the previous one), and
+run B's metric is interpolated linearly onto run A's points inside the range both runs cover,
+so two runs with another batch size or speed meet at equal work or equal time.
 """
 
 from __future__ import annotations
@@ -65,13 +65,25 @@ def _clean(run: Run, metric: str) -> Series | None:
     return s if len(s) else None
 
 
+def _gaps(steps: np.ndarray) -> np.ndarray:
+    """Steps each logged row stands for: the gap to the previous logged step. ``step_time_s``
+    (and tokens/s) are per step, so a run logging every 10 steps must weigh each row by 10, or
+    it seems to move 10x slower than one logging every step. The first row stands for itself
+    and every step before it since step 0 (training counted from 0): a run whose first log is
+    at step 10 has already spent 11 steps (a negative first step counts 1)."""
+    s = np.asarray(steps, np.int64)
+    return np.diff(s, prepend=min(int(s[0]), 0) - 1).astype(np.float64)
+
+
 def progress(run: Run, axis: str) -> Series | None:
     """The run's progress coordinate at each step it can be computed at, or None.
 
     ``step``: the step itself (every step any series logged). ``tokens``: a cumulative token
-    counter when the run logs one, else the running sum of ``tokens_per_s x step_time_s``
-    (tokens processed in each step). ``time``: the running sum of ``step_time_s`` (seconds
-    spent in steps: a pause between steps is not counted).
+    counter when the run logs one (already cumulative: used as logged), else the running sum of
+    ``tokens_per_s x step_time_s x gap`` (tokens processed in the steps each logged row stands
+    for, ``_gaps``). ``time``: the running sum of ``step_time_s x gap`` (seconds spent in
+    steps: a pause between steps is not counted; unlogged steps are taken to last as long as
+    the next logged one).
     """
     if axis == "step":
         steps = np.unique(np.concatenate([s.steps for s in run.series.values()])) \
@@ -88,12 +100,12 @@ def progress(run: Run, axis: str) -> Series | None:
         common, ia, ib = np.intersect1d(rate.steps, dt.steps, return_indices=True)
         if len(common) < 2:
             return None
-        return Series(common, np.cumsum(rate.values[ia] * dt.values[ib]))
+        return Series(common, np.cumsum(rate.values[ia] * dt.values[ib] * _gaps(common)))
     if axis == "time":
         dt = _clean(run, "step_time_s")
         if dt is None or len(dt) < 2:
             return None
-        return Series(dt.steps, np.cumsum(dt.values))
+        return Series(dt.steps, np.cumsum(dt.values * _gaps(dt.steps)))
     raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
 
 

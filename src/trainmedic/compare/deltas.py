@@ -1,24 +1,31 @@
 """Deltas between two aligned runs with their uncertainty, and the step where the runs part.
 
-The interval: a moving-block bootstrap of the mean difference ``B - A`` (and of the ratio of
-means) over the aligned points. Successive steps of a training curve are autocorrelated (a
-loss curve drifts, step times come in slow stretches), so resampling single points would
-treat them as independent and give intervals far too narrow; resampling overlapping blocks of
-consecutive points keeps the dependence inside each block (Kunsch 1989, "The jackknife and the
-bootstrap for general stationary observations", Ann. Statist. 17(3); Politis & Romano 1994,
-"The stationary bootstrap", JASA 89). The block length is ``round(sqrt(n))``, a common rule for
-moving blocks when the dependence is unknown (Politis & White 2004 give data-driven
-choices; ``n ** (1/3)`` is optimal for the variance but too short for slow drifts).
-The percentile interval is reported, with a fixed seed so the same runs give the same figures.
+The interval of a metric's delta: a moving-block bootstrap of the mean difference ``B - A``
+(and of the ratio of means) over the aligned points. Successive steps of a training curve are
+autocorrelated (a loss curve drifts, an EMA-smoothed loss is AR(1), step times come in slow
+stretches), so resampling single points would treat them as independent and give intervals
+far too narrow; resampling overlapping blocks of consecutive points keeps the dependence
+inside each block (Kunsch 1989, "The jackknife and the bootstrap for general stationary
+observations", Ann. Statist. 17(3); Politis & Romano 1994, "The stationary bootstrap", JASA
+89). The block length is ``round(sqrt(n))``, a common rule when the dependence is unknown,
+raised to twice the integrated autocorrelation time ``(1 + phi) / (1 - phi)`` of the
+difference series' AR(1) noise when that is longer (compare/noise.py), at most a third of the
+points. The percentile interval is reported, with a fixed seed so the same runs give the same
+figures.
 
-The parting step (documented in docs/compare.md): each run's own step-to-step noise is
-``sd = 1.4826 * MAD(diff(values)) / sqrt(2)`` (first differences remove a smooth trend; the
-MAD keeps single spikes from inflating it). The difference ``d = B - A`` is smoothed with a
-centred running median of ``w`` points; the A/A noise band for it is ``z * 1.2533 *
-sqrt(sd_A^2 + sd_B^2) / sqrt(w)`` (1.2533: the median's standard error relative to the mean's
-for Gaussian noise) with ``z = 3``. The runs part at the first point after which the smoothed
+The verdict's interval (``t_interval``) is a Student-t interval of the mean difference whose
+standard error and degrees of freedom come from the AR(1) noise model (effective number of
+points ``n_eff``); it needs no resampling and stays honest on few, correlated points.
+
+The parting step (documented in docs/compare.md): the noise of the difference ``d = B - A``
+is read from ``d`` itself as AR(1) (marginal sd ``s`` and ``phi`` from its first differences,
+compare/noise.py), so two runs whose logged curves are smoothed get a band as wide as their
+slow wander. ``d`` is smoothed with a centred running median of ``w`` points; the A/A noise
+band for it is ``z * 1.2533 * s * sqrt(F(w, phi) / w)`` with ``F`` the variance factor of a
+mean of ``w`` AR(1) points (1.2533: the median's standard error relative to the mean's for
+Gaussian noise) and ``z = 3``. The runs part at the first point after which the smoothed
 difference stays outside the band, on one side, to the end of the aligned window, and for at
-least ``w`` points. Two runs of the same seed differ only by noise, so their smoothed
+least ``w`` points (and 10). Two runs of the same seed differ only by noise, so their smoothed
 difference stays inside the band (or is exactly zero) and no parting is reported.
 """
 
@@ -29,8 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Interval", "BOOTSTRAP_RESAMPLES", "block_length", "bootstrap", "noise_sd",
-           "smoothing_window", "parting_index", "PARTING_Z", "MIN_POINTS"]
+from trainmedic.compare.noise import ar_noise, ar_noise_level, t_quantile, variance_factor
+
+__all__ = ["Interval", "BOOTSTRAP_RESAMPLES", "block_length", "bootstrap", "t_interval",
+           "smoothing_window", "parting_index", "PARTING_Z", "MIN_POINTS", "MIN_PARTED_POINTS"]
 
 BOOTSTRAP_RESAMPLES = 2000
 """Bootstrap resamples per interval (Monte-Carlo error of a 95% percentile bound ~1%)."""
@@ -38,20 +47,32 @@ PARTING_Z = 3.0
 """Half-width of the A/A noise band in standard errors of the smoothed difference."""
 MIN_POINTS = 3
 """Fewer paired points than this get no interval."""
-_MAD_TO_SD = 1.4826
+MIN_PARTED_POINTS = 10
+"""A parting must hold for at least this many points (and ``w``): on fewer, a slow wander
+of smoothed noise cannot be told from a change (12% false partings on 15-point EMA pairs)."""
 _MEDIAN_SE = 1.2533
+_ROUNDING = 1e-9
+BOOTSTRAP_METHOD = "moving-block bootstrap (Kunsch 1989)"
+T_METHOD = "Student t with AR(1) effective n (Bayley & Hammersley 1946)"
 
 
 @dataclass(frozen=True)
 class Interval:
-    """A bootstrap percentile interval of one statistic (estimated)."""
+    """An interval of one statistic (estimated)."""
 
     lo: float
     hi: float
     level: float
     block: int
-    """The moving-block length used."""
+    """The moving-block length used (1 for a t interval)."""
     resamples: int
+    """Bootstrap resamples (0 for a t interval)."""
+    method: str = BOOTSTRAP_METHOD
+    """How the interval was obtained."""
+    phi: float | None = None
+    """Lag-1 autocorrelation of the difference's noise (estimated), where it was used."""
+    n_eff: float | None = None
+    """Effective number of independent points (t interval only)."""
 
     def excludes(self, value: float) -> bool:
         """True when ``value`` lies outside the closed interval."""
@@ -61,20 +82,23 @@ class Interval:
         return not self.excludes(value)
 
 
-def block_length(n: int) -> int:
-    """Moving-block length for ``n`` points: ``round(sqrt(n))``, at least 1."""
-    return max(1, int(round(math.sqrt(max(n, 1)))))
+def block_length(n: int, phi: float = 0.0) -> int:
+    """Moving-block length for ``n`` points: ``round(sqrt(n))``, or twice the integrated
+    autocorrelation time ``(1 + phi) / (1 - phi)`` of AR(1) noise when longer, at most
+    ``n // 3``; at least 1."""
+    base = int(round(math.sqrt(max(n, 1))))
+    tau = (1.0 + phi) / (1.0 - phi) if phi < 1.0 else float(n)
+    return max(1, min(max(base, int(math.ceil(2.0 * tau))), max(base, n // 3)))
 
 
-def _indices(n: int, resamples: int, seed: int) -> tuple[np.ndarray, int]:
+def _indices(n: int, block: int, resamples: int, seed: int) -> np.ndarray:
     """``resamples x n`` indices: ``ceil(n / l)`` blocks of ``l`` consecutive points each,
     starts drawn uniformly from the ``n - l + 1`` possible ones, cut to ``n`` (Kunsch 1989)."""
-    block = block_length(n)
     k = -(-n // block)
     rng = np.random.default_rng(seed)
     starts = rng.integers(0, n - block + 1, size=(resamples, k))
     idx = (starts[:, :, None] + np.arange(block)[None, None, :]).reshape(resamples, k * block)
-    return idx[:, :n], block
+    return idx[:, :n]
 
 
 def bootstrap(a: np.ndarray, b: np.ndarray, *, level: float = 0.95,
@@ -87,7 +111,9 @@ def bootstrap(a: np.ndarray, b: np.ndarray, *, level: float = 0.95,
     n = len(a)
     if n < MIN_POINTS:
         return None
-    idx, block = _indices(n, resamples, seed)
+    phi = ar_noise(b - a).phi
+    block = block_length(n, phi)
+    idx = _indices(n, block, resamples, seed)
     ra, rb = a[idx].mean(axis=1), b[idx].mean(axis=1)
     if ratio:
         if np.any(ra <= 0):
@@ -97,21 +123,35 @@ def bootstrap(a: np.ndarray, b: np.ndarray, *, level: float = 0.95,
         stat = rb - ra
     tail = (1.0 - level) / 2 * 100
     lo, hi = np.percentile(stat, [tail, 100 - tail])
-    return Interval(float(lo), float(hi), level, block, resamples)
+    return Interval(float(lo), float(hi), level, block, resamples, phi=phi)
 
 
-def noise_sd(values: np.ndarray) -> float:
-    """A run's own point-to-point noise (robust; a smooth trend does not count)."""
-    v = np.asarray(values, np.float64)
-    if len(v) < 3:
-        return 0.0
-    d = np.diff(v)
-    mad = float(np.median(np.abs(d - np.median(d))))
-    if mad == 0.0:
-        # A series that mostly holds still (resident memory in pages, a constant lr): the MAD
-        # is 0 though it moves; the plain standard deviation of its moves is the noise then.
-        return float(np.std(d) / math.sqrt(2.0))
-    return float(_MAD_TO_SD * mad / math.sqrt(2.0))
+def t_interval(d: np.ndarray, *, noise_from: np.ndarray | None = None,
+               level: float = 0.95, scale: float = 0.0) -> Interval | None:
+    """Interval of ``mean(d)``: ``mean +- t(level, df) * s * sqrt(F(n, phi) / n)``, with the
+    AR(1) noise (``s``, ``phi``) read from ``d`` (noise.ar_noise_level; ``phi`` may be lifted
+    by ``noise_from``, a longer stretch of the series ending with ``d``) and
+    ``n_eff = n / F(n, phi)``. The t's degrees of freedom are those of ``s``, estimated from
+    all ``n`` correlated points: ``n (1 - phi^2) / (1 + phi^2) - 1`` (Bartlett 1946's
+    effective size for a variance), not ``n_eff - 1`` (the mean's), which for an EMA(0.9)
+    logged loss would leave a Cauchy-wide interval that misses a shift of 10 noise sds. None
+    with fewer than ``MIN_POINTS`` points. Degrees of freedom below 1 are held at 1."""
+    d = np.asarray(d, np.float64)
+    n = len(d)
+    if n < MIN_POINTS:
+        return None
+    noise = ar_noise_level(d, noise_from)
+    f = variance_factor(n, noise.phi)
+    n_eff = n / f
+    half = 0.0
+    if noise.sd > 0.0:
+        phi2 = noise.phi * noise.phi
+        df = max(1.0, n * (1.0 - phi2) / (1.0 + phi2) - 1.0)
+        half = t_quantile(0.5 + level / 2, df) * noise.sd * math.sqrt(f / n)
+    # Floating-point rounding of values of size ``scale`` is no difference.
+    half = max(half, _ROUNDING * scale)
+    m = float(np.mean(d))
+    return Interval(m - half, m + half, level, 1, 0, T_METHOD, noise.phi, n_eff)
 
 
 def smoothing_window(n: int) -> int:
@@ -137,8 +177,12 @@ def parting_index(a: np.ndarray, b: np.ndarray) -> tuple[int | None, float]:
     if n < 3:
         return None, math.nan
     w = smoothing_window(n)
-    band = PARTING_Z * _MEDIAN_SE * math.hypot(noise_sd(a), noise_sd(b)) / math.sqrt(w)
-    smooth = _running_median(b - a, w)
+    raw = b - a
+    noise = ar_noise(raw)
+    band = PARTING_Z * _MEDIAN_SE * noise.sd * math.sqrt(variance_factor(w, noise.phi) / w)
+    # Floating-point rounding (a curve interpolated between its own points) is no parting.
+    band = max(band, _ROUNDING * float(np.max(np.abs(np.concatenate([a, b])))))
+    smooth = _running_median(raw, w)
     sign = np.sign(smooth[-1])
     if sign == 0:
         return None, band
@@ -152,6 +196,6 @@ def parting_index(a: np.ndarray, b: np.ndarray) -> tuple[int | None, float]:
     raw = b - a
     while first < n and not (np.sign(raw[first]) == sign and abs(raw[first]) > band):
         first += 1
-    if n - first < w:
+    if n - first < max(w, MIN_PARTED_POINTS):
         return None, band
     return first, band

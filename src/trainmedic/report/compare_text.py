@@ -34,7 +34,8 @@ def _interval_json(iv: Interval | None) -> dict[str, Any] | None:
     if iv is None:
         return None
     return {"lo": iv.lo, "hi": iv.hi, "level": iv.level, "block": iv.block,
-            "resamples": iv.resamples, "method": "moving-block bootstrap (Kunsch 1989)"}
+            "resamples": iv.resamples, "method": iv.method, "phi": _num(iv.phi),
+            "n_eff": _num(iv.n_eff)}
 
 
 def verdict_line(v: Verdict, level: float) -> str:
@@ -53,9 +54,14 @@ def verdict_line(v: Verdict, level: float) -> str:
             f"{fmt_value(v.a_end)} -> {fmt_value(v.b_end)}, difference {v.delta:+.4g} "
             f"({v.relative:+.1%}, measured); {ci}")
     if v.sure:
-        tail = f": {v.better} is better, and the interval excludes 0"
+        tail = (f": {v.better} is lower beyond this run's own noise (the interval excludes 0; "
+                "one run per side, so seed-to-seed spread is not measured: repeat each with "
+                "another seed before calling it better)")
+    elif v.reason == "few_end_points":
+        tail = (f": not judged, only {v.points} end points (at least 10 needed to estimate "
+                "the noise)")
     else:
-        tail = ": no significant difference (the interval includes 0)"
+        tail = ": no difference beyond this run's own noise (the interval includes 0)"
     if low_overlap(v):
         tail += f"; the runs overlap over only {v.overlap:.0%} of one run's range"
     return head + tail
@@ -138,6 +144,7 @@ def _verdict_json(v: Verdict, level: float) -> dict[str, Any]:
             "measured": {"a_end": _num(v.a_end), "b_end": _num(v.b_end),
                          "delta": _num(v.delta), "relative": _num(v.relative)},
             "estimated": {"delta_interval": _interval_json(v.interval)},
+            "runs_per_side": v.runs_per_side, "seed_spread_measured": v.seed_spread_measured,
             "overlap": _num(v.overlap), "summary": verdict_line(v, level)}
 
 
