@@ -249,21 +249,25 @@ def test_no_grandchild_is_left_behind(tmp_path: Path) -> None:
     assert _wait_gone(int(pidfile.read_text()))
 
 
+def _signal_us_when(pidfile: Path, signum: int) -> threading.Thread:
+    def go() -> None:
+        end = time.monotonic() + 30
+        while not pidfile.exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signum)
+
+    t = threading.Thread(target=go)
+    t.start()
+    return t
+
+
 def test_sigterm_is_forwarded_and_stops_the_restarts(tmp_path: Path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(_PARENT_OF_SLEEPER)
     pidfile = tmp_path / "pid"
     cfg = SuperviseConfig(command=(sys.executable, str(script), str(pidfile), "wait"),
                           run_dir=tmp_path / "run", max_restarts=5, kill_grace_s=2.0)
-
-    def terminate_us() -> None:
-        end = time.monotonic() + 30
-        while not pidfile.exists() and time.monotonic() < end:
-            time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    killer = threading.Thread(target=terminate_us)
-    killer.start()
+    killer = _signal_us_when(pidfile, signal.SIGTERM)
     result = supervise(cfg)
     killer.join()
     assert result.final == "stopped" and result.attempts == 1
@@ -278,18 +282,6 @@ _IGNORES_TERM = textwrap.dedent("""
     Path(sys.argv[1]).write_text(str(os.getpid()))
     time.sleep(30)
     """)
-
-
-def _signal_us_when(pidfile: Path, signum: int) -> threading.Thread:
-    def go() -> None:
-        end = time.monotonic() + 30
-        while not pidfile.exists() and time.monotonic() < end:
-            time.sleep(0.02)
-        os.kill(os.getpid(), signum)
-
-    t = threading.Thread(target=go)
-    t.start()
-    return t
 
 
 def test_a_child_that_ignores_sigterm_gets_sigkill_after_the_grace(tmp_path: Path) -> None:
