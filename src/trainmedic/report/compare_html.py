@@ -17,7 +17,7 @@ from trainmedic.compare.align import rank_for
 from trainmedic.compare.comparison import Comparison
 from trainmedic.report.chart import Band, Chart, Line, render_chart
 from trainmedic.report.compare_text import SCHEMA, fmt_value, verdict_line
-from trainmedic.report.html_page import _CSS, _JS  # one look for every trainmedic page
+from trainmedic.report.html_page import PAGE_CSS, PAGE_JS  # one look for every page
 
 __all__ = ["render_compare_html", "write_compare_html"]
 
@@ -56,7 +56,7 @@ def render_compare_html(c: Comparison) -> str:
     parts = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
              '<meta name="viewport" content="width=device-width,initial-scale=1">',
              f"<title>trainmedic compare: {e(' vs '.join(c.labels))}</title>"
-             f"<style>{_CSS}{_EXTRA_CSS}</style></head><body><main>",
+             f"<style>{PAGE_CSS}{_EXTRA_CSS}</style></head><body><main>",
              "<h1>trainmedic compare</h1><div class=\"facts\">"]
     for lab, src in zip(c.labels, c.sources, strict=True):
         parts.append(f"<span>{e(lab)}</span><b>{e(src)}</b>")
@@ -122,7 +122,7 @@ def render_compare_html(c: Comparison) -> str:
         parts.append("<h2>Notes</h2><ul class=\"plain\">" + "".join(
             f"<li>{e(n)}</li>" for n in (*c.config.notes, *c.notes)) + "</ul>")
     parts.append(f"<footer>trainmedic {e(__version__)} · comparison schema {SCHEMA}</footer>"
-                 f"</main><script>{_JS}</script></body></html>\n")
+                 f"</main><script>{PAGE_JS}</script></body></html>\n")
     return "".join(parts)
 
 

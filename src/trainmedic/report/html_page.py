@@ -36,7 +36,7 @@ from trainmedic.report.wording import (
 )
 from trainmedic.run.series import Run, Series
 
-__all__ = ["write_html", "render_html", "PLOT_GROUPS"]
+__all__ = ["write_html", "render_html", "PLOT_GROUPS", "PAGE_CSS", "PAGE_JS"]
 
 #: The main plots, in order: a title and the canonical metrics drawn on the same axes.
 PLOT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -61,7 +61,7 @@ _HEADER_METRICS = 16
 #: More "other" metrics than this are listed, not plotted: the file must stay small.
 MAX_OTHER_CHARTS = 120
 
-_CSS = """
+PAGE_CSS = """
 :root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#fff;--soft:#f6f8fa;
 --error:#cf222e;--warning:#bf8700;--info:#0969da;--ok:#1a7f37}
 *{box-sizing:border-box}
@@ -131,7 +131,7 @@ footer{margin-top:40px;color:var(--muted);font-size:13px}
 """
 
 # A crosshair with the step and y value under the mouse; the axes' mapping is in data-*.
-_JS = """
+PAGE_JS = """
 document.querySelectorAll('svg.chart').forEach(function(s){
 var c=s.querySelector('.cursor'),r=s.querySelector('.readout'),d=s.dataset;
 function hide(){c.setAttribute('visibility','hidden');r.textContent='';}
@@ -356,7 +356,7 @@ class _Page:
         parts = [
             "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
             '<meta name="viewport" content="width=device-width,initial-scale=1">',
-            f"<title>trainmedic: {e(info.source)}</title><style>{_CSS}</style></head><body>"
+            f"<title>trainmedic: {e(info.source)}</title><style>{PAGE_CSS}</style></head><body>"
             "<main>",
             "<h1>trainmedic diagnosis</h1><div class=\"facts\">"
             + "".join(f"<span>{k}</span><b>{v}</b>" for k, v in facts) + "</div>",
@@ -386,7 +386,7 @@ class _Page:
             parts.append("<h2>Import notes</h2><ul class=\"plain\">"
                          + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
         parts.append(f"<footer>trainmedic {e(__version__)} · findings schema "
-                     f"trainmedic.findings/1</footer></main><script>{_JS}</script>"
+                     f"trainmedic.findings/1</footer></main><script>{PAGE_JS}</script>"
                      "</body></html>\n")
         return "".join(parts)
 
