@@ -59,3 +59,24 @@ def test_a_stalled_step_is_dumped_and_an_eval_phase_is_not(tmp_path: pathlib.Pat
     assert diagnosis.hung and diagnosis.ranks[0].status == "stuck"
     assert diagnosis.ranks[0].step == 4  # the last step that completed (0-based)
     assert not diagnose_hang_dir(tmp_path).hung  # a step came after: the stall resolved
+
+
+def test_a_framework_callback_holds_the_eval_phase_between_its_hooks(
+        tmp_path: pathlib.Path) -> None:
+    from trainmedic.live.phase_span import PhaseSpan
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    span = PhaseSpan()
+    with watch(model, opt, run_dir=tmp_path, announce=False, hang=FAST) as w:
+        w.step(_step(model, opt))
+        hang = w._hang
+        assert hang is not None
+        span.open(w, "eval")  # Lightning's on_validation_start, HF's first prediction step
+        span.open(w, "eval")  # every further eval batch: still one phase
+        assert hang.limit()[1] == "eval phase limit"
+        span.close()  # on_validation_end / on_evaluate
+        span.close()
+        assert hang.limit()[1] != "eval phase limit"
+    span.open(None, "eval")  # no watcher (before training): nothing to do
+    span.close()

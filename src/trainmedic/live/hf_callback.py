@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError, MissingExtraError
 from trainmedic.live.config import callback_watch_kwargs
+from trainmedic.live.phase_span import PhaseSpan
 from trainmedic.live.watcher import Watcher
 from trainmedic.run.names import resolve_names
 
@@ -112,6 +113,7 @@ class TrainmedicCallback(TrainerCallback):
         self._warned_no_loss = False
         self._any_loss = False
         self._replaying = False
+        self._eval = PhaseSpan()  # the hang watchdog's eval limit during evaluation
 
     # -- Trainer events -----------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -201,8 +203,12 @@ class TrainmedicCallback(TrainerCallback):
             self._warned_no_loss = True
         w.log({"loss": logs["loss"]}, step=int(state.global_step))
 
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._eval.open(self.watcher, "eval")  # evaluation's first batch: closed below
+
     def on_evaluate(self, args: Any, state: Any, control: Any,
                     metrics: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self._eval.close()
         self._mark = time.perf_counter()
         w = self.watcher
         if w is None or not metrics:
@@ -251,6 +257,7 @@ class TrainmedicCallback(TrainerCallback):
         return run
 
     def _close(self) -> None:
+        self._eval.close()
         for h in self._handles:
             h.remove()
         self._handles = []

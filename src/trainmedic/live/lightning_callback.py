@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmedic.errors import ConfigError, MissingExtraError
 from trainmedic.live.config import callback_watch_kwargs
+from trainmedic.live.phase_span import PhaseSpan
 from trainmedic.live.watcher import Watcher
 from trainmedic.run.names import resolve_names
 
@@ -95,6 +96,7 @@ class TrainmedicCallback(_Callback):
         self._grad_norm: torch.Tensor | float | None = None
         self._lr: Any = None
         self._in_step = False
+        self._eval = PhaseSpan()  # the hang watchdog's eval limit during validation
 
     # -- Lightning hooks ----------------------------------------------------------------
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -184,7 +186,11 @@ class TrainmedicCallback(_Callback):
                 trainer.should_stop = True
         self._mark = time.perf_counter()
 
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._eval.open(self.watcher, "eval")
+
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self._eval.close()
         w = self.watcher
         if w is None or trainer.sanity_checking:
             return
@@ -208,6 +214,7 @@ class TrainmedicCallback(_Callback):
         self._in_step = False
 
     def _close(self) -> None:
+        self._eval.close()
         if self.watcher is not None:
             self.watcher.close()
             self.watcher = None
