@@ -551,3 +551,27 @@ def test_demo_skip_config_names_the_field(field: str, value: object) -> None:
 
     with pytest.raises(ConfigError, match=field):
         DemoConfig(**{field: value})  # type: ignore[arg-type]
+
+
+_SPAWNS_OWN_SESSION = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    from pathlib import Path
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # a worker in a session of its own, as torchrun starts its ranks, ignoring SIGTERM too
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    worker = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    Path(sys.argv[1]).write_text(str(worker.pid))
+    time.sleep(60)
+    """)
+
+
+def test_a_worker_in_its_own_session_is_killed_with_the_command(tmp_path: Path) -> None:
+    script = tmp_path / "launcher.py"
+    script.write_text(_SPAWNS_OWN_SESSION)
+    pidfile = tmp_path / "pid"
+    cfg = SuperviseConfig(command=(sys.executable, str(script), str(pidfile)),
+                          run_dir=tmp_path / "run", max_restarts=3, kill_grace_s=0.5)
+    killer = _signal_us_when(pidfile, signal.SIGTERM)
+    supervise(cfg)
+    killer.join()
+    assert _wait_gone(int(pidfile.read_text()))  # not reached by the leader's group alone

@@ -57,3 +57,16 @@ def test_per_rank_files_of_one_run_still_merge(tmp_path: Path) -> None:
     files = [_csv(tmp_path / f"metrics.rank{r}.csv", steps, _loss(r)) for r in range(2)]
     run = load_run(*(str(f) for f in files))
     assert {rank for name, rank in run.series if name == "loss"} == {0, 1}
+
+
+def test_one_run_logged_at_steps_off_by_one_and_rounded_is_one_run(tmp_path: Path) -> None:
+    # Lightning's CSV numbers a step global_step - 1 where a callback's store says
+    # global_step; HF rounds its logged loss to 4 decimals
+    loss = _loss(3) / 100  # ~0.005-0.03: where 4-decimal rounding is a large relative error
+    steps = np.arange(1, len(loss) + 1)
+    per_step = _csv(tmp_path / "store.csv", steps, loss)
+    averaged = tmp_path / "lightning.csv"
+    rows = "".join(f"{int(steps[i + 9]) - 1},{round(float(loss[i:i + 10].mean()), 4)}\n"
+                   for i in range(0, len(loss), 10))
+    averaged.write_text("step,loss\n" + rows)
+    assert load_run(str(per_step), str(averaged)).get("loss") is not None

@@ -223,7 +223,7 @@ def test_history_parquet_export(tmp_path: Path) -> None:
 _RESUMER = textwrap.dedent("""\
     import sys, wandb
     root, first, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    run = wandb.init(project="tm-test", id="resumed01", resume="allow", dir=root)
+    run = wandb.init(project="tm-test", id="exp-lr3e-4_b", resume="allow", dir=root)
     for i in range(first, last):
         wandb.log({"train/loss": 5.0 - 0.01 * i}, step=i)
     wandb.finish()
@@ -242,7 +242,7 @@ def test_a_resumed_run_reads_its_sessions_as_one_run(tmp_path: Path) -> None:
         time.sleep(1.1)  # the folder names carry the start time to the second
     script.unlink()
     sessions = [d for d in (tmp_path / "wandb").iterdir()
-                if d.name.endswith("-resumed01") and not d.is_symlink()]
+                if d.name.endswith("-exp-lr3e-4_b") and not d.is_symlink()]
     assert len(sessions) == 2
     run = load_run(str(tmp_path / "wandb"))
     loss = run.get("loss")

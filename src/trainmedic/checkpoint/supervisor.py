@@ -115,9 +115,10 @@ class SuperviseConfig:
     tail_lines: int = 200
     """Last lines of the command's output kept for ``explain`` (>= 1)."""
 
-    kill_grace_s: float = 30.0
-    """After forwarding a stop (SIGTERM / SIGINT), seconds before the group gets SIGKILL (> 0).
-    30 s: SLURM's default ``KillWait`` and torchrun's own grace when it stops its workers."""
+    kill_grace_s: float = 45.0
+    """After forwarding a stop (SIGTERM / SIGINT), seconds before the group (and its
+    descendants' groups) gets SIGKILL (> 0). 45 s: longer than torchrun's own 30 s grace for
+    its workers (and SLURM's default KillWait), so torchrun stops them first."""
 
     def __post_init__(self) -> None:
         cmd = self.command
@@ -221,6 +222,7 @@ class _Child:
         self.pgid = self.proc.pid  # a new session's leader: its pid is the group id
         self.stop_forwarded_at: float | None = None
         self.killed = False
+        self.groups: set[int] = set()
         self._echo = echo
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name="trainmedic-supervise-output")
@@ -237,6 +239,18 @@ class _Child:
     def signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, signum)
+        if signum == signal.SIGKILL:
+            # torchrun starts each worker in a session of its own: killing the leader's group
+            # does not reach them, and a worker stuck in a collective would keep its GPU.
+            self.groups |= _descendant_groups(self.proc.pid)
+            for pgid in self.groups - {self.pgid}:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+
+    def note_groups(self) -> None:
+        """Remember the process groups of the leader's descendants while it lives (once it
+        exits they are re-parented and cannot be found from it)."""
+        self.groups |= _descendant_groups(self.proc.pid)
 
     def wait(self, grace_s: float, stop: threading.Event, stop_signal: Callable[[], int]) -> int:
         """Wait for the leader's exit. Once ``stop`` is set (by the supervisor's signal
@@ -245,6 +259,7 @@ class _Child:
         while True:
             if stop.is_set():
                 now = time.monotonic()
+                self.note_groups()
                 if self.stop_forwarded_at is None:
                     self.stop_forwarded_at = now
                     self.signal_group(stop_signal())
@@ -268,8 +283,10 @@ class _Child:
         return rc
 
     def reap(self, grace_s: float) -> None:
-        """Leave nothing behind: TERM the group, KILL it after ``grace_s``."""
+        """Leave nothing behind: TERM the group, KILL it (and its descendants' groups) after
+        ``grace_s``."""
         if self.proc.poll() is None:
+            self.note_groups()
             self.signal_group(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=grace_s)
@@ -528,3 +545,31 @@ def supervise(config: SuperviseConfig, **kwargs: Any) -> SuperviseResult:
     """Run ``config.command`` until it succeeds or the restarts run out (see the module doc);
     ``kwargs`` go to :class:`Supervisor` (``divergence_onset``, ``echo``, ``on_event``)."""
     return Supervisor(config, **kwargs).run()
+
+
+def _descendant_groups(root: int) -> set[int]:
+    """Process groups of ``root``'s live descendants, from /proc (Linux; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    groups: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(name))
+            groups[int(name)] = int(fields[2])
+        except (OSError, IndexError, ValueError):
+            continue
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for kid in children.get(todo.pop(), []):
+            if kid not in found:
+                found.add(kid)
+                todo.append(kid)
+    return {groups[p] for p in found if p in groups}

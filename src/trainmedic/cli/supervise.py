@@ -34,7 +34,7 @@ def explain_tail(lines: list[str]) -> tuple[str | None, str | None]:
               help="Restarts allowed after the first start.")
 @click.option("--backoff-s", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Wait before the first restart, doubled at each one (at most 60 s).")
-@click.option("--kill-grace-s", type=click.FloatRange(min=0, min_open=True), default=30.0,
+@click.option("--kill-grace-s", type=click.FloatRange(min=0, min_open=True), default=45.0,
               show_default=True,
               help="After passing a stop (SIGTERM, Ctrl-C) on to CMD, seconds before its "
                    "process group gets SIGKILL.")

@@ -186,6 +186,10 @@ class TrainmedicCallback(TrainerCallback):
             control.should_training_stop = True
             if args.save_strategy != "no":  # a str enum (trainer_utils.SaveStrategy)
                 control.should_save = True
+        if getattr(control, "should_evaluate", False):
+            # The Trainer evaluates right after this (DefaultFlowCallback set the flag): the
+            # eval limit covers building the eval loader and the first batch too.
+            self._eval.open(w, "eval")
         return control
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None,
@@ -204,7 +208,11 @@ class TrainmedicCallback(TrainerCallback):
         w.log({"loss": logs["loss"]}, step=int(state.global_step))
 
     def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._eval.open(self.watcher, "eval")  # evaluation's first batch: closed below
+        self._eval.open(self.watcher, "eval")  # an evaluation not announced by on_step_end
+
+    def on_predict(self, args: Any, state: Any, control: Any, metrics: Any = None,
+                   **kwargs: Any) -> None:
+        self._eval.close()  # trainer.predict() ends its prediction steps here, not in on_evaluate
 
     def on_evaluate(self, args: Any, state: Any, control: Any,
                     metrics: Mapping[str, Any] | None = None, **kwargs: Any) -> None:

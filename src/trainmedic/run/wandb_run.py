@@ -52,7 +52,8 @@ _RECORD = struct.Struct("<IHB")  # crc32, length, type
 _BLOCK = 32768
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 _TYPE_CRC = {t: zlib.crc32(bytes([t])) for t in (_FULL, _FIRST, _MIDDLE, _LAST)}
-_RUN_DIR = re.compile(r"(?:offline-)?run-(\d{8}_\d{6})-([A-Za-z0-9]+)")
+# run-<YYYYMMDD_HHMMSS>-<id>; an id set by the user may hold '-' and '_' (wandb.init(id=...)).
+_RUN_DIR = re.compile(r"(?:offline-)?run-(\d{8}_\d{6})-(.+)")
 _INSTALL = "pip install 'trainmedic[wandb]'"
 
 
