@@ -548,28 +548,11 @@ def supervise(config: SuperviseConfig, **kwargs: Any) -> SuperviseResult:
 
 
 def _descendant_groups(root: int) -> set[int]:
-    """Process groups of ``root``'s live descendants, from /proc (Linux; empty elsewhere)."""
-    children: dict[int, list[int]] = {}
-    groups: dict[int, int] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(name))
-            groups[int(name)] = int(fields[2])
-        except (OSError, IndexError, ValueError):
-            continue
-    found: set[int] = set()
-    todo = [root]
-    while todo:
-        for kid in children.get(todo.pop(), []):
-            if kid not in found:
-                found.add(kid)
-                todo.append(kid)
-    return {groups[p] for p in found if p in groups}
+    """Process groups of ``root``'s live descendants (the /proc walk is ``dist watch``'s)."""
+    from trainmedic.dist.supervisor import descendants
+
+    groups = set()
+    for pid in descendants(root):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            groups.add(os.getpgid(pid))
+    return groups

@@ -91,8 +91,6 @@ def diagnose_hang(record: HangRecord) -> HangDiagnosis:
                 + [s.rank + 1 for s in record.signals if s.rank is not None])
     dump_times = [float(d.meta["wall_time_unix"]) for d in record.dumps.values()
                   if d.meta.get("wall_time_unix") is not None]
-    dump_times += [float(s.header["dumped_unix"]) for s in record.signals
-                   if s.header.get("dumped_unix") is not None]
     ref_t = min(dump_times) if dump_times else None
     frs: dict[int, dict[str, Any]] = {}
     ranks = []
@@ -119,11 +117,11 @@ def diagnose_hang(record: HangRecord) -> HangDiagnosis:
 
 
 def _own_signal(r: int, record: HangRecord, pid: int | None) -> SignalDump | None:
-    """Rank ``r``'s own stack file (of process ``pid`` when known), the latest written."""
+    """Rank ``r``'s own stack file (of process ``pid`` when known), the latest started (the
+    hook's header says when the process started; faulthandler stamps no dump time)."""
     mine = [s for s in record.signals if s.rank == r and s.header.get("role") != "forked child"
             and (pid is None or s.header.get("pid") == pid)]
-    return max(mine, key=lambda s: float(s.header.get("dumped_unix")
-                                         or s.header.get("started_unix") or 0.0), default=None)
+    return max(mine, key=lambda s: float(s.header.get("started_unix") or 0.0), default=None)
 
 
 def _resolved(dump: RankDump, beat: dict[str, Any]) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 from trainmedic.dist import stack_hook
 from trainmedic.errors import ConfigError
 
-__all__ = ["WatchRunConfig", "WatchResult", "run_watched", "dump_environment"]
+__all__ = ["WatchRunConfig", "WatchResult", "run_watched", "dump_environment", "descendants"]
 
 _CHAIN = '''
 
@@ -135,7 +135,7 @@ def _heartbeat_steps(hang_dir: pathlib.Path, since_unix: float) -> tuple[dict[st
     return steps, own_limits
 
 
-def _descendants(root: int) -> set[int]:
+def descendants(root: int) -> set[int]:
     """Every live descendant of ``root``, from /proc (Linux). Not the session: torchrun
     starts each rank in a session of its own (elastic's subprocess_handler)."""
     children: dict[int, list[int]] = {}
@@ -161,7 +161,7 @@ def _descendants(root: int) -> set[int]:
 def _hooked_pids(hang_dir: pathlib.Path, root: int) -> list[int]:
     """The job's processes that installed the hook (only those are signalled: the default
     action of the signal is to terminate)."""
-    job = _descendants(root) | {root}
+    job = descendants(root) | {root}
     pids = set()
     for p in hang_dir.glob(f"{stack_hook.SIGNAL_PREFIX}*.pid*.txt"):
         try:
