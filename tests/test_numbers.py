@@ -26,3 +26,12 @@ def test_every_formatter_is_this_one() -> None:
     assert report_fmt is fmt_num
     for x in (None, math.nan, 1.5e-5, 4.145e5, 2.31456):
         assert fmt(x) == fmt_num(x)
+
+
+def test_fmt_size_uses_the_largest_binary_unit_and_no_more_digits_than_needed() -> None:
+    from trainmedic.numbers import fmt_size
+
+    assert fmt_size(64 * 2**20) == "64 MiB"
+    assert fmt_size(1.5 * 2**30) == "1.5 GiB"
+    assert fmt_size(2**10) == "1 KiB"
+    assert fmt_size(512) == "512 B"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["fmt_num"]
+__all__ = ["fmt_num", "fmt_size"]
 
 
 def fmt_num(x: float | int | None) -> str:
@@ -37,3 +37,11 @@ def fmt_num(x: float | int | None) -> str:
     if ax >= 1e3:
         return f"{x:.1f}".removesuffix(".0")
     return f"{x:.4g}"
+
+
+def fmt_size(nbytes: float) -> str:
+    """A size in binary units, as few digits as it needs: ``64 MiB``, ``1.5 GiB``, ``512 B``."""
+    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{int(nbytes)} B"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trainmedic.numbers import fmt_size
+
 if TYPE_CHECKING:
     from trainmedic.bench.data import DataBench
     from trainmedic.bench.matmul import MatmulSweep
@@ -27,12 +29,6 @@ def format_rate(bytes_per_s: float) -> str:
     return f"{bytes_per_s:.0f} B/s"
 
 
-def _size(nbytes: int) -> str:
-    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if nbytes >= scale:
-            return f"{nbytes / scale:g} {unit}"
-    return f"{nbytes} B"
-
 
 def _duration(seconds: float) -> str:
     if seconds >= 3600:
@@ -50,7 +46,7 @@ def matmul_lines(s: MatmulSweep) -> list[str]:
         f"TF32 {'on' if s.tf32 else 'off'}" if s.tf32 is not None else "CUDA")
     out.append(f"matmul {s.dtype} on {s.device} ({where}): {len(s.per_shape)} shapes, "
                f"{s.iterations} timed + {s.warmup} warm-up iterations each, "
-               f"{_size(s.flush_bytes)} cache flush between iterations, "
+               f"{fmt_size(s.flush_bytes)} cache flush between iterations, "
                f"{s.elapsed_s:.1f} s")
     out.append(f"  {'m x n x k':>20}  {'median':>14}  {'best':>14}  {'mean':>14}   (measured)")
     for r in s.per_shape:
@@ -70,7 +66,7 @@ def matmul_lines(s: MatmulSweep) -> list[str]:
 def storage_lines(r: StorageResult) -> list[str]:
     out: list[str] = []
     out.append(r.machine.one_line())
-    out.append(f"storage {r.path}: {_size(r.bytes_written)} file, {r.small_files} small files")
+    out.append(f"storage {r.path}: {fmt_size(r.bytes_written)} file, {r.small_files} small files")
     out.append(f"  sequential write + fsync   {format_rate(r.write_bytes_per_s):>12}   measured "
                f"({r.write_s:.2f} s)")
     warm = format_rate(r.warm_read_bytes_per_s)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from trainmedic.numbers import fmt_size
+
 if TYPE_CHECKING:
     from trainmedic.bench.collectives import CollectivesResult
     from trainmedic.dist.bringup import CheckResult, CollectiveCheck, RankReport
@@ -35,12 +37,6 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.2f} ms"
 
 
-def _size(nbytes: float) -> str:
-    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if nbytes >= scale:
-            return f"{nbytes / scale:g} {unit}"
-    return f"{int(nbytes)} B"
-
 
 def _what(c: CollectiveCheck) -> str:
     if c.error:
@@ -48,10 +44,10 @@ def _what(c: CollectiveCheck) -> str:
     if c.name == "allocation":
         v = c.value
         touched = v["touched_bytes"] if isinstance(v, dict) else v
-        extra = (f", {_size(v['free_bytes'])} of {_size(v['total_bytes'])} free after"
+        extra = (f", {fmt_size(v['free_bytes'])} of {fmt_size(v['total_bytes'])} free after"
                  if isinstance(v, dict) else "")
         state = "ok" if c.ok else f"FAILED: touched {touched} of {c.expected} bytes"
-        return f"{state}: {_size(c.expected)} allocated and touched{extra}"
+        return f"{state}: {fmt_size(c.expected)} allocated and touched{extra}"
     if c.ok:
         return f"ok: {c.value}" if c.name != "barrier" else "ok"
     return f"FAILED: got {c.value}, expected {c.expected}"
@@ -139,7 +135,7 @@ def collectives_lines(result: CollectivesResult) -> list[str]:
            f"  {'op':<15}{'size':>10}{'count':>12}{'time':>12}{'algbw GB/s':>12}"
            f"{'busbw GB/s':>12}{'wrong':>7}  (measured)"]
     for row in result.rows:
-        out.append(f"  {row.op:<15}{_size(row.size_bytes):>10}{row.count:>12}"
+        out.append(f"  {row.op:<15}{fmt_size(row.size_bytes):>10}{row.count:>12}"
                    f"{_us(row.time_s):>12}{row.algbw_gbps:>12.3f}{row.busbw_gbps:>12.3f}"
                    f"{row.wrong:>7}")
     out += _flag_lines(result)
