@@ -79,9 +79,11 @@ def test_llamafactory_trainer_log(tmp_path):
     assert mapping_of(run, "elapsed_time")[0]["how"].startswith("derived:")
 
 
-def _mlflow_run(root: Path, exp: str, run_id: str, metrics: dict[str, list[float]]) -> None:
+def _mlflow_run(root: Path, exp: str, run_id: str, metrics: dict[str, list[float]],
+                start_ms: int = 1700000000000, stage: str = "active") -> None:
     d = root / exp / run_id
-    write(d / "meta.yaml", f"run_id: {run_id}\nrun_name: r{run_id}\n")
+    write(d / "meta.yaml", f"run_id: {run_id}\nrun_name: r{run_id}\nstart_time: {start_ms}\n"
+          f"lifecycle_stage: {stage}\n")
     write(d / "params" / "lr0", "0.01")
     write(d / "tags" / "mlflow.user", "me")
     for key, vals in metrics.items():
@@ -100,12 +102,16 @@ def test_mlflow_file_store(tmp_path):
     assert list(run.get("loss").steps) == [0, 1, 2]
 
 
-def test_mlflow_store_with_two_runs_reads_both(tmp_path):
+def test_mlflow_store_with_two_runs_reads_the_newest_never_both(tmp_path):
     root = tmp_path / "mlruns"
-    _mlflow_run(root, "1", "a", {"loss": [3, 2]})
-    _mlflow_run(root, "1", "b", {"loss": [5, 4]})
+    _mlflow_run(root, "1", "b", {"loss": [5, 4]}, start_ms=1700000000000)
+    _mlflow_run(root, "1", "a", {"loss": [3, 2]}, start_ms=1700000999000)
+    _mlflow_run(root, "1", "c", {"loss": [9, 9]}, start_ms=1700009999000, stage="deleted")
     run = load_run(str(root))
-    assert len(run.meta["sources"]) == 2 and len(run.get("loss")) == 4
+    assert run.get("loss").values.tolist() == [3, 2] and run.meta["mlflow_run_id"] == "a"
+    (note,) = [n for n in run.notes if n.kind == "other_runs"]
+    assert "1 deleted MLflow run(s) not read" in note.detail and "1/b" in note.detail
+    assert run.meta["config"] == {"lr0": "0.01"} and run.meta["tags"] == {}
 
 
 FAIRSEQ = (DATA / "fairseq_train_inner.log").read_text()

@@ -1,10 +1,11 @@
 """MLflow runs read through mlflow's client by tracking URI (``mlflow:<uri>#<run id>``).
 
-mlflow is not installable offline here: these tests run the reader against a small stand-in
-for ``mlflow.tracking.MlflowClient`` (the calls and fields the reader uses, as mlflow 2.x
-documents them: ``get_run(run_id).data.params/.tags/.metrics``, ``.info.run_name``,
-``get_metric_history(run_id, key)`` -> ``Metric(key, value, timestamp, step)``). The last test
-writes a store with the real mlflow and is skipped without it.
+The first tests run the reader against a small stand-in for ``mlflow.tracking.MlflowClient``
+(the calls and fields the reader uses: ``get_run(run_id).data.params/.tags/.metrics``,
+``.info.run_name``, ``get_metric_history(run_id, key)`` -> ``Metric(key, value, timestamp,
+step)``), so the error paths are tested without a server. The rest write runs with the real
+mlflow (the dev extra's mlflow-skinny) to a file store and to a SQLite database, and read them
+back; they are skipped where mlflow is not installed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from trainmedic.errors import InputError, MissingExtraError, UnreadableInputError
@@ -120,20 +122,103 @@ def test_without_mlflow_a_uri_is_a_missing_extra(monkeypatch: pytest.MonkeyPatch
         load_run("mlflow:http://localhost:5000#a1b2")
 
 
-def test_a_file_store_written_by_real_mlflow_reads_back_equal(tmp_path: Path) -> None:
-    mlflow = pytest.importorskip("mlflow")
-    uri = (tmp_path / "mlruns").as_uri()
+# The real mlflow (mlflow-skinny is in the dev extra): what it writes reads back equal.
+
+_STEPS = list(range(0, 60, 5))
+
+
+def _log_real_run(mlflow: Any, uri: str, name: str, lr: float) -> str:
+    """One run logged through mlflow's fluent API at ``uri``: params, a tag, two metrics at
+    their own steps, a NaN and a value logged twice at one step; returns the run id."""
     mlflow.set_tracking_uri(uri)
-    with mlflow.start_run(run_name="real") as active:
-        mlflow.log_params({"lr": 3e-4, "batch_size": 32})
-        for s in range(0, 50, 5):
-            mlflow.log_metric("train/loss", 2.0 - s / 100, step=s)
+    mlflow.set_experiment("trainmedic-test")
+    with mlflow.start_run(run_name=name) as active:
+        mlflow.log_params({"lr": lr, "batch_size": 32, "optimizer": "adamw"})
+        mlflow.set_tag("team", "nlp")
+        for s in _STEPS:
+            mlflow.log_metric("train/loss", 2.0 - s / 100 + lr, step=s)
             if s % 10 == 0:
-                mlflow.log_metric("val/loss", 2.1 - s / 100, step=s)
-    run_id = active.info.run_id
-    for run in (load_run(str(tmp_path / "mlruns")), load_run(f"mlflow:{uri}#{run_id}")):
-        assert run.get("loss").steps.tolist() == list(range(0, 50, 5))
-        assert run.get("loss").values.tolist() == [2.0 - s / 100 for s in range(0, 50, 5)]
-        assert run.get("val_loss").steps.tolist() == list(range(0, 50, 10))
-    assert load_run(f"mlflow:{uri}#{run_id}").meta["config"] == {"lr": "0.0003",
-                                                                   "batch_size": "32"}
+                mlflow.log_metric("val/loss", 2.1 - s / 100 + lr, step=s)
+        mlflow.log_metric("train/loss", float("nan"), step=60)
+        mlflow.log_metric("learning_rate", lr, step=0)
+    return str(active.info.run_id)
+
+
+def _expect_logged(run: Any, lr: float, run_id: str, name: str) -> None:
+    loss = run.get("loss")
+    assert loss.steps.tolist() == _STEPS + [60]
+    assert loss.values[:-1].tolist() == [2.0 - s / 100 + lr for s in _STEPS]  # bitwise
+    assert np.isnan(loss.values[-1])
+    val = run.get("val_loss")
+    assert val.steps.tolist() == _STEPS[::2]
+    assert val.values.tolist() == [2.1 - s / 100 + lr for s in _STEPS[::2]]
+    assert run.get("lr").values.tolist() == [lr]
+    assert run.meta["config"] == {"lr": str(lr), "batch_size": "32", "optimizer": "adamw"}
+    assert run.meta["tags"] == {"team": "nlp"}
+    assert run.meta["mlflow_run_id"] == run_id and run.meta["run_name"] == name
+
+
+@pytest.fixture
+def real_mlflow(monkeypatch: pytest.MonkeyPatch) -> Any:
+    mlflow = pytest.importorskip("mlflow")
+    # mlflow 3 keeps file stores "in maintenance mode" and refuses them without this switch
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    yield mlflow
+    mlflow.set_tracking_uri(None)
+
+
+def test_a_file_store_written_by_real_mlflow_reads_back_equal(real_mlflow: Any,
+                                                               tmp_path: Path) -> None:
+    uri = (tmp_path / "mlruns").as_uri()
+    run_id = _log_real_run(real_mlflow, uri, "real", 3e-4)
+    by_folder = load_run(str(tmp_path / "mlruns"))
+    by_uri = load_run(f"mlflow:{uri}#{run_id}")  # a file: URI is read by hand too
+    client = real_mlflow.tracking.MlflowClient(uri)  # and mlflow's own client agrees
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "val/loss")] == \
+        list(zip(by_folder.get("val_loss").steps.tolist(),
+                 by_folder.get("val_loss").values.tolist(), strict=True))
+    for run in (by_folder, by_uri):
+        _expect_logged(run, 3e-4, run_id, "real")
+
+
+def test_a_database_store_is_read_through_mlflows_client(real_mlflow: Any,
+                                                          tmp_path: Path) -> None:
+    pytest.importorskip("sqlalchemy")
+    pytest.importorskip("alembic")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = _log_real_run(real_mlflow, uri, "db", 1e-3)
+    _expect_logged(load_run(f"mlflow:{uri}#{run_id}"), 1e-3, run_id, "db")
+
+
+def test_a_store_with_two_real_runs_reads_the_newest_and_compare_tells_them_apart(
+        real_mlflow: Any, tmp_path: Path) -> None:
+    from trainmedic.compare import compare_paths
+
+    uri = (tmp_path / "mlruns").as_uri()
+    first = _log_real_run(real_mlflow, uri, "a", 3e-4)
+    second = _log_real_run(real_mlflow, uri, "b", 3e-3)
+    run = load_run(str(tmp_path / "mlruns"))
+    assert run.meta["mlflow_run_id"] == second  # never the two merged
+    assert any(n.kind == "other_runs" and first in n.detail for n in run.notes)
+    paths = [str(next((tmp_path / "mlruns").glob(f"*/{rid}"))) for rid in (first, second)]
+    result = compare_paths(paths)
+    assert result.labels == ("a", "b")  # the runs' names, not their 32-digit ids
+    rows = {r.key: r for r in result.config.rows}
+    assert set(rows) == {"config.lr"}  # the params once, not again as mlflow.lr
+    assert rows["config.lr"].values == (str(3e-4), str(3e-3))
+
+
+def test_a_deleted_run_is_not_read(real_mlflow: Any, tmp_path: Path) -> None:
+    uri = (tmp_path / "mlruns").as_uri()
+    kept = _log_real_run(real_mlflow, uri, "kept", 3e-4)
+    gone = _log_real_run(real_mlflow, uri, "gone", 3e-3)
+    real_mlflow.tracking.MlflowClient(uri).delete_run(gone)
+    run = load_run(str(tmp_path / "mlruns"))
+    assert run.meta["mlflow_run_id"] == kept
+    assert any("1 deleted MLflow run" in n.detail for n in run.notes)
+
+
+def test_a_file_uri_naming_no_run_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "mlruns" / "0").mkdir(parents=True)
+    with pytest.raises(UnreadableInputError, match=r"holds no run abc"):
+        load_run(f"mlflow:{(tmp_path / 'mlruns').as_uri()}#abc")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -104,6 +105,21 @@ def test_a_wandb_folder_with_two_runs_reads_the_newest_and_names_the_other(
     assert len(run.get("loss")) == N_STEPS  # not the two runs merged
     other = [n for n in run.notes if n.kind == "other_runs"]
     assert other and _run_dirs(wandb_root)[0].name in other[0].detail
+
+
+def test_a_runs_config_is_compared_once_not_again_from_its_config_yaml(
+        wandb_root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("yaml")
+    from trainmedic.compare.config_diff import run_config
+
+    # an online run also keeps files/config.yaml ({key: {value: ...}}); offline runs do not
+    d = tmp_path / _run_dirs(wandb_root)[0].name
+    shutil.copytree(_run_dirs(wandb_root)[0], d)
+    (d / "files").mkdir(exist_ok=True)
+    (d / "files" / "config.yaml").write_text("lr:\n  value: 0.0003\n")
+    keys = run_config(load_run(str(d)), str(d))
+    assert keys["config.lr"] == (3e-4, "meta") and keys["config.optimizer.eps"][0] == 1e-8
+    assert not [k for k in keys if k.startswith("wandb.")]
 
 
 def test_the_transaction_log_file_alone_is_read(wandb_root: Path) -> None:

@@ -132,8 +132,14 @@ class Comparison:
     notes: tuple[str, ...] = field(default=())
 
 
-def run_labels(paths: Sequence[str]) -> tuple[str, ...]:
-    """Short names for the runs: the last path part, or the whole path where those clash."""
+def run_labels(paths: Sequence[str], runs: Sequence[Run] = ()) -> tuple[str, ...]:
+    """Short names for the runs: the tracker's run names where every run has a distinct one
+    (an MLflow run folder is named by a 32-digit id, a W&B one by date and id), else the last
+    path part, or the whole path where those clash."""
+    tracked = [str(r.meta.get("run_name") or "") if r.meta.get("tracker") else ""
+               for r in runs]
+    if runs and all(tracked) and len(set(tracked)) == len(tracked):
+        return tuple(tracked)
     names = [Path(p).name or str(p) for p in paths]
     if len(set(names)) < len(names):
         names = [str(p) for p in paths]
@@ -184,7 +190,7 @@ def compare_runs(runs: Sequence[Run], *, labels: Sequence[str] | None = None,
         raise ConfigError(f"runs: got {len(runs)}; expected at least 2 runs to compare "
                           "(trainmedic compare A B)")
     sources = tuple(r.source for r in runs)
-    labels = tuple(labels) if labels is not None else run_labels(sources)
+    labels = tuple(labels) if labels is not None else run_labels(sources, runs)
     if len(labels) != len(runs) or len(set(labels)) != len(labels):
         raise ConfigError(f"labels: got {list(labels)}; expected one distinct label per run")
     paths = list(paths) if paths is not None else [None] * len(runs)
@@ -233,4 +239,4 @@ def compare_paths(paths: Sequence[str], *, config: CompareConfig | None = None,
         raise ConfigError(f"paths: got {len(paths)}; expected at least 2 runs to compare "
                           "(trainmedic compare A B)")
     runs = [load_run(p, mapping=mapping) for p in paths]
-    return compare_runs(runs, labels=run_labels(paths), paths=list(paths), config=config)
+    return compare_runs(runs, labels=run_labels(paths, runs), paths=list(paths), config=config)

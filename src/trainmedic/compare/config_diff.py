@@ -108,7 +108,11 @@ def _files(root: Path) -> list[Path]:
     return out[:_MAX_FILES]
 
 
-def _from_files(root: Path, notes: list[str]) -> dict[str, tuple[Any, str]]:
+def _from_files(root: Path, notes: list[str], tracker: str | None = None
+                ) -> dict[str, tuple[Any, str]]:
+    """Config keys from the files under ``root``; a tracker's own config files are skipped
+    when its reader already put that config in the run's meta (``tracker``), so one key is
+    not shown twice under two names."""
     found: dict[str, tuple[Any, str]] = {}
 
     def put(values: Mapping[str, Any], prefix: str, source: str) -> None:
@@ -120,12 +124,13 @@ def _from_files(root: Path, notes: list[str]) -> dict[str, tuple[Any, str]]:
             doc = _yaml(p, notes)
             if isinstance(doc, Mapping):
                 put(doc, "hparams.", "hparams.yaml")
-        elif p.name == "config.yaml" and p.parent.name == "files":
+        elif p.name == "config.yaml" and p.parent.name == "files" and tracker != "wandb":
             doc = _yaml(p, notes)
             if isinstance(doc, Mapping):  # W&B: {key: {"desc": ..., "value": ...}}
                 put({k: v.get("value") if isinstance(v, Mapping) else v
                      for k, v in doc.items()}, "wandb.", "wandb config")
-        elif p.parent.name == "params" and (p.parent.parent / "meta.yaml").is_file():
+        elif (p.parent.name == "params" and (p.parent.parent / "meta.yaml").is_file()
+              and tracker != "mlflow"):
             found.setdefault(f"mlflow.{p.name}", (p.read_text(errors="replace").strip(),
                                                  "mlflow params"))
         elif p.name == "config.json" and (
@@ -148,7 +153,8 @@ def run_config(run: Run, path: str | None = None, notes: list[str] | None = None
     if path:
         root = Path(path)
         if root.exists():
-            for k, vs in _from_files(root, notes).items():
+            tracker = run.meta.get("tracker") if "config" in run.meta else None
+            for k, vs in _from_files(root, notes, tracker).items():
                 out.setdefault(k, vs)
     return out
 

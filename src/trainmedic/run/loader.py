@@ -294,8 +294,13 @@ def _scan_folder(root: Path, notes: list[ImportNote]) -> list[_Found]:
     from trainmedic.run.wandb_run import find_wandb_runs
 
     mlruns = find_mlflow_runs(root, MAX_DEPTH)
-    for d in mlruns:
-        found.append(_Found(d, "mlflow", rank_of(d, root)))
+    if mlruns:
+        from trainmedic.run.mlflow_store import choose_mlflow_run
+
+        picks, why = choose_mlflow_run(root, mlruns)
+        if why:
+            notes.append(ImportNote("other_runs", why, path=str(root)))
+        found += [_Found(d, "mlflow", rank_of(d, root)) for d in picks]
     wandb_runs = find_wandb_runs(root, MAX_DEPTH)
     misnamed: list[Path] = []
     epoch_dirs: dict[Path, int] = {}  # AllenNLP's metrics_epoch_<N>.json, one file per epoch

@@ -6,12 +6,16 @@ mlflow reaches: a server (``mlflow:http://host:5000#<run id>``), a database
 id>``), or the default from ``MLFLOW_TRACKING_URI`` (``mlflow:#<run id>``). It is read with
 ``mlflow.tracking.MlflowClient``: ``get_run`` for the params, tags and metric keys, and
 ``get_metric_history`` for every value of each metric at its step. A file store on disk
-(``mlruns/``) needs no mlflow: ``mlflow_store`` reads it by hand, as before.
+(``mlruns/``, or a ``file:`` URI) needs no mlflow: ``mlflow_store`` reads it by hand. mlflow
+3 refuses to open file stores unless ``MLFLOW_ALLOW_FILE_STORE=true`` is set (it keeps them
+"in maintenance mode"); reading them by hand needs no such switch.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 
@@ -62,6 +66,18 @@ def read_mlflow_uri(source: str) -> LogTable:
     steps, in the order mlflow returns them; ``meta["config"]`` the params (strings, as mlflow
     keeps them), ``meta["tags"]`` the tags without mlflow's own ``mlflow.*`` ones."""
     uri, run_id = parse_mlflow_uri(source)
+    store = _file_store(uri)
+    if store is not None:
+        from trainmedic.run.mlflow_store import find_run_by_id, read_mlflow_run
+
+        run_dir = find_run_by_id(store, run_id)
+        if run_dir is None:
+            raise UnreadableInputError(source, f"the file store {store} holds no run {run_id}; "
+                                       f"expected a folder <experiment id>/{run_id} with a "
+                                       f"meta.yaml; check the run id")
+        table = read_mlflow_run(run_dir)
+        table.path = source
+        return table
     client = _client(uri)
     try:
         run = client.get_run(run_id)
@@ -90,6 +106,19 @@ def read_mlflow_uri(source: str) -> LogTable:
         raise UnreadableInputError(source, f"run {run_id} holds no metric values; expected "
                                    f"metrics logged with mlflow.log_metric")
     return table
+
+
+def _file_store(uri: str | None) -> Path | None:
+    """The folder of a file-store URI (``file:///abs/mlruns``, or a plain path to a folder
+    that exists); None for servers and databases."""
+    if not uri:
+        return None
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if not parsed.scheme and Path(uri).is_dir():
+        return Path(uri)
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

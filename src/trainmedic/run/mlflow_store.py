@@ -2,8 +2,15 @@
 
 Each metric is a file under ``metrics/`` whose path is the metric key (``metrics/train/box_loss``
 holds the key ``train/box_loss``), one line per logged value: ``<timestamp ms> <value> <step>``
-(mlflow/store/tracking/file_store.py). ``params/`` and ``tags/`` hold no series and are not
-read. The key path is the raw name, so the alias table and the vocabulary resolve it.
+(mlflow/store/tracking/file_store.py). The key path is the raw name, so the alias table and the
+vocabulary resolve it. ``params/<key>`` and ``tags/<key>`` hold one value each (the file's
+text): they become ``meta["config"]`` and ``meta["tags"]`` (without mlflow's own ``mlflow.*``
+tags), as the client reader (``mlflow_client.py``) gives them, so a run reads the same either way.
+
+A store holds one folder per run, ``<experiment id>/<run id>/``. Runs are never merged: a
+resumed MLflow run logs on in its own folder (``mlflow.start_run(run_id=...)``), so two folders
+are two experiments. ``choose_mlflow_run`` reads the newest and names the rest; runs deleted
+in the UI (``lifecycle_stage: deleted`` in ``meta.yaml``) are left out.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
 from trainmedic.run.series import Series
 from trainmedic.run.table import LogTable, NoteCounter, cell_float
 
-__all__ = ["is_mlflow_run", "find_mlflow_runs", "read_mlflow_run"]
+__all__ = ["is_mlflow_run", "find_mlflow_runs", "choose_mlflow_run", "find_run_by_id",
+           "read_mlflow_run"]
 
 _MAX_METRICS = 2000
 
@@ -84,9 +92,16 @@ def read_mlflow_run(run_dir: Path) -> LogTable:
             table.columns[key] = Series(np.asarray(steps, dtype=np.int64),
                                         np.asarray(vals, dtype=np.float64))
     bad.flush(table)
-    name = _run_name(run_dir)
+    meta = _meta(run_dir)
+    table.meta["tracker"] = "mlflow"
+    table.meta["mlflow_run_id"] = meta.get("run_id") or run_dir.name
+    params = _values(run_dir / "params")
+    tags = _values(run_dir / "tags")
+    table.meta["config"] = params
+    name = meta.get("run_name") or tags.get("mlflow.runName")
     if name:
-        table.meta["mlflow_run_name"] = name
+        table.meta["run_name"] = name
+    table.meta["tags"] = {k: v for k, v in tags.items() if not k.startswith("mlflow.")}
     if not table.columns:
         raise UnrecognizedInputError(str(run_dir), "is an MLflow run with no metric values; "
                                      "expected metrics/<key> files of '<timestamp> <value> "
@@ -94,12 +109,79 @@ def read_mlflow_run(run_dir: Path) -> LogTable:
     return table
 
 
-def _run_name(run_dir: Path) -> str | None:
+def _meta(run_dir: Path) -> dict[str, str]:
+    """The flat ``key: value`` lines of a run's ``meta.yaml`` (mlflow writes it with PyYAML;
+    the keys read here are scalars on one line, so no YAML library is needed)."""
     try:
         text = (run_dir / "meta.yaml").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return None
+        return {}
+    out: dict[str, str] = {}
     for line in text.splitlines():
-        if line.startswith("run_name:"):
-            return line.split(":", 1)[1].strip().strip("'\"") or None
-    return None
+        key, sep, value = line.partition(":")
+        if sep and key and not key[0].isspace():
+            out[key.strip()] = value.strip().strip("'\"")
+    return out
+
+
+def _values(folder: Path) -> dict[str, str]:
+    """``{key: text}`` of a ``params/`` or ``tags/`` folder (a key with '/' is a sub-path)."""
+    out: dict[str, str] = {}
+    if not folder.is_dir():
+        return out
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for f in sorted(filenames):
+            path = Path(dirpath) / f
+            try:
+                out[path.relative_to(folder).as_posix()] = path.read_text(
+                    encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if len(out) >= _MAX_METRICS:
+                return out
+    return out
+
+
+def _started_ms(run_dir: Path) -> float:
+    try:
+        return float(_meta(run_dir).get("start_time") or "nan")
+    except ValueError:
+        return float("nan")
+
+
+def _order(run_dir: Path) -> tuple[float, float]:
+    started = _started_ms(run_dir)
+    try:
+        mtime = (run_dir / "meta.yaml").stat().st_mtime * 1000.0
+    except OSError:
+        mtime = 0.0
+    return (started if started == started else mtime, mtime)
+
+
+def choose_mlflow_run(root: Path, runs: list[Path]) -> tuple[list[Path], str | None]:
+    """The run of ``runs`` (found under ``root``) to read, and a note: the one started last
+    (``start_time`` in ``meta.yaml``), never several (two MLflow runs are two experiments);
+    runs marked deleted are left out unless nothing else is there."""
+    live = [r for r in runs if _meta(r).get("lifecycle_stage") != "deleted"] or runs
+    pick = max(live, key=_order)
+    notes: list[str] = []
+    rel = [str(r.relative_to(root)) if r != root else "." for r in live if r != pick]
+    if len(live) < len(runs):
+        notes.append(f"{len(runs) - len(live)} deleted MLflow run(s) not read")
+    if rel:
+        more = f" and {len(rel) - 5} more" if len(rel) > 5 else ""
+        notes.append(f"{len(live)} MLflow runs here; read the newest, "
+                     f"{pick.relative_to(root) if pick != root else '.'}; the others are "
+                     f"separate runs (pass one to read it, or compare them): "
+                     f"{', '.join(rel[:5])}{more}")
+    return [pick], "; ".join(notes) or None
+
+
+def find_run_by_id(store: Path, run_id: str) -> Path | None:
+    """The folder of run ``run_id`` in the file store at ``store`` (``<experiment>/<run id>``)."""
+    for exp in sorted(store.iterdir()) if store.is_dir() else []:
+        d = exp / run_id
+        if exp.is_dir() and is_mlflow_run(d):
+            return d
+    return d if is_mlflow_run(d := store / run_id) else None
