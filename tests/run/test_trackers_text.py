@@ -25,11 +25,11 @@ def test_fairseq_simple_progress_lines() -> None:
     run = load_run(str(DATA / "fairseq_train.log"))
     loss = run.get("loss")
     inner = [u for ep in (1, 2) for u in ((ep - 1) * 300 + k for k in (100, 200, 300))]
-    # the inner lines' num_updates and losses (the epoch summary line repeats the epoch's last
-    # step with the epoch's mean: see the report's doubts)
-    got = {int(s): v for s, v in zip(loss.steps, loss.values, strict=True) if s % 300}
-    assert got == pytest.approx({u: 10 - 0.004 * u for u in inner if u % 300})
-    assert sorted(set(loss.steps.tolist())) == inner
+    # the inner lines' num_updates and losses; the epoch summary line after each epoch's last
+    # inner line repeats its step with the epoch's mean (8.85, 7.65), which is not read there
+    assert loss.steps.tolist() == inner
+    assert loss.values.tolist() == pytest.approx([10 - 0.004 * u for u in inner])
+    assert any(n.kind == "epoch_summary" and n.detail.startswith("2 ") for n in run.notes)
     val = run.get("val_loss")
     assert val.steps.tolist() == [300, 600]
     assert val.values.tolist() == pytest.approx([10 - 0.004 * u + 0.3 for u in (300, 600)])
@@ -43,6 +43,10 @@ def test_opennmt_steps_and_xent() -> None:
     assert run.get("loss").values.tolist() == pytest.approx([6.0 - s / 200 for s in steps],
                                                             abs=5e-3)
     assert run.get("lr").values[-1] == pytest.approx(1e-4)
+    # "Validation perplexity: 181.272" after step 200: val_loss = ln(ppl) at that step
+    val = run.get("val_loss")
+    assert val.steps.tolist() == [200, 400]
+    assert val.values.tolist() == pytest.approx([6.2 - s / 200 for s in (200, 400)], abs=1e-3)
 
 
 def test_megatron_iterations_and_lm_loss() -> None:
@@ -52,6 +56,22 @@ def test_megatron_iterations_and_lm_loss() -> None:
     assert run.get("loss").values.tolist() == pytest.approx([8 - it / 50 for it in its])
     assert run.get("step_time_s").values[0] == pytest.approx(1.2355)
     assert run.get("loss_scale").values[0] == 65536.0
+    # " validation loss at iteration 100 | lm loss value: 6.2E+00 | lm loss PPL: ..."
+    assert run.get("val_loss").steps.tolist() == [100]
+    assert run.get("val_loss").values.tolist() == [6.2]
+
+
+def test_megatron_end_of_training_lines_keep_val_and_test_apart(tmp_path: Path) -> None:
+    text = (DATA / "megatron_train.log").read_text()
+    sep = "-" * 100 + "\n"
+    text += (sep + " validation loss at the end of training for val data | lm loss value: "
+             "5.950000E+00 | lm loss PPL: 3.836495E+02 | \n" + sep + sep +
+             " validation loss at the end of training for test data | lm loss value: "
+             "5.990000E+00 | lm loss PPL: 3.993072E+02 | \n" + sep)
+    (tmp_path / "train.log").write_text(text)
+    run = load_run(str(tmp_path / "train.log"))
+    assert run.get("val_loss").values.tolist() == [6.2, 5.95]  # the test split's is not val
+    assert run.get("test_lm_loss_value").values.tolist() == [5.99]
 
 
 def test_nemo2_global_step_and_reduced_train_loss() -> None:

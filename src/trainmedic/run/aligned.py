@@ -37,12 +37,15 @@ import math
 import re
 from typing import Any
 
+import numpy as np
+
 from trainmedic.run.counters import TQDM_BAR
-from trainmedic.run.table import MISSING_TOKENS, cell_float
+from trainmedic.run.series import Series
+from trainmedic.run.table import MISSING_TOKENS, LogTable, cell_float
 from trainmedic.run.vocabulary import unit_factor
 
 __all__ = ["aligned_rows", "key_value_blocks", "yolo_results_rows", "record_rows",
-           "is_single_column", "bare_numbers", "MIN_ROWS"]
+           "is_single_column", "single_column_table", "bare_numbers", "MIN_ROWS"]
 
 MIN_ROWS = 3
 """Rows of values a header must stand over for the text to be read as a table."""
@@ -384,3 +387,16 @@ def bare_numbers(text: str) -> bool:
     if len(lines) > 2 and not text.endswith("\n"):
         lines = lines[:-1]  # a last line cut at the sniffed bytes
     return len(lines) >= 3 and all(cell_float(ln) is not None for ln in lines)
+
+
+def single_column_table(table: LogTable, text: str) -> LogTable:
+    """``table`` filled from a one-column text (``is_single_column``): steps are row numbers."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    name = lines[0]
+    vals = [cell_float(v) for v in lines[1:]]
+    vals_f = np.asarray([np.nan if v is None else v for v in vals], dtype=np.float64)
+    table.format = "csv"
+    table.columns[name] = Series(np.arange(1, len(vals_f) + 1, dtype=np.int64), vals_f)
+    table.note("step_from_row_index", f"one column ('{name}') and no step column; steps are "
+               "row numbers counted from 1")
+    return table

@@ -8,7 +8,7 @@ import re
 
 __all__ = ["TERMINAL", "STAMP", "VALID_LINE", "LEAD", "KERAS_COUNT", "RUN_SUMMARY", "EVAL_BAR",
            "ABSL_PREFIX", "LOGURU_PREFIX", "SIDE_FIELD", "TEST_LINE",
-           "SET_LINE", "line_side"]
+           "SET_LINE", "VALID_METRIC", "line_side"]
 
 #: What a terminal draws but a log does not mean: ANSI escape sequences (colours, cursor
 #: moves) and backspaces (Keras' verbose=1 progress bar redrawing itself).
@@ -47,6 +47,13 @@ SIDE_FIELD = re.compile(r"(?:^|[|\]]|\s-)\s*(valid|validation|val|eval|evaluatio
                         r"(?:\||\s-\s|$)", re.I)
 TEST_LINE = re.compile(r"\s*test(?:ing)?\s+(?:epoch|step|iter(?:ation)?)\b", re.I)
 SET_LINE = re.compile(r"^\W*(test|valid|validation|val|eval|dev)\s+set\s*:", re.I)
+#: A message that opens with an evaluation's metric: OpenNMT-py's "Validation perplexity:
+#: 181.27" (onmt/utils/report_manager.py), Megatron-LM's " validation loss at iteration 100 |
+#: lm loss value: 6.2E+00 | lm loss PPL: ..." (evaluate_and_print_results), where the test
+#: split says "... for test data" or "... on test set".
+VALID_METRIC = re.compile(r"\s*(?:validation|valid|eval(?:uation)?)\s+(?:loss|perplexity|ppl|"
+                          r"accuracy|acc|xent|nll)\b(?P<test>.*?\b(?:for test data|on test "
+                          r"set)\b)?", re.I)
 
 
 def line_side(text: str, eval_next: bool = False) -> tuple[str | None, str]:
@@ -60,6 +67,9 @@ def line_side(text: str, eval_next: bool = False) -> tuple[str | None, str]:
     if sm := SET_LINE.match(text):
         # the PyTorch MNIST example's "Test set: Average loss: 0.0331, Accuracy: ..."
         return ("test" if sm.group(1).lower() == "test" else "valid"), " | " + text[sm.end():]
+    if side is None and (vm := VALID_METRIC.match(message)):
+        # the lead ("[... INFO]") would join the first key ("info_validation_perplexity")
+        return ("test" if vm.group("test") else "valid"), " | " + message
     if side is None and TEST_LINE.match(message):
         return "test", text  # "Test Epoch: 3 Loss: 0.61" beside "Epoch: 3, Train Loss: 0.52"
     if side is None and (fm := SIDE_FIELD.search(text)):

@@ -168,7 +168,7 @@ _PPL_TRAIN = ("ppl", "perplexity", "train_ppl", "train_perplexity", "train/ppl",
               "train/perplexity", "ppl/train", "perplexity/train")
 _PPL_VAL = ("val_ppl", "valid_ppl", "val_perplexity", "valid_perplexity", "eval_ppl",
             "eval_perplexity", "val/ppl", "val/perplexity", "eval/ppl", "eval/perplexity",
-            "ppl/val", "ppl/valid", "perplexity/val")
+            "ppl/val", "ppl/valid", "perplexity/val", "validation_perplexity", "validation_ppl")
 
 
 def _loss_from_perplexity(table: LogTable, res: names_mod.NameResolution, run: Run,

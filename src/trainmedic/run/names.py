@@ -190,6 +190,9 @@ ALIASES: tuple[Alias, ...] = tuple(
         "megatron",
         ("loss", "lm loss"),
         ("val_loss", "lm loss validation"),
+        # its console's evaluation line, "validation loss at iteration N | lm loss value: X"
+        # (textlog puts the line's keys on the valid side)
+        ("val_loss", "valid_lm_loss_value"),
         ("lr", "learning-rate"),
         ("grad_norm", "grad-norm"),
         ("loss_scale", "loss-scale"),

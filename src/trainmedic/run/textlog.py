@@ -37,7 +37,13 @@ import numpy as np
 
 from trainmedic.errors import UnrecognizedInputError
 from trainmedic.run import line_marks as marks
-from trainmedic.run.aligned import aligned_rows, bare_numbers, is_single_column, record_rows
+from trainmedic.run.aligned import (
+    aligned_rows,
+    bare_numbers,
+    is_single_column,
+    record_rows,
+    single_column_table,
+)
 from trainmedic.run.counters import (
     DARKNET,
     END_OF_EPOCH,
@@ -65,7 +71,6 @@ from trainmedic.run.linepairs import (
 )
 from trainmedic.run.rank_prefix import rank_lines
 from trainmedic.run.scaler_messages import scale_message, scale_rows_alone, with_scale_rows
-from trainmedic.run.series import Series
 from trainmedic.run.table import LogTable, cell_float
 
 __all__ = ["read_text_log", "read_text_logs", "recognized_share", "MIN_SHARE"]
@@ -333,6 +338,10 @@ class _Reader:
             for k, v in self.pending.items():
                 row.setdefault(k, v)
             self.pending = {}
+            if self.progress and side is None and "epoch" in row and "_global" not in row:
+                # fairseq's "| epoch 001 | loss 8.85 | ... | num_updates 300" after its
+                # "| epoch 001:  300 / 300 loss=8.80" lines: the epoch's mean at its last step
+                row["_epoch_summary"] = True
             self.rows.append((no, row))
             self.recognized += 1
             self.block, self.block_no, self.block_open = (no, row), no, True
@@ -469,11 +478,11 @@ def read_text_log(path: Path, text: str | None = None) -> LogTable:
         text = read_text(path, "training log")
     table = LogTable(path=str(path), format="text")
     if is_single_column(text):
-        return _single_column(table, text)
+        return single_column_table(table, text)
     if bare_numbers(text):
         table.note("metric_from_file_name", f"one number per line and no name: the series "
                    f"takes its name from the file: '{path.stem}'")
-        return _single_column(table, f"{path.stem}\n{text}")
+        return single_column_table(table, f"{path.stem}\n{text}")
     from trainmedic.run.jsonlog import rows_to_table
 
     if (records := record_rows(text)) is not None:  # Stable-Baselines3's table, YOLO's .txt
@@ -511,8 +520,11 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
     carried = 0
     last_step: Any = None
     stepped = {k for _, r in reader.rows if step in r for k in r}
+    at_step: dict[Any, set[str]] = {}  # the keys each step's progress lines hold
+    summaries = 0
     for no, r in reader.rows:
         r = dict(r)
+        summary = bool(r.pop("_epoch_summary", False))
         r.pop("_bar_step" if step != "_bar_step" else "", None)
         r.pop("bracket_pos" if step != "bracket_pos" else "", None)
         if step is not None:
@@ -541,6 +553,15 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
             name = "epoch" if step in EPOCH_KEYS else "step"
             r.pop(name, None)
             r[name] = int(v) if isinstance(v, (int, float)) and math.isfinite(v) else v
+            if summary and r[name] in at_step:
+                # the epoch's means at a step a progress line holds would read as a jump there
+                held = at_step[r[name]] - set(EPOCH_KEYS) - {name}
+                summaries += any(k in held for k in r)
+                r = {k: x for k, x in r.items() if k not in held}
+                if not set(r) - set(EPOCH_KEYS) - {name}:
+                    continue
+            elif not summary:
+                at_step.setdefault(r[name], set()).update(r)
         else:
             r.pop("_global", None)
         rows.append((no, r))
@@ -555,6 +576,9 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
            and not float(r["epoch"]).is_integer() for _, r in reader.rows[:50]):
         # the HF Trainer's printed log dicts: its NaN filter applies (nan_masked_in_logs)
         table.meta.setdefault("framework", "huggingface")
+    if summaries:
+        table.note("epoch_summary", f"{summaries} end-of-epoch summary lines repeat the step of "
+                   "the epoch's last progress line with the epoch's means: not read there")
     if carried:
         table.note("step_carried", f"{carried} metric lines without a step were given the "
                    "step of the line before them")
@@ -572,16 +596,4 @@ def _table_from(path: Path, reader: _Reader, table: LogTable) -> LogTable:
     if not table.columns:
         raise UnrecognizedInputError(str(path), "is text with step lines but no numeric "
                                      "metrics; expected lines such as 'step 100: loss 2.31'")
-    return table
-
-
-def _single_column(table: LogTable, text: str) -> LogTable:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    name = lines[0]
-    vals = [cell_float(v) for v in lines[1:]]
-    vals_f = np.asarray([np.nan if v is None else v for v in vals], dtype=np.float64)
-    table.format = "csv"
-    table.columns[name] = Series(np.arange(1, len(vals_f) + 1, dtype=np.int64), vals_f)
-    table.note("step_from_row_index", f"one column ('{name}') and no step column; steps are "
-               "row numbers counted from 1")
     return table
