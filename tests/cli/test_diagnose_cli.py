@@ -192,6 +192,24 @@ def test_a_timing_only_log_is_not_judged_and_no_timing_column_is_offered_as_the_
     assert "input_bound" in cap.out  # the timing was still judged
 
 
+def test_a_counter_is_never_offered_as_the_loss_and_an_l_column_is(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """'Eit 12400  lr 0.0002  Le 25.6  Time 0.9 (0.0)  Data 0.04 (0.0)': the counters (an
+    epoch, a position, a global iteration kept under raw names) and the timings are left out;
+    the paper's "L" is offered."""
+    f = tmp_path / "train.log"
+    f.write_text("".join(
+        f"Epoch: [5][{1069 + 100 * k}/2266]\tEit {12400 + 100 * k}  lr 0.0002  "
+        f"Le {25.6 + 1e-5 * (k % 3):.6f}\tTime {0.9 + 0.01 * (k % 4):.3f} (0.000)\t"
+        f"Data {0.039 + 0.001 * (k % 2):.3f} (0.000)\n" for k in range(12)))
+    assert main(["diagnose", str(f), "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["loss_found"] is False and doc["loss_candidates"] == ["le"]
+    assert main(["diagnose", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "--map loss='le' naming" in err and "'eit'" not in err and "'epoch'" not in err
+
+
 def test_map_to_an_unknown_canonical_name_is_refused_listing_the_known_ones(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = write_csv(tmp_path / "metrics.csv", healthy_rows(), header="step,my_objective")

@@ -23,6 +23,7 @@ from trainmedic.diagnose.finding import (
     Related,
 )
 from trainmedic.diagnose.localization import finding_event, localization_data, localized_phrase
+from trainmedic.diagnose.loss_candidates import loss_candidates
 from trainmedic.diagnose.registry import Detector, NotRun, detectors
 from trainmedic.diagnose.router import route
 from trainmedic.diagnose.rules import LOCALIZED_SYMPTOMS
@@ -85,10 +86,11 @@ def diagnose(run: Run, *, only: set[str] | None = None) -> Diagnosis:
                                f.onset_step if f.onset_step is not None else 2 ** 62,
                                f.symptom))
     notes = [n.detail for n in run.notes]
+    found = run.has("loss")
     return Diagnosis(source=run.source, metrics_seen=run.metrics(), findings=routed,
                      checks_not_run=not_run, notes=notes,
                      mapping=[dict(m) for m in run.meta.get("mapping", ())],
-                     loss_found=run.has("loss"))
+                     loss_found=found, loss_candidates=[] if found else loss_candidates(run))
 
 
 #: Root symptom -> symptoms that, on the same rank and from about the root's onset on, are

@@ -214,6 +214,9 @@ class Diagnosis:
     loss_found: bool = True
     """False when no series was recognised as the training loss: the run is then never
     reported healthy (the CLI says so and asks for ``--map loss=COLUMN``)."""
+    loss_candidates: list[str] = field(default_factory=list)
+    """When the loss was not found: the columns that could hold it, best first, read with
+    their values (``diagnose/loss_candidates.py``: counters and rates left out)."""
 
     def worst(self) -> int:
         """The highest severity level among the findings, or -1 when there are none."""
@@ -229,5 +232,6 @@ class Diagnosis:
             "notes": list(self.notes),
             "loss_found": self.loss_found,
             "mapping": [dict(m) for m in self.mapping],
+            **({"loss_candidates": list(self.loss_candidates)} if not self.loss_found else {}),
         }
 

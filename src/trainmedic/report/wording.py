@@ -262,9 +262,12 @@ _NOT_A_LOSS = frozenset({
 
 
 def loss_candidates(diagnosis: Diagnosis, limit: int = 3) -> list[str]:
-    """Columns that could be the training loss, best first: names holding a loss word, then
-    any other column that was read (not the step, and not one already read as a metric that
-    cannot be a loss: a step time, an lr, a memory reading)."""
+    """Columns that could be the training loss, best first: the ones diagnose read with their
+    values (counters left out), else by name: names holding a loss word, then any other column
+    that was read (not the step, and not one already read as a metric that cannot be a loss:
+    a step time, an lr, a memory reading)."""
+    if diagnosis.loss_candidates or not diagnosis.loss_found:
+        return diagnosis.loss_candidates[:limit]
     cols = [m["column"] for m in diagnosis.mapping if not str(m.get("how", "")).startswith(
         ("step", "row index")) and m.get("canonical") not in _NOT_A_LOSS]
     if not diagnosis.mapping:
