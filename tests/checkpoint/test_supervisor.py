@@ -351,6 +351,49 @@ def test_a_command_that_cannot_start_raises_input_error(tmp_path: Path) -> None:
     assert events(tmp_path / "run", SUMMARY_EVENT)[-1]["final"] == "start_failed"
 
 
+def test_a_restart_that_cannot_fork_is_tried_again(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first start fails (exit 1); the restart's fork fails once with EAGAIN (a crash's
+    aftermath); the next try runs and finishes. The failed fork is no incident."""
+    import errno
+    import subprocess
+
+    flag = tmp_path / "ran-once"
+    code = ("import pathlib, sys; p = pathlib.Path(sys.argv[1]); "
+            "sys.exit(0 if p.exists() else (p.touch() or 1))")
+    real = subprocess.Popen
+    calls = {"n": 0}
+
+    def flaky_popen(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(supervisor_module.subprocess, "Popen", flaky_popen)
+    said: list[str] = []
+    cfg = SuperviseConfig(command=(sys.executable, "-c", code, str(flag)),
+                          run_dir=tmp_path / "run", max_restarts=2, backoff_s=0.0)
+    result = supervise(cfg, on_event=lambda what, data: said.append(what))
+    assert result.final == "done" and result.exit_code == 0
+    assert calls["n"] == 3 and result.attempts == 2 and len(result.incidents) == 1
+    assert "start_retry" in said
+
+
+def test_a_first_start_that_cannot_fork_is_not_retried(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    def no_fork(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(supervisor_module.subprocess, "Popen", no_fork)
+    cfg = SuperviseConfig(command=(sys.executable, "-c", "pass"), run_dir=tmp_path / "run",
+                          max_restarts=3, backoff_s=0.0)
+    with pytest.raises(InputError):
+        supervise(cfg)
+
+
 _SUPERVISE_A_SLEEPER = textwrap.dedent("""
     import sys
     from pathlib import Path

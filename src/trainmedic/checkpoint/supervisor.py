@@ -27,7 +27,9 @@ forwarded signal gets SIGKILL (a rank stuck in a collective ignores SIGTERM), an
 out the group is killed (SIGTERM, then SIGKILL after the grace): no child is left behind. On
 Linux the child also gets ``PR_SET_PDEATHSIG=SIGKILL``, so a supervisor killed outright (``kill
 -9``, the OOM killer) does not leave it running. A command that cannot be started (not found,
-not executable) raises :class:`~trainmedic.errors.InputError` naming it.
+not executable) raises :class:`~trainmedic.errors.InputError` naming it; a restart that cannot
+fork (EAGAIN, ENOMEM, as after an OOM kill) is tried again with backoff, within
+``max_restarts``.
 
 Each incident is recorded in the run store (``RunStore.event``, kind ``supervise_incident``):
 the outcome, exit code or signal, the failure class ``trainmedic explain`` finds in the last
@@ -44,6 +46,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import errno
 import logging
 import os
 import signal
@@ -372,6 +375,7 @@ class Supervisor:
         t0 = time.monotonic()
         resumed_from: str | None = None
         start_error: InputError | None = None
+        start_retries = 0
         with self._signals():
             try:
                 while True:
@@ -396,6 +400,21 @@ class Supervisor:
                     try:
                         self.child = _Child(argv, env, cfg.tail_lines, self.echo)
                     except InputError as exc:
+                        if (result.attempts and _transient(exc.__cause__)
+                                and start_retries < cfg.max_restarts):
+                            # A restart that cannot fork (EAGAIN, ENOMEM: the crash that
+                            # preceded it may still hold the memory) is tried again, within
+                            # the restart budget; a first start that fails is the command's.
+                            start_retries += 1
+                            wait = min(cfg.backoff_max_s, cfg.backoff_s * 2 ** start_retries)
+                            self._say("start_retry", {"error": str(exc.__cause__),
+                                                      "wait_s": wait})
+                            if self._sleep is not None:
+                                self._sleep(wait)
+                            elif self._stop.wait(wait):
+                                result.final = "stopped"
+                                break
+                            continue
                         start_error = exc
                         result.final = "start_failed"
                         # The shell's statuses: 127 not found, 126 found but not executable.
@@ -486,6 +505,12 @@ class Supervisor:
                         checkpoint=ckpt, checkpoint_step=ckpt_step,
                         steps_done=done, lost_steps=lost, lost_source=source,
                         uptime_s=uptime, action=action)
+
+
+def _transient(exc: BaseException | None) -> bool:
+    """A fork that failed for want of memory or processes (EAGAIN, ENOMEM), which a later
+    try can pass: not a missing or non-executable program."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.ENOMEM)
 
 
 def _start_error(program: str, exc: OSError) -> InputError:
