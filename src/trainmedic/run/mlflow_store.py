@@ -15,6 +15,7 @@ in the UI (``lifecycle_stage: deleted`` in ``meta.yaml``) are left out.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -156,7 +157,7 @@ def _order(run_dir: Path) -> tuple[float, float]:
         mtime = (run_dir / "meta.yaml").stat().st_mtime * 1000.0
     except OSError:
         mtime = 0.0
-    return (started if started == started else mtime, mtime)
+    return (mtime if math.isnan(started) else started, mtime)
 
 
 def choose_mlflow_run(root: Path, runs: list[Path]) -> tuple[list[Path], str | None]:
