@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from trainmedic.cli.main import main
+from trainmedic.report import validate_findings_json
 
 DEVLOGS = Path(__file__).resolve().parents[1] / "data" / "devlogs"
 
@@ -205,6 +206,7 @@ def test_a_counter_is_never_offered_as_the_loss_and_an_l_column_is(
     assert main(["diagnose", str(f), "--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["loss_found"] is False and doc["loss_candidates"] == ["le"]
+    validate_findings_json(doc)
     assert main(["diagnose", str(f)]) == 2
     err = capsys.readouterr().err
     assert "--map loss='le' naming" in err and "'eit'" not in err and "'epoch'" not in err

@@ -49,6 +49,15 @@ def test_empty_diagnosis_validates() -> None:
     validate_findings_json(json.loads(to_json(Diagnosis(source="", metrics_seen=[]))))
 
 
+def test_a_run_without_a_recognised_loss_names_its_candidates_and_validates() -> None:
+    d = Diagnosis(source="x", metrics_seen=["le", "eit"], loss_found=False,
+                  loss_candidates=["le"])
+    obj = json.loads(to_json(d))
+    validate_findings_json(obj)
+    assert obj["loss_candidates"] == ["le"]
+    assert "loss_candidates" not in Diagnosis(source="x", metrics_seen=["loss"]).to_dict()
+
+
 @pytest.mark.parametrize(("mutate", "field"), [
     (lambda o: o.update(schema="trainmedic.findings/2"), "$.schema"),
     (lambda o: o.pop("metrics_seen"), "$.metrics_seen"),
