@@ -64,7 +64,8 @@ def render_compare_html(c: Comparison) -> str:
     for p in c.pairs:
         cls = "v-ok" if p.verdict.sure else "v-warning"
         parts.append(f'<div class="verdict {cls}">{e(verdict_line(p.verdict, c.level))}</div>')
-    parts.append(f"<h2>Config ({len(c.config.rows)} keys differ)</h2>")
+    n = len(c.config.rows)
+    parts.append(f"<h2>Config ({n} {'key differs' if n == 1 else 'keys differ'})</h2>")
     if c.config.rows:
         head = "".join(f"<th>{e(lab)}</th>" for lab in c.labels)
         table = "".join(
