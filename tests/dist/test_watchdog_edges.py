@@ -19,6 +19,7 @@ from trainmedic.dist import stack_hook
 from trainmedic.dist.hang_diagnosis import diagnose_hang_dir
 from trainmedic.dist.supervisor import WatchRunConfig, _heartbeat_steps, run_watched
 from trainmedic.dist.watchdog import HangWatchdog, HangWatchdogConfig
+from trainmedic.errors import ConfigError
 
 FAST = dict(floor_s=0.4, min_steps=3, first_step_limit_s=0.4, heartbeat_interval_s=0.1,
             poll_interval_s=0.02, flight_recorder_entries=0, dump_children=False)
@@ -127,6 +128,28 @@ def test_a_job_killed_by_a_signal_exits_128_plus_the_signal(tmp_path: pathlib.Pa
     result = run_watched(cmd, WatchRunConfig(timeout_s=30, hang_dir=str(tmp_path), poll_s=0.05),
                          on_line=lambda line: None)
     assert result.returncode == 128 + signal.SIGKILL
+
+
+def test_kill_after_ends_a_job_that_stays_hung_with_124(tmp_path: pathlib.Path) -> None:
+    """A job that prints once and then hangs (ignoring SIGTERM, as a rank in a collective
+    does): dumped after the timeout, ended kill_after_s later with SIGKILL, exit 124."""
+    code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('step 1', flush=True); time.sleep(120)")
+    t0 = time.monotonic()
+    cfg = WatchRunConfig(timeout_s=0.5, hang_dir=str(tmp_path), poll_s=0.05, kill_after_s=0.2)
+    result = run_watched([sys.executable, "-c", code], cfg, on_line=lambda line: None)
+    assert (result.returncode, result.hangs, result.killed) == (124, 1, True)
+    assert time.monotonic() - t0 < 30  # SIGTERM ignored: SIGKILL after its 5 s
+
+
+def test_without_kill_after_a_slow_job_is_left_to_finish(tmp_path: pathlib.Path) -> None:
+    code = "import time; print('step 1', flush=True); time.sleep(1.5); print('done')"
+    cfg = WatchRunConfig(timeout_s=0.3, hang_dir=str(tmp_path), poll_s=0.05)
+    lines: list[str] = []
+    result = run_watched([sys.executable, "-c", code], cfg, on_line=lines.append)
+    assert (result.returncode, result.killed) == (0, False) and lines[-1] == "done"
+    with pytest.raises(ConfigError, match="kill_after_s"):
+        WatchRunConfig(hang_dir=str(tmp_path), kill_after_s=-1)
 
 
 def test_files_of_exited_forked_children_do_not_pile_up(tmp_path: pathlib.Path) -> None:

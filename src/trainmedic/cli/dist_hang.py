@@ -39,27 +39,38 @@ def diagnose(run: str, as_json: bool) -> None:
                    "process of the job is asked for its stacks.")
 @click.option("--dir", "hang_dir", type=click.Path(file_okay=False), default="hang",
               show_default=True, help="Where the dumps go.")
+@click.option("--kill-after", "kill_after_s", type=click.FloatRange(min=0), default=None,
+              help="End the whole job this many seconds after the dumps if there is still no "
+                   "progress, and exit 124, so a launcher or `trainmedic supervise` can restart "
+                   "it. Default: wait for the job to end by itself.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def watch(timeout_s: float, hang_dir: str, cmd: tuple[str, ...]) -> None:
+def watch(timeout_s: float, hang_dir: str, kill_after_s: float | None,
+          cmd: tuple[str, ...]) -> None:
     """Run CMD with hang dumps armed; on a stall, dump every rank's stacks and flight
-    recorder, and print the merged diagnosis when the job ends. Exits with CMD's code.
+    recorder, and print the merged diagnosis when the job ends. Exits with CMD's code (124
+    when --kill-after ended it).
 
     \b
     Examples:
       trainmedic dist watch --timeout 600 --dir runs/exp1/hang -- \\
           torchrun --nproc-per-node 8 train.py
       trainmedic dist watch -- python train.py
+      trainmedic supervise --run-dir runs/exp1 -- \\
+          trainmedic dist watch --timeout 600 --kill-after 120 -- torchrun ... train.py
     """
     from trainmedic.dist.hang_diagnosis import diagnose_hang_dir
     from trainmedic.dist.supervisor import WatchRunConfig, run_watched
     from trainmedic.errors import InputError
     from trainmedic.report.hang_text import hang_lines
 
-    cfg = WatchRunConfig(timeout_s=timeout_s, hang_dir=hang_dir)
+    cfg = WatchRunConfig(timeout_s=timeout_s, hang_dir=hang_dir, kill_after_s=kill_after_s)
     result = run_watched(list(cmd), cfg, on_line=click.echo)
     if result.hangs:
         click.echo(f"trainmedic: no progress for {timeout_s:g} s (measured); asked "
                    f"{len(result.signalled)} processes for their stacks", err=True)
+    if result.killed:
+        click.echo(f"trainmedic: still no progress {kill_after_s:g} s after the dumps: ended "
+                   f"the job (exit 124)", err=True)
     try:
         diag = diagnose_hang_dir(result.hang_dir)
     except InputError:

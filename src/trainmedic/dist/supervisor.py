@@ -68,7 +68,18 @@ class WatchRunConfig:
     poll_s: float = 0.5
     """How often progress is checked."""
 
+    kill_after_s: float | None = None
+    """Seconds after the dumps with still no progress before the whole job is ended (SIGTERM,
+    then SIGKILL), so that a launcher or ``trainmedic supervise`` can restart it; None waits
+    for the job to end by itself."""
+
     def __post_init__(self) -> None:
+        if self.kill_after_s is not None and (
+                isinstance(self.kill_after_s, bool)
+                or not isinstance(self.kill_after_s, (int, float))
+                or not math.isfinite(self.kill_after_s) or self.kill_after_s < 0):
+            raise ConfigError(f"WatchRunConfig.kill_after_s must be seconds >= 0 or None, "
+                              f"got {self.kill_after_s!r}")
         for name in ("timeout_s", "poll_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
@@ -89,6 +100,9 @@ class WatchResult:
     """How many times the job was found without progress (and signalled)."""
     signalled: list[int]
     hang_dir: pathlib.Path
+    killed: bool = False
+    """The job was ended for a hang (``kill_after_s``): its return code is then 124, as
+    ``timeout(1)`` gives a command it stopped."""
 
 
 def dump_environment(cfg: WatchRunConfig, base: dict[str, str], hook_dir: str
@@ -181,6 +195,7 @@ def run_watched(cmd: Sequence[str], cfg: WatchRunConfig,
     hang_dir.mkdir(parents=True, exist_ok=True)
     signalled: list[int] = []
     hangs = 0
+    killed = False
     with tempfile.TemporaryDirectory(prefix="trainmedic-hook-") as hook_dir:
         _write_hook(hook_dir)
         env = dump_environment(cfg, dict(os.environ), hook_dir)
@@ -215,6 +230,7 @@ def run_watched(cmd: Sequence[str], cfg: WatchRunConfig,
             steps, _ = _heartbeat_steps(hang_dir, started_unix)
             progress_t = time.monotonic()
             stalled = False
+            dumped_t = 0.0
             while proc.poll() is None:
                 time.sleep(cfg.poll_s)
                 now_steps, own_limits = _heartbeat_steps(hang_dir, started_unix)
@@ -226,6 +242,12 @@ def run_watched(cmd: Sequence[str], cfg: WatchRunConfig,
                     stalled = True
                     hangs += 1
                     signalled += _dump_job(hang_dir, proc.pid)
+                    dumped_t = time.monotonic()
+                if stalled and cfg.kill_after_s is not None and \
+                        time.monotonic() - dumped_t >= cfg.kill_after_s:
+                    killed = True
+                    _end_job(proc)
+                    break
             proc.wait()
             reader.join(timeout=5.0)
         except BaseException:
@@ -236,8 +258,9 @@ def run_watched(cmd: Sequence[str], cfg: WatchRunConfig,
                 signal.signal(sig, handler)
     rc = proc.returncode
     # A job killed by signal N: the shell's 128 + N (Popen says -N, which exit() would wrap).
-    return WatchResult(returncode=128 - rc if rc < 0 else rc, hangs=hangs, signalled=signalled,
-                       hang_dir=hang_dir)
+    code = 124 if killed else (128 - rc if rc < 0 else rc)
+    return WatchResult(returncode=code, hangs=hangs, signalled=signalled, hang_dir=hang_dir,
+                       killed=killed)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -105,8 +105,8 @@ def render_text(c: Comparison) -> str:
         lines.append(f"  {label}: {src} (last step {last if last is not None else 'n/a'})")
     lines.append("")
     if c.config.rows:
-        n = len(c.config.rows)
-        lines.append(f"Config: {n} {'key differs' if n == 1 else 'keys differ'} "
+        differ = len(c.config.rows)
+        lines.append(f"Config: {differ} {'key differs' if differ == 1 else 'keys differ'} "
                      f"({c.config.same} the same):")
         for row in c.config.rows:
             vals = "  |  ".join(f"{lab}={v!r}" for lab, v in zip(c.labels, row.values,
