@@ -380,11 +380,38 @@ def test_a_restart_that_cannot_fork_is_tried_again(tmp_path: Path,
     assert "start_retry" in said
 
 
+def test_a_restart_that_never_forks_gives_up_with_the_last_status(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import subprocess
+
+    real = subprocess.Popen
+    calls = {"n": 0}
+
+    def fork_once(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(supervisor_module.subprocess, "Popen", fork_once)
+    waits: list[float] = []
+    cfg = SuperviseConfig(command=(sys.executable, "-c", "import sys; sys.exit(3)"),
+                          run_dir=tmp_path / "run", max_restarts=2, backoff_s=0.5)
+    result = Supervisor(cfg, sleep=waits.append).run()  # no InputError: the command ran
+    assert (result.final, result.exit_code, result.attempts) == ("gave_up", 3, 1)
+    assert calls["n"] == 4  # the start, then the restart tried 1 + 2 times
+    assert waits == [0.5, 0.5, 1.0]  # the incident's backoff, then the retries' 0.5, 1.0
+
+
 def test_a_first_start_that_cannot_fork_is_not_retried(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
+    calls = []
+
     def no_fork(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
         raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
 
     monkeypatch.setattr(supervisor_module.subprocess, "Popen", no_fork)
@@ -392,6 +419,7 @@ def test_a_first_start_that_cannot_fork_is_not_retried(tmp_path: Path,
                           max_restarts=3, backoff_s=0.0)
     with pytest.raises(InputError):
         supervise(cfg)
+    assert len(calls) == 1  # not tried again: the command's own start failed
 
 
 _SUPERVISE_A_SLEEPER = textwrap.dedent("""

@@ -37,6 +37,19 @@ def test_ranking_loss_words_then_l_then_the_rest() -> None:
     assert loss_candidates(run, limit=1) == ["recon_err"]
 
 
+def test_a_loss_word_wins_over_a_unit_like_prefix_and_whole_number_values() -> None:
+    n = 8
+    run = _run({"G_mse": [1.0 / (k + 1) for k in range(n)],
+                "batch_loss_d": [0.7] * n,
+                "perceptual_loss": [2.0] * n,
+                "cost": [2.0, 3, 5, 9, 40, 300, 2e4, 1e6],  # diverging, printed as integers
+                "L_G": [3.0] * n,  # stuck at a whole number
+                "loss_scale_attempted": [65536.0] * n})
+    assert set(loss_candidates(run, limit=10)) == {"G_mse", "batch_loss_d", "perceptual_loss",
+                                                   "cost", "L_G"}
+    assert loss_candidates(run, limit=10)[-1] == "L_G"  # the loss words first
+
+
 def test_nothing_is_offered_when_only_timings_and_counters_are_there() -> None:
     run = _run({"iteration": [10.0, 20, 30, 40], "step_time_ms": [100.0, 101, 99, 100],
                 "samples_per_s": [50.0, 51, 50, 49]})

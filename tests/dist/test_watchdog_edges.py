@@ -137,9 +137,19 @@ def test_kill_after_ends_a_job_that_stays_hung_with_124(tmp_path: pathlib.Path) 
             "print('step 1', flush=True); time.sleep(120)")
     t0 = time.monotonic()
     cfg = WatchRunConfig(timeout_s=0.5, hang_dir=str(tmp_path), poll_s=0.05, kill_after_s=0.2)
-    result = run_watched([sys.executable, "-c", code], cfg, on_line=lambda line: None)
+    lines: list[str] = []
+    result = run_watched([sys.executable, "-c", code], cfg, on_line=lines.append)
     assert (result.returncode, result.hangs, result.killed) == (124, 1, True)
     assert time.monotonic() - t0 < 30  # SIGTERM ignored: SIGKILL after its 5 s
+    # The hook chained quietly (it printed "Error in sitecustomize" in every process once),
+    # and the one process of a job without torchrun is its rank 0, stuck in its own line
+    # (time.sleep is C: faulthandler shows the line that called it).
+    assert lines == ["step 1"]
+    diag = diagnose_hang_dir(tmp_path)
+    assert diag.hung and diag.world_size == 1 and diag.ranks[0].status == "stuck"
+    loc = diag.ranks[0].location
+    assert loc is not None and loc.user_frame is not None
+    assert (loc.user_frame.file, loc.user_frame.line) == ("<string>", 1)
 
 
 def test_without_kill_after_a_slow_job_is_left_to_finish(tmp_path: pathlib.Path) -> None:

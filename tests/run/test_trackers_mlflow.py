@@ -218,6 +218,43 @@ def test_a_deleted_run_is_not_read(real_mlflow: Any, tmp_path: Path) -> None:
     assert any("1 deleted MLflow run" in n.detail for n in run.notes)
 
 
+def test_a_newer_run_without_metrics_does_not_hide_the_one_that_logged(
+        real_mlflow: Any, tmp_path: Path) -> None:
+    uri = (tmp_path / "mlruns").as_uri()
+    good = _log_real_run(real_mlflow, uri, "good", 3e-4)
+    with real_mlflow.start_run(run_name="crashed-at-start"):
+        real_mlflow.log_params({"lr": 1.0})  # a run that died before its first metric
+    run = load_run(str(tmp_path / "mlruns"))
+    assert run.meta["mlflow_run_id"] == good
+    assert any("1 MLflow run(s) without a logged metric not read" in n.detail
+               for n in run.notes)
+
+
+def test_a_long_quoted_run_name_reads_as_logged(real_mlflow: Any, tmp_path: Path) -> None:
+    """PyYAML folds a long name in meta.yaml and doubles its quotes; the name reads whole."""
+    name = ("sweep lr=0.001 batch=32 warmup=2000 weight_decay=0.1 seed=1234 it's a 'quoted' "
+            "#name with extra words here")
+    uri = (tmp_path / "mlruns").as_uri()
+    run_id = _log_real_run(real_mlflow, uri, name, 3e-4)
+    run_dir = next((tmp_path / "mlruns").glob(f"*/{run_id}"))
+    (run_dir / "tags" / "mlflow.runName").unlink()  # only meta.yaml's copy left
+    assert load_run(str(run_dir)).meta["run_name"] == name
+
+
+def test_an_empty_uri_with_a_file_tracking_uri_reads_by_hand(
+        real_mlflow: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = (tmp_path / "mlruns").as_uri()
+    run_id = _log_real_run(real_mlflow, uri, "env", 3e-4)
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")  # mlflow's client would refuse the store
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    _expect_logged(load_run(f"mlflow:#{run_id}"), 3e-4, run_id, "env")
+
+
+def test_a_uri_mlflows_client_refuses_is_one_line(real_mlflow: Any) -> None:
+    with pytest.raises(UnreadableInputError, match=r"mlflow could not read run abc"):
+        load_run("mlflow:nosuchscheme://x#abc")
+
+
 def test_a_file_uri_naming_no_run_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "mlruns" / "0").mkdir(parents=True)
     with pytest.raises(UnreadableInputError, match=r"holds no run abc"):

@@ -400,13 +400,14 @@ class Supervisor:
                     try:
                         self.child = _Child(argv, env, cfg.tail_lines, self.echo)
                     except InputError as exc:
-                        if (result.attempts and _transient(exc.__cause__)
-                                and start_retries < cfg.max_restarts):
+                        if result.attempts and _transient(exc.__cause__) \
+                                and start_retries < cfg.max_restarts:
                             # A restart that cannot fork (EAGAIN, ENOMEM: the crash that
                             # preceded it may still hold the memory) is tried again, within
                             # the restart budget; a first start that fails is the command's.
                             start_retries += 1
-                            wait = min(cfg.backoff_max_s, cfg.backoff_s * 2 ** start_retries)
+                            wait = min(cfg.backoff_max_s,
+                                       cfg.backoff_s * 2 ** (start_retries - 1))
                             self._say("start_retry", {"error": str(exc.__cause__),
                                                       "wait_s": wait})
                             if self._sleep is not None:
@@ -415,6 +416,12 @@ class Supervisor:
                                 result.final = "stopped"
                                 break
                             continue
+                        if result.attempts:
+                            # The command ran before: no usage error, the restarts end here
+                            # with the last attempt's status.
+                            self._say("start_failed", {"error": str(exc.__cause__ or exc)})
+                            result.final = "gave_up"
+                            break
                         start_error = exc
                         result.final = "start_failed"
                         # The shell's statuses: 127 not found, 126 found but not executable.

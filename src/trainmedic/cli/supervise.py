@@ -101,6 +101,9 @@ def supervise(run_dir: str, checkpoint_dir: str | None, max_restarts: int, backo
             click.echo(f"trainmedic: {incident_text(seen[0], data)}", err=True)
         elif kind == "backoff":
             click.echo(f"trainmedic: restarting in {data['wait_s']:.1f} s", err=True)
+        elif kind == "start_failed":
+            click.echo(f"trainmedic: the restart could not start ({data['error']}); giving up",
+                       err=True)
         elif kind == "start_retry":
             click.echo(f"trainmedic: the restart could not start ({data['error']}); trying "
                        f"again in {data['wait_s']:.1f} s", err=True)

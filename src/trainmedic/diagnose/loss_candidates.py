@@ -5,12 +5,14 @@ then asks for ``--map loss=COLUMN`` and names the likeliest columns. Names alone
 there: a counter the reader kept under a raw name ("Eit 12400", "ep", "n_iter") reads like any
 other column. So the columns are read with their values:
 
-- a *counter* (every value an integer, never falling, rising at most steps) is a step, an
-  epoch or a sample count, never a loss;
-- a column read as a metric that cannot be a loss (an lr, a time, a throughput, a memory
-  reading, an accuracy) is left out;
-- the rest are ranked: a name holding a loss word first ("recon_err", "objective", "cost"),
-  then the mathematicians' ``L`` ("L", "Le", "L_G", "l1"), then any other, in log order.
+- a name holding a loss word comes first ("recon_err", "objective", "cost", "G_mse",
+  "batch_loss_g"), whatever its values (a loss printed in whole numbers is still a loss),
+  unless it is a loss *scale* ("attempted_loss_scale");
+- then the mathematicians' ``L`` ("L", "Le", "L_G", "l1");
+- any other column only when it is no *counter* (every value an integer, never falling, rising
+  at least twice: a step, an epoch, a sample count; or one integer >= 2 throughout: a batch
+  size) and no name word says it is a rate, a time, a memory reading, a norm or a count;
+- evaluation columns and accuracies are never offered.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ _LOSS_WORDS = ("loss", "nll", "mse", "objective", "cost", "err", "xent", "entrop
 #: The letter L alone or with a short suffix ("L", "Le", "L_G", "L1", "l_rec"), not "lr".
 _L_NAME = re.compile(r"l(?:[_\-.]?\w{0,4})?")
 _EVAL_SIDE = frozenset({"val", "eval", "test", "valid", "validation", "dev", "best"})
-#: Words (as prefixes) of a reading that is no loss, whatever else the name says: a loss
-#: scale and its hysteresis, a rate, a time, a unit of time, a counter, a norm.
-_NEVER = ("scale", "hysteresis", "overflow", "flop", "per", "time", "speed", "eta", "mem",
-          "lr", "rate", "sec", "ms", "us", "wall", "clock", "fps", "tok", "sample", "gpu",
-          "cpu", "iter", "skip", "grad", "norm", "tflop", "micro", "batch", "alloc")
-#: ... and of one that is no loss unless a loss word is there too ("data_loss" is one).
+#: Words (as prefixes) of a loss-worded name that is a loss scale, not a loss.
+_SCALE = ("scale", "hysteresis", "overflow")
+#: Words (as prefixes) of a name without a loss word that reads as no loss: a scale, a
+#: rate, a time or its unit, a memory reading, a counter, a norm, a size.
+_NEVER = _SCALE + ("flop", "tflop", "per", "time", "speed", "eta", "mem", "lr", "rate", "sec",
+                   "ms", "us", "wall", "clock", "fps", "tok", "sample", "gpu", "cpu", "iter",
+                   "skip", "grad", "norm", "micro", "batch", "alloc")
 _UNLESS_LOSSY = ("data", "size", "count", "num", "total_steps", "percent")
 
 
@@ -70,17 +73,17 @@ def loss_candidates(run: Run, limit: int = 3) -> list[str]:
             continue
         low = name.lower()
         words = _words(name)
-        if any(w in _EVAL_SIDE or w in ACC_WORDS or w.startswith(_NEVER) for w in words):
+        if any(w in _EVAL_SIDE or w in ACC_WORDS for w in words):
             continue
         s = run.get(name)
-        if s is None or not len(s) or is_counter(s.values):
+        if s is None or not len(s):
             continue
         if any(w in low for w in _LOSS_WORDS):
-            lossy.append(name)
-        elif any(w.startswith(_UNLESS_LOSSY) for w in words):
-            continue
+            if not any(w.startswith(_SCALE) for w in words):
+                lossy.append(name)
         elif _L_NAME.fullmatch(low):
             letter.append(name)
-        else:
+        elif not any(w.startswith(_NEVER + _UNLESS_LOSSY) for w in words) and \
+                not is_counter(s.values):
             rest.append(name)
     return (lossy + letter + rest)[:limit]

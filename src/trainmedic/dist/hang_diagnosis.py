@@ -85,6 +85,7 @@ def diagnose_hang_dir(path: str | os.PathLike[str]) -> HangDiagnosis:
 
 
 def diagnose_hang(record: HangRecord) -> HangDiagnosis:
+    record = _single_process(record)
     world = max([1] + [int(d.meta.get("world_size") or 1) for d in record.dumps.values()]
                 + [int(h.get("world_size") or 1) for h in record.heartbeats.values()]
                 + [r + 1 for r in record.heartbeats] + [r + 1 for r in record.dumps]
@@ -108,12 +109,31 @@ def diagnose_hang(record: HangRecord) -> HangDiagnosis:
     scores = straggler_scores(times)
     hung = any(s.status in ("stuck", "failed") for s in ranks)
     notes = [f"unreadable: {u}" for u in record.unreadable]
-    if hung and not frs:
+    if hung and not frs and world > 1:
         notes.append("no flight-recorder buffer in the dumps: sequence numbers are not known; "
                      "set TORCH_FR_BUFFER_SIZE=2000 before init_process_group")
     return HangDiagnosis(path=str(record.path), world_size=world, hung=hung, ranks=ranks,
                          mismatches=mismatches, torch_notes=tnotes, stragglers=scores,
                          summary=_summary(ranks, mismatches, hung), notes=notes)
+
+
+def _single_process(record: HangRecord) -> HangRecord:
+    """A job that is no torchrun job (``dist watch -- python train.py``): no rank wrote a
+    heartbeat or a dump and every stack came from a process without ``RANK``. Its one
+    training process is rank 0: the hooked process that started no other hooked process
+    (a launcher's worker, not the launcher), with its forked data-loader workers."""
+    if record.dumps or record.heartbeats or any(s.rank is not None for s in record.signals):
+        return record
+    procs = [s for s in record.signals if s.header.get("role") != "forked child"]
+    parents = {s.header.get("ppid") for s in procs}
+    leaves = [s for s in procs if s.header.get("pid") not in parents]
+    if len({s.header.get("pid") for s in leaves}) != 1:
+        return record  # several programs, none of them a rank: nothing to number
+    pid = leaves[0].header.get("pid")
+    mine = [dataclasses.replace(s, rank=0) for s in record.signals
+            if s.header.get("pid") == pid or (s.header.get("role") == "forked child"
+                                               and s.header.get("ppid") == pid)]
+    return dataclasses.replace(record, signals=mine)
 
 
 def _own_signal(r: int, record: HangRecord, pid: int | None) -> SignalDump | None:

@@ -34,15 +34,19 @@ __all__ = ["WatchRunConfig", "WatchResult", "run_watched", "dump_environment", "
 _CHAIN = '''
 
 def _trainmedic_chain() -> None:
-    import importlib
+    # Run the sitecustomize this one shadows, if any, from the rest of the path. Never through
+    # sys.modules: site.py is importing this module under that name right now, and its
+    # import machinery looks the name up when this file has run (popping it there printed
+    # "Error in sitecustomize: KeyError" in every process of the job).
+    import importlib.machinery
+    import importlib.util
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    sys.modules.pop("sitecustomize", None)
-    try:  # the sitecustomize this one shadows, if any
-        importlib.import_module("sitecustomize")
-    except ImportError:
-        pass
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        shadowed = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(shadowed)
 
 
 if os.environ.get(HANG_DIR_ENV):

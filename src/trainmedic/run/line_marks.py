@@ -68,8 +68,12 @@ def line_side(text: str, eval_next: bool = False) -> tuple[str | None, str]:
         # the PyTorch MNIST example's "Test set: Average loss: 0.0331, Accuracy: ..."
         return ("test" if sm.group(1).lower() == "test" else "valid"), " | " + text[sm.end():]
     if side is None and (vm := VALID_METRIC.match(message)):
-        # the lead ("[... INFO]") would join the first key ("info_validation_perplexity")
-        return ("test" if vm.group("test") else "valid"), " | " + message
+        # A lead of words only ("[... INFO]", its stamp already " | ") would join the first
+        # key ("info_validation_perplexity"); one with a number ("[step 250]", "250 ") holds
+        # the line's step and stays.
+        lead_text = text[:lead.end()] if lead else ""
+        keep = any(c.isdigit() for c in lead_text)
+        return ("test" if vm.group("test") else "valid"), text if keep else " | " + message
     if side is None and TEST_LINE.match(message):
         return "test", text  # "Test Epoch: 3 Loss: 0.61" beside "Epoch: 3, Train Loss: 0.52"
     if side is None and (fm := SIDE_FIELD.search(text)):

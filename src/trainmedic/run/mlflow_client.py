@@ -13,6 +13,7 @@ id>``), or the default from ``MLFLOW_TRACKING_URI`` (``mlflow:#<run id>``). It i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -51,14 +52,14 @@ def parse_mlflow_uri(source: str) -> tuple[str | None, str]:
     return (uri or None), run_id
 
 
-def _client(uri: str | None) -> Any:
+def _client_class() -> Any:
     try:
         from mlflow.tracking import MlflowClient
     except ImportError as exc:
         raise MissingExtraError(f"reading an MLflow tracking URI needs the mlflow library, "
                                 f"which is not installed; install it with {_INSTALL}, or pass "
                                 f"the mlruns/ folder of a file store (read without it)") from exc
-    return MlflowClient(tracking_uri=uri) if uri else MlflowClient()
+    return MlflowClient
 
 
 def read_mlflow_uri(source: str) -> LogTable:
@@ -66,7 +67,7 @@ def read_mlflow_uri(source: str) -> LogTable:
     steps, in the order mlflow returns them; ``meta["config"]`` the params (strings, as mlflow
     keeps them), ``meta["tags"]`` the tags without mlflow's own ``mlflow.*`` ones."""
     uri, run_id = parse_mlflow_uri(source)
-    store = _file_store(uri)
+    store = _file_store(uri or os.environ.get("MLFLOW_TRACKING_URI"))
     if store is not None:
         from trainmedic.run.mlflow_store import find_run_by_id, read_mlflow_run
 
@@ -78,8 +79,9 @@ def read_mlflow_uri(source: str) -> LogTable:
         table = read_mlflow_run(run_dir)
         table.path = source
         return table
-    client = _client(uri)
-    try:
+    client_class = _client_class()
+    try:  # the client itself may refuse the URI (a scheme it does not know)
+        client = client_class(tracking_uri=uri) if uri else client_class()
         run = client.get_run(run_id)
         keys = sorted(run.data.metrics)
         histories = {k: client.get_metric_history(run_id, k) for k in keys}

@@ -15,6 +15,7 @@ in the UI (``lifecycle_stage: deleted`` in ``meta.yaml``) are left out.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from pathlib import Path
@@ -27,6 +28,8 @@ from trainmedic.run.table import LogTable, NoteCounter, cell_float
 
 __all__ = ["is_mlflow_run", "find_mlflow_runs", "choose_mlflow_run", "find_run_by_id",
            "read_mlflow_run"]
+
+log = logging.getLogger(__name__)
 
 _MAX_METRICS = 2000
 
@@ -99,7 +102,8 @@ def read_mlflow_run(run_dir: Path) -> LogTable:
     params = _values(run_dir / "params")
     tags = _values(run_dir / "tags")
     table.meta["config"] = params
-    name = meta.get("run_name") or tags.get("mlflow.runName")
+    # the tag holds the name exactly; meta.yaml's copy may be folded or quoted by PyYAML
+    name = tags.get("mlflow.runName") or meta.get("run_name")
     if name:
         table.meta["run_name"] = name
     table.meta["tags"] = {k: v for k, v in tags.items() if not k.startswith("mlflow.")}
@@ -111,18 +115,36 @@ def read_mlflow_run(run_dir: Path) -> LogTable:
 
 
 def _meta(run_dir: Path) -> dict[str, str]:
-    """The flat ``key: value`` lines of a run's ``meta.yaml`` (mlflow writes it with PyYAML;
-    the keys read here are scalars on one line, so no YAML library is needed)."""
+    """A run's ``meta.yaml`` as strings. mlflow writes it with PyYAML, which folds long values
+    onto the next line and doubles quotes: read with PyYAML where it is installed (mlflow
+    requires it); else the one-line ``key: value`` scalars (ids, times, the lifecycle stage)."""
     try:
         text = (run_dir / "meta.yaml").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return {}
+    try:
+        import yaml
+
+        doc = yaml.safe_load(text)
+        if isinstance(doc, dict):
+            return {str(k): str(v) for k, v in doc.items() if v is not None}
+    except ImportError:
+        pass
+    except Exception:  # yaml.YAMLError: a damaged file still gives its plain lines
+        log.debug("meta.yaml of %s is not YAML; reading its plain lines", run_dir)
     out: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
         if sep and key and not key[0].isspace():
             out[key.strip()] = value.strip().strip("'\"")
     return out
+
+
+def _has_metrics(run_dir: Path) -> bool:
+    for _dirpath, _dirnames, filenames in os.walk(run_dir / "metrics"):
+        if any(not f.startswith(".") for f in filenames):
+            return True
+    return False
 
 
 def _values(folder: Path) -> dict[str, str]:
@@ -162,17 +184,22 @@ def _order(run_dir: Path) -> tuple[float, float]:
 
 def choose_mlflow_run(root: Path, runs: list[Path]) -> tuple[list[Path], str | None]:
     """The run of ``runs`` (found under ``root``) to read, and a note: the one started last
-    (``start_time`` in ``meta.yaml``), never several (two MLflow runs are two experiments);
-    runs marked deleted are left out unless nothing else is there."""
+    (``start_time`` in ``meta.yaml``) that logged a metric, never several (two MLflow runs
+    are two experiments); runs marked deleted, and runs without a metric (one that crashed at
+    start, a sweep's parent), are left out unless nothing else is there."""
     live = [r for r in runs if _meta(r).get("lifecycle_stage") != "deleted"] or runs
-    pick = max(live, key=_order)
+    logged = [r for r in live if _has_metrics(r)] or live
+    pick = max(logged, key=_order)
     notes: list[str] = []
-    rel = [str(r.relative_to(root)) if r != root else "." for r in live if r != pick]
+    rel = [str(r.relative_to(root)) if r != root else "." for r in logged if r != pick]
     if len(live) < len(runs):
         notes.append(f"{len(runs) - len(live)} deleted MLflow run(s) not read")
+    if len(logged) < len(live):
+        notes.append(f"{len(live) - len(logged)} MLflow run(s) without a logged metric not "
+                     f"read")
     if rel:
         more = f" and {len(rel) - 5} more" if len(rel) > 5 else ""
-        notes.append(f"{len(live)} MLflow runs here; read the newest, "
+        notes.append(f"{len(logged)} MLflow runs here; read the newest, "
                      f"{pick.relative_to(root) if pick != root else '.'}; the others are "
                      f"separate runs (pass one to read it, or compare them): "
                      f"{', '.join(rel[:5])}{more}")
