@@ -49,6 +49,20 @@ def test_opennmt_steps_and_xent() -> None:
     assert val.values.tolist() == pytest.approx([6.2 - s / 200 for s in (200, 400)], abs=1e-3)
 
 
+def test_a_bracketed_logger_prefix_does_not_join_the_metric_name(tmp_path: Path) -> None:
+    """OpenNMT-py prints "Train perplexity: X" at each validation, after its
+    "[<time> INFO] " prefix: the level is no part of the name."""
+    text = (DATA / "opennmt_train.log").read_text().replace(
+        "INFO] Validation perplexity: 181.272",
+        "INFO] Train perplexity: 150.1\n[2023-05-01 10:04:30,456 INFO] Validation "
+        "perplexity: 181.272")
+    (tmp_path / "train.log").write_text(text)
+    run = load_run(str(tmp_path / "train.log"))
+    assert "train_perplexity" in run.metrics()
+    assert not [m for m in run.metrics() if m.startswith("info")]
+    assert run.get("val_loss").steps.tolist() == [200, 400]
+
+
 def test_megatron_iterations_and_lm_loss() -> None:
     run = load_run(str(DATA / "megatron_train.log"))
     its = list(range(10, 101, 10))

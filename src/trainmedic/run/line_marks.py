@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["TERMINAL", "STAMP", "VALID_LINE", "LEAD", "KERAS_COUNT", "RUN_SUMMARY", "EVAL_BAR",
-           "ABSL_PREFIX", "LOGURU_PREFIX", "SIDE_FIELD", "TEST_LINE",
+           "ABSL_PREFIX", "LOGURU_PREFIX", "BRACKET_LEVEL_PREFIX", "SIDE_FIELD", "TEST_LINE",
            "SET_LINE", "VALID_METRIC", "line_side"]
 
 #: What a terminal draws but a log does not mean: ANSI escape sequences (colours, cursor
@@ -39,6 +39,11 @@ EVAL_BAR = re.compile(r"\b(?:validat|evaluat|testing\b|test\b|predict|sanity)", 
 #: - "): its source location (module:function:line) holds numbers that are no metrics.
 LOGURU_PREFIX = re.compile(r"^\s*\d{4}-\d{2}-\d{2} \d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s*\|\s*[A-Z]+\s*\|"
                            r"\s*[\w.<>-]+:[\w.<>-]+:\d+\s+-\s")
+#: A logger's prefix in brackets, its level last ("[2023-05-01 10:04:30,456 INFO] ", OpenNMT-py
+#: and any "[%(asctime)s %(levelname)s] %(message)s" format): a metric right after it would
+#: take the level as the first word of its name ("info_train_perplexity").
+BRACKET_LEVEL_PREFIX = re.compile(r"^\s*\[[^\]]{0,60}?\b(?:INFO|DEBUG|WARNING|WARN|ERROR|"
+                                  r"CRITICAL)\]\s*")
 #: absl / glog's line prefix ("I0101 10:00:00.000000 140000 model_lib_v2.py:705] "): TF, JAX.
 ABSL_PREFIX = re.compile(r"^[IWEF]\d{4}\s+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\s+\d+\s+[\w.-]+:\d+\]\s?")
 #: A side word standing alone as a field between separators ("epoch 1 | valid | loss=2.01",

@@ -37,13 +37,7 @@ import numpy as np
 
 from trainmedic.errors import UnrecognizedInputError
 from trainmedic.run import line_marks as marks
-from trainmedic.run.aligned import (
-    aligned_rows,
-    bare_numbers,
-    is_single_column,
-    record_rows,
-    single_column_table,
-)
+from trainmedic.run.aligned import aligned_rows, bare_numbers, is_single_column, record_rows
 from trainmedic.run.counters import (
     DARKNET,
     END_OF_EPOCH,
@@ -178,6 +172,8 @@ class _Reader:
             raw = raw[am.end():]
         elif " | " in raw and (lm := marks.LOGURU_PREFIX.match(raw)):
             raw = raw[lm.end():]
+        elif raw[:1] in " [" and (lv := marks.BRACKET_LEVEL_PREFIX.match(raw)):
+            raw = raw[lv.end():]
         if (scale := scale_message(raw)) is not None:
             bm = TQDM_BAR.search(raw) if "%|" in raw else None  # DeepSpeed's: after the bar
             self.scales.append((no, scale, int(bm.group("pos")) if bm else None))
@@ -477,6 +473,8 @@ def read_text_log(path: Path, text: str | None = None) -> LogTable:
     if text is None:
         text = read_text(path, "training log")
     table = LogTable(path=str(path), format="text")
+    from trainmedic.run.aligned import single_column_table
+
     if is_single_column(text):
         return single_column_table(table, text)
     if bare_numbers(text):
