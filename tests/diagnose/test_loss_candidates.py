@@ -44,7 +44,9 @@ def test_a_loss_word_wins_over_a_unit_like_prefix_and_whole_number_values() -> N
                 "perceptual_loss": [2.0] * n,
                 "cost": [2.0, 3, 5, 9, 40, 300, 2e4, 1e6],  # diverging, printed as integers
                 "L_G": [3.0] * n,  # stuck at a whole number
-                "loss_scale_attempted": [65536.0] * n})
+                "loss_scale_attempted": [65536.0] * n, "loss_time_ms": [12.0] * n,
+                "nan_loss_count": [float(k) for k in range(n)],
+                "skipped_loss_iters": [0.0] * n})
     assert set(loss_candidates(run, limit=10)) == {"G_mse", "batch_loss_d", "perceptual_loss",
                                                    "cost", "L_G"}
     assert loss_candidates(run, limit=10)[-1] == "L_G"  # the loss words first

@@ -85,30 +85,45 @@ def test_diagnosis_of_the_fixture_folder(tmp_path: pathlib.Path) -> None:
     assert "rank 1 never arrived: no heartbeat and no dump" in d.summary
 
 
-def _signal_file(folder: pathlib.Path, pid: int, ppid: int, role: str, stacks: str) -> None:
+def _signal_file(folder: pathlib.Path, pid: int, ppid: int, role: str, stacks: str,
+                 argv: tuple[str, ...] = ("train.py",)) -> None:
     header = {"pid": pid, "ppid": ppid, "rank": None, "role": role,
-              "main_thread": "0x00007fcc90fc9b80", "argv": ["train.py"], "started_unix": 1.0}
+              "main_thread": "0x00007fcc90fc9b80", "argv": list(argv), "started_unix": 1.0}
     (folder / f"signal.proc.pid{pid}.txt").write_text(
         f"# trainmedic-stack-hook {json.dumps(header)}\n{stacks}")
 
 
-def test_a_job_without_ranks_is_read_as_rank_0_its_launcher_left_out(
+HELPER = FAULTHANDLER.replace("/home/me/train.py", "/home/me/helper.py")
+
+
+def test_a_job_without_ranks_is_read_as_rank_0_its_helpers_left_unnumbered(
         tmp_path: pathlib.Path) -> None:
-    """dist watch -- launcher -> train.py -> a data-loader worker, none with RANK: the
-    training process (the hooked process that started no other) is rank 0."""
-    launcher = FAULTHANDLER.replace("/home/me/train.py", "/x/launcher.py")
-    _signal_file(tmp_path, 100, 1, "process", launcher)
-    _signal_file(tmp_path, 200, 100, "process", FAULTHANDLER)
+    """dist watch -- python train.py, which started a helper process and a forked data-loader
+    worker, none with RANK: train.py (the hooked process whose parent is not hooked) is
+    rank 0, its forked worker with it; the helper stays in the record, unnumbered."""
+    _signal_file(tmp_path, 200, 1, "process", FAULTHANDLER)
+    _signal_file(tmp_path, 250, 200, "process", HELPER, ("-c",))
     _signal_file(tmp_path, 300, 200, "forked child", FAULTHANDLER)
     d = diagnose_hang_dir(tmp_path)
     assert d.hung and d.world_size == 1
     rank0 = d.ranks[0]
     assert rank0.status == "stuck" and rank0.location is not None
-    assert rank0.location.user_frame is not None and rank0.location.user_frame.line == 88
+    assert rank0.location.user_frame is not None
+    assert rank0.location.user_frame.file == "/home/me/train.py"
     assert not d.notes  # no flight-recorder advice for a job without a process group
-    # Two unrelated programs, neither a rank: nothing is numbered.
+    # Two unrelated programs (or an earlier run's files), neither a rank: nothing numbered.
     _signal_file(tmp_path, 400, 1, "process", FAULTHANDLER)
     assert diagnose_hang_dir(tmp_path).ranks[0].status == "never_arrived"
+
+
+def test_a_launchers_only_child_is_rank_0(tmp_path: pathlib.Path) -> None:
+    launcher = FAULTHANDLER.replace("/home/me/train.py", "/x/bin/accelerate")
+    _signal_file(tmp_path, 100, 1, "process", launcher, ("/x/bin/accelerate", "launch",
+                                                         "train.py"))
+    _signal_file(tmp_path, 200, 100, "process", FAULTHANDLER)
+    loc = diagnose_hang_dir(tmp_path).ranks[0].location
+    assert loc is not None and loc.user_frame is not None
+    assert loc.user_frame.file == "/home/me/train.py"
 
 
 def test_empty_folder_is_an_input_error(tmp_path: pathlib.Path) -> None:

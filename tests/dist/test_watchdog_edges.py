@@ -4,6 +4,7 @@ signalled, a resolved hang, and dist watch's exit code and stale heartbeats."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -150,6 +151,40 @@ def test_kill_after_ends_a_job_that_stays_hung_with_124(tmp_path: pathlib.Path) 
     loc = diag.ranks[0].location
     assert loc is not None and loc.user_frame is not None
     assert (loc.user_frame.file, loc.user_frame.line) == ("<string>", 1)
+
+
+def test_kill_after_leaves_alone_a_job_that_ends_or_moves_on_by_itself(
+        tmp_path: pathlib.Path) -> None:
+    cfg = WatchRunConfig(timeout_s=0.5, hang_dir=str(tmp_path / "a"), poll_s=0.05,
+                         kill_after_s=0.0)
+    # ends with its own status while its stacks are being taken: that status stands
+    ends = "import sys, time; print('step 1', flush=True); time.sleep(1.2); sys.exit(3)"
+    result = run_watched([sys.executable, "-c", ends], cfg, on_line=lambda line: None)
+    assert (result.returncode, result.killed) == (3, False)
+    # prints again after the dump: progress, not a hang to end
+    resumes = ("import time; print('step 1', flush=True); time.sleep(0.9)\n"
+               "for i in range(20):\n    print('step', i, flush=True); time.sleep(0.1)")
+    cfg = dataclasses.replace(cfg, hang_dir=str(tmp_path / "b"))
+    result = run_watched([sys.executable, "-c", resumes], cfg, on_line=lambda line: None)
+    assert (result.returncode, result.killed) == (0, False)
+
+
+def test_kill_after_ends_what_the_job_started_too(tmp_path: pathlib.Path) -> None:
+    """sh -c 'python (ignoring SIGTERM)': the shell goes on SIGTERM, its child only with
+    SIGKILL after the grace; nothing is left running."""
+    pid_file = tmp_path / "pid"
+    child = (f"import os, signal, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+             "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)")
+    cmd = ["sh", "-c", f"echo step 1; {sys.executable} -c \"{child}\"; echo after"]
+    cfg = WatchRunConfig(timeout_s=0.5, hang_dir=str(tmp_path / "h"), poll_s=0.05,
+                         kill_after_s=0.0)
+    result = run_watched(cmd, cfg, on_line=lambda line: None)
+    assert (result.returncode, result.killed) == (124, True)
+    pid = int(pid_file.read_text())
+    time.sleep(0.2)
+    alive = pathlib.Path(f"/proc/{pid}").exists() and \
+        pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    assert not alive
 
 
 def test_without_kill_after_a_slow_job_is_left_to_finish(tmp_path: pathlib.Path) -> None:

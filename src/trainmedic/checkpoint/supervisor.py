@@ -428,6 +428,7 @@ class Supervisor:
                         result.exit_code = 127 if isinstance(exc.__cause__,
                                                              FileNotFoundError) else 126
                         break
+                    start_retries = 0  # each restart gets the whole retry budget
                     # Said once it started: a command that cannot start gets one line.
                     self._say("start", {"attempt": result.attempts, "checkpoint": ckpt,
                                         "checkpoint_step": ckpt_step, "argv": argv})

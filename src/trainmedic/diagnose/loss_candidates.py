@@ -36,8 +36,11 @@ _LOSS_WORDS = ("loss", "nll", "mse", "objective", "cost", "err", "xent", "entrop
 #: The letter L alone or with a short suffix ("L", "Le", "L_G", "L1", "l_rec"), not "lr".
 _L_NAME = re.compile(r"l(?:[_\-.]?\w{0,4})?")
 _EVAL_SIDE = frozenset({"val", "eval", "test", "valid", "validation", "dev", "best"})
-#: Words (as prefixes) of a loss-worded name that is a loss scale, not a loss.
+#: Words (as prefixes) of a loss-worded name that is a loss scale, a time or a count about
+#: the loss, not a loss; and unit words, whole.
 _SCALE = ("scale", "hysteresis", "overflow")
+_ABOUT_LOSS = _SCALE + ("time", "count", "skip", "nan", "inf", "num", "iters", "steps")
+_UNITS = frozenset({"ms", "s", "sec", "secs", "us", "pct", "percent"})
 #: Words (as prefixes) of a name without a loss word that reads as no loss: a scale, a
 #: rate, a time or its unit, a memory reading, a counter, a norm, a size.
 _NEVER = _SCALE + ("flop", "tflop", "per", "time", "speed", "eta", "mem", "lr", "rate", "sec",
@@ -79,7 +82,9 @@ def loss_candidates(run: Run, limit: int = 3) -> list[str]:
         if s is None or not len(s):
             continue
         if any(w in low for w in _LOSS_WORDS):
-            if not any(w.startswith(_SCALE) for w in words):
+            # a scale, a time or a count of something about the loss is no loss
+            # ("attempted_loss_scale", "loss_time_ms", "nan_loss_count", "skipped_loss_iters")
+            if not any(w.startswith(_ABOUT_LOSS) or w in _UNITS for w in words):
                 lossy.append(name)
         elif _L_NAME.fullmatch(low):
             letter.append(name)

@@ -117,23 +117,35 @@ def diagnose_hang(record: HangRecord) -> HangDiagnosis:
                          summary=_summary(ranks, mismatches, hung), notes=notes)
 
 
+#: Launchers whose one child is the training process (argv words of the top process).
+_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate",
+              "deepspeed", "lightning", "composer", "colossalai")
+
+
 def _single_process(record: HangRecord) -> HangRecord:
     """A job that is no torchrun job (``dist watch -- python train.py``): no rank wrote a
-    heartbeat or a dump and every stack came from a process without ``RANK``. Its one
-    training process is rank 0: the hooked process that started no other hooked process
-    (a launcher's worker, not the launcher), with its forked data-loader workers."""
+    heartbeat or a dump and every stack came from a process without ``RANK``. Its training
+    process is rank 0: the one hooked process whose parent is not hooked (the script
+    ``dist watch`` started; what it starts itself, a helper, spawned data-loader workers, a
+    compile pool, are its children), or that process's only child when it is a launcher.
+    Other processes' stacks stay in the record, unnumbered."""
     if record.dumps or record.heartbeats or any(s.rank is not None for s in record.signals):
         return record
-    procs = [s for s in record.signals if s.header.get("role") != "forked child"]
-    parents = {s.header.get("ppid") for s in procs}
-    leaves = [s for s in procs if s.header.get("pid") not in parents]
-    if len({s.header.get("pid") for s in leaves}) != 1:
-        return record  # several programs, none of them a rank: nothing to number
-    pid = leaves[0].header.get("pid")
-    mine = [dataclasses.replace(s, rank=0) for s in record.signals
-            if s.header.get("pid") == pid or (s.header.get("role") == "forked child"
-                                               and s.header.get("ppid") == pid)]
-    return dataclasses.replace(record, signals=mine)
+    procs = {s.header.get("pid"): s for s in record.signals
+             if s.header.get("role") != "forked child"}
+    roots = [s for s in procs.values() if s.header.get("ppid") not in procs]
+    if len(roots) != 1:
+        return record  # several programs (or an earlier run's files): nothing to number
+    top = roots[0]
+    argv = " ".join(str(a) for a in top.header.get("argv") or ())
+    kids = [s for s in procs.values() if s.header.get("ppid") == top.header.get("pid")]
+    if any(word in argv for word in _LAUNCHERS) and len(kids) == 1:
+        top = kids[0]
+    pid = top.header.get("pid")
+    return dataclasses.replace(record, signals=[
+        dataclasses.replace(s, rank=0) if s.header.get("pid") == pid or (
+            s.header.get("role") == "forked child" and s.header.get("ppid") == pid) else s
+        for s in record.signals])
 
 
 def _own_signal(r: int, record: HangRecord, pid: int | None) -> SignalDump | None:

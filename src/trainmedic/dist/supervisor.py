@@ -13,6 +13,7 @@ child behind.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -31,22 +32,47 @@ from trainmedic.errors import ConfigError
 
 __all__ = ["WatchRunConfig", "WatchResult", "run_watched", "dump_environment", "descendants"]
 
+_HOOK_MARK = "# trainmedic dist watch: stack hook (sitecustomize)"
+"""The first line of the hook's sitecustomize.py: how a chain tells a trainmedic hook folder
+(of this ``dist watch`` or of one around it) from the user's own sitecustomize."""
+
 _CHAIN = '''
 
 def _trainmedic_chain() -> None:
-    # Run the sitecustomize this one shadows, if any, from the rest of the path. Never through
-    # sys.modules: site.py is importing this module under that name right now, and its
-    # import machinery looks the name up when this file has run (popping it there printed
-    # "Error in sitecustomize: KeyError" in every process of the job).
+    # Run the user's own sitecustomize, if any, from the rest of the path: once per process,
+    # skipping every trainmedic hook folder (a dist watch inside a dist watch would otherwise
+    # run the two hooks in turn forever). The shadowed module stands in sys.modules while it
+    # runs (a package's relative imports resolve through it) and this one is put back after:
+    # site.py is importing it under that name right now and looks the name up afterwards.
     import importlib.machinery
     import importlib.util
     import sys
-    here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    if getattr(sys, "_trainmedic_chained", False):
+        return
+    sys._trainmedic_chained = True
+
+    def is_hook(folder):
+        try:
+            with open(os.path.join(folder or ".", "sitecustomize.py"), encoding="utf-8") as f:
+                return f.readline().startswith(_MARK)
+        except (OSError, UnicodeDecodeError):
+            return False
+
+    rest = [p for p in sys.path if not is_hook(p)]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is not None and spec.loader is not None:
-        shadowed = importlib.util.module_from_spec(spec)
+    if spec is None or spec.loader is None:
+        return
+    me = sys.modules.get("sitecustomize")
+    shadowed = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = shadowed
+    try:
         spec.loader.exec_module(shadowed)
+    except Exception as exc:  # as site.py does: said, never fatal to the job
+        sys.stderr.write(f"Error in sitecustomize ({spec.origin}): "
+                         f"{type(exc).__name__}: {exc}\\n")
+    finally:
+        if me is not None:
+            sys.modules["sitecustomize"] = me
 
 
 if os.environ.get(HANG_DIR_ENV):
@@ -131,7 +157,8 @@ def dump_environment(cfg: WatchRunConfig, base: dict[str, str], hook_dir: str
 
 def _write_hook(folder: str) -> None:
     source = pathlib.Path(stack_hook.__file__).read_text()
-    pathlib.Path(folder, "sitecustomize.py").write_text(source + _CHAIN)
+    pathlib.Path(folder, "sitecustomize.py").write_text(
+        f"{_HOOK_MARK}\n{source}\n_MARK = {_HOOK_MARK!r}\n{_CHAIN}")
 
 
 def _heartbeat_steps(hang_dir: pathlib.Path, since_unix: float) -> tuple[dict[str, Any], bool]:
@@ -247,10 +274,13 @@ def run_watched(cmd: Sequence[str], cfg: WatchRunConfig,
                     hangs += 1
                     signalled += _dump_job(hang_dir, proc.pid)
                     dumped_t = time.monotonic()
+                    continue  # progress is looked at again before any kill
                 if stalled and cfg.kill_after_s is not None and \
                         time.monotonic() - dumped_t >= cfg.kill_after_s:
+                    if proc.poll() is not None:
+                        break  # it ended by itself: its own status stands
                     killed = True
-                    _end_job(proc)
+                    _end_tree(proc)
                     break
             proc.wait()
             reader.join(timeout=5.0)
@@ -282,6 +312,50 @@ def _dump_job(hang_dir: pathlib.Path, root: int) -> list[int]:
             continue
     time.sleep(1.5)  # the hook threads look for the request once a second
     return sent
+
+
+def _end_tree(proc: subprocess.Popen[str], grace_s: float = 5.0) -> None:
+    """End a hung job and everything it started: SIGTERM to the job's process group and to
+    the groups of its descendants (torchrun's workers run in sessions of their own, and
+    torchrun SIGKILLed before its own wait would orphan them), then, after ``grace_s``, SIGKILL
+    to every one still alive (a rank blocked in a collective ignores SIGTERM)."""
+    pids = descendants(proc.pid) | {proc.pid}
+    own = os.getpgrp()
+    groups = {proc.pid}
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+        except OSError:
+            continue
+    groups.discard(own)
+    for g in groups:
+        with contextlib.suppress(OSError):
+            os.killpg(g, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not _alive(pids - {proc.pid}):
+            return
+        time.sleep(0.05)
+    for g in groups:
+        with contextlib.suppress(OSError):
+            os.killpg(g, signal.SIGKILL)
+    for pid in _alive(pids):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` still running (a zombie, dead but not yet reaped, is not)."""
+    out = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            out.add(pid)
+    return out
 
 
 def _end_job(proc: subprocess.Popen[str]) -> None:

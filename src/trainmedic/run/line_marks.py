@@ -8,7 +8,7 @@ import re
 
 __all__ = ["TERMINAL", "STAMP", "VALID_LINE", "LEAD", "KERAS_COUNT", "RUN_SUMMARY", "EVAL_BAR",
            "ABSL_PREFIX", "LOGURU_PREFIX", "BRACKET_LEVEL_PREFIX", "SIDE_FIELD", "TEST_LINE",
-           "SET_LINE", "VALID_METRIC", "line_side"]
+           "SET_LINE", "VALID_METRIC", "LEAD_STEP", "line_side"]
 
 #: What a terminal draws but a log does not mean: ANSI escape sequences (colours, cursor
 #: moves) and backspaces (Keras' verbose=1 progress bar redrawing itself).
@@ -56,6 +56,8 @@ SET_LINE = re.compile(r"^\W*(test|valid|validation|val|eval|dev)\s+set\s*:", re.
 #: 181.27" (onmt/utils/report_manager.py), Megatron-LM's " validation loss at iteration 100 |
 #: lm loss value: 6.2E+00 | lm loss PPL: ..." (evaluate_and_print_results), where the test
 #: split says "... for test data" or "... on test set".
+#: A step in a line's lead ("[step 250]", "[Iter 250]", "epoch: 3").
+LEAD_STEP = re.compile(r"\b(step|iter(?:ation)?|it|epoch)\s*[:=#]?\s*(\d+)\b", re.I)
 VALID_METRIC = re.compile(r"\s*(?:validation|valid|eval(?:uation)?)\s+(?:loss|perplexity|ppl|"
                           r"accuracy|acc|xent|nll)\b(?P<test>.*?\b(?:for test data|on test "
                           r"set)\b)?", re.I)
@@ -73,12 +75,11 @@ def line_side(text: str, eval_next: bool = False) -> tuple[str | None, str]:
         # the PyTorch MNIST example's "Test set: Average loss: 0.0331, Accuracy: ..."
         return ("test" if sm.group(1).lower() == "test" else "valid"), " | " + text[sm.end():]
     if side is None and (vm := VALID_METRIC.match(message)):
-        # A lead of words only ("[... INFO]", its stamp already " | ") would join the first
-        # key ("info_validation_perplexity"); one with a number ("[step 250]", "250 ") holds
-        # the line's step and stays.
-        lead_text = text[:lead.end()] if lead else ""
-        keep = any(c.isdigit() for c in lead_text)
-        return ("test" if vm.group("test") else "valid"), text if keep else " | " + message
+        # The lead's words would join the first key ("[... INFO]" -> "info_validation_...",
+        # "[GPU0]" -> "gpu0_..."): only a step in it ("[step 250]", "[Iter 250]") is kept.
+        sm = LEAD_STEP.search(text[:lead.end()]) if lead else None
+        kept = f" | {sm.group(1)} {sm.group(2)} | " if sm else " | "
+        return ("test" if vm.group("test") else "valid"), kept + message
     if side is None and TEST_LINE.match(message):
         return "test", text  # "Test Epoch: 3 Loss: 0.61" beside "Epoch: 3, Train Loss: 0.52"
     if side is None and (fm := SIDE_FIELD.search(text)):
