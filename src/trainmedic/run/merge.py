@@ -11,7 +11,7 @@ from trainmedic.run.series import ImportNote, Run, Series
 from trainmedic.run.table import LogTable
 
 __all__ = ["merge_into", "repeats", "drop_superseded_hf_states", "same_data",
-           "refuse_separate_runs"]
+           "refuse_separate_runs", "other_runs_note"]
 
 
 def same_data(a: Series, b: Series) -> bool:
@@ -180,3 +180,12 @@ def _same_run_resampled(a: Series, b: Series) -> bool:
         if hits >= 0.9 * len(sparse):
             return True
     return False
+
+
+def other_runs_note(what: str, total: int, pick: str, rest: list[str]) -> str:
+    """What a folder of several tracker runs tells the user when one is read: ``total`` runs
+    (``what``: "W&B run folders", "MLflow runs"), the newest read (``pick``), the others named
+    (the first five), never merged."""
+    more = f" and {len(rest) - 5} more" if len(rest) > 5 else ""
+    return (f"{total} {what} here; read the newest, {pick}; the others are separate runs "
+            f"(pass one to read it, or compare them): {', '.join(rest[:5])}{more}")

@@ -198,11 +198,10 @@ def choose_mlflow_run(root: Path, runs: list[Path]) -> tuple[list[Path], str | N
         notes.append(f"{len(live) - len(logged)} MLflow run(s) without a logged metric not "
                      f"read")
     if rel:
-        more = f" and {len(rel) - 5} more" if len(rel) > 5 else ""
-        notes.append(f"{len(logged)} MLflow runs here; read the newest, "
-                     f"{pick.relative_to(root) if pick != root else '.'}; the others are "
-                     f"separate runs (pass one to read it, or compare them): "
-                     f"{', '.join(rel[:5])}{more}")
+        from trainmedic.run.merge import other_runs_note
+
+        notes.append(other_runs_note("MLflow runs", len(logged),
+                                     str(pick.relative_to(root)) if pick != root else ".", rel))
     return [pick], "; ".join(notes) or None
 
 

@@ -128,10 +128,9 @@ def choose_wandb_run(root: Path, runs: list[Path], *,
         notes.append(f"W&B run {rid} was resumed: read its {len(mine)} session folders as one "
                      f"run, {', '.join(p.name for p in mine)}")
     if rest:
-        more = f" and {len(rest) - 5} more" if len(rest) > 5 else ""
-        notes.append(f"{len(runs)} W&B run folders here; read the newest run, {pick.name}; the "
-                     f"others are separate runs (pass one to read it, or compare them): "
-                     f"{', '.join(rest[:5])}{more}")
+        from trainmedic.run.merge import other_runs_note
+
+        notes.append(other_runs_note("W&B run folders", len(runs), pick.name, rest))
     return mine, "; ".join(notes) or None
 
 
