@@ -184,7 +184,11 @@ def descendants(root: int) -> set[int]:
     """Every live descendant of ``root``, from /proc (Linux). Not the session: torchrun
     starts each rank in a session of its own (elastic's subprocess_handler)."""
     children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:  # no /proc (macOS): only the process groups are reached
+        return set()
+    for entry in entries:
         if not entry.name.isdigit():
             continue
         try:
