@@ -88,6 +88,20 @@ def test_megatron_end_of_training_lines_keep_val_and_test_apart(tmp_path: Path) 
     assert run.get("test_lm_loss_value").values.tolist() == [5.99]
 
 
+def test_tacotron2_iteration_between_the_loss_name_and_its_value() -> None:
+    """"Train loss 100 0.512345 ...": the number after the name is the iteration, not the
+    loss (read so, the loss would climb with the step and its value be lost)."""
+    run = load_run(str(DATA / "tacotron2_train.log"))
+    its = list(range(60))
+    assert run.get("loss").steps.tolist() == its
+    assert run.get("loss").values.tolist() == pytest.approx([1.5 - it / 100 for it in its])
+    assert run.get("grad_norm").values[:3].tolist() == pytest.approx([2.0, 2.1, 2.2])
+    assert run.get("step_time_s").values[:2].tolist() == pytest.approx([0.5, 0.51])
+    val = run.get("val_loss")
+    assert val.steps.tolist() == [19, 39, 59]
+    assert val.values.tolist() == pytest.approx([1.6 - it / 100 for it in (19, 39, 59)])
+
+
 def test_nemo2_global_step_and_reduced_train_loss() -> None:
     run = load_run(str(DATA / "nemo_train.log"))
     its = list(range(0, 50, 5))

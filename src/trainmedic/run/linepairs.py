@@ -111,6 +111,15 @@ def _sub_values(m: re.Match[str]) -> str:
 _BRACKET_STEP = re.compile(r"(?<![\w\]])\[(\d+)\]\s+(?=[A-Za-z_][\w/.-]*\s*=\s*[-+.\d])")
 
 
+#: NVIDIA Tacotron2's (and its forks') "Train loss 100 0.512345 Grad Norm 1.23 0.45s/it" and
+#: "Validation loss 100:  0.612345": a loss name, then the iteration (an integer), then the
+#: value (with a decimal point or an exponent). Read as the key taking the iteration, the
+#: loss would climb with the step and the value would be lost.
+_LOSS_STEP_VALUE = re.compile(r"\b((?:train(?:ing)?|val(?:id(?:ation)?)?|eval|test)?\s*loss)\s+"
+                              r"(\d+):?\s+([-+]?(?:\d*\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+))"
+                              r"(?![\w.])", re.I)
+
+
 #: A bare "[i/N]" counter that no name precedes ("[rank0]: [100/3000] loss: 2.3"): a position,
 #: taken as the step only when nothing else counts steps and it never goes back (see
 #: ``choose_step``). "Step [100/600]" keeps its name; "Epoch [1/10]" too.
@@ -168,6 +177,8 @@ def line_pairs(line: str) -> tuple[dict[str, float], bool]:
         line = plain_scalars(line)  # "tensor(2.3456, device='cuda:0')", "np.float64(0.5)"
     if "] " in line:
         line = _BRACKET_STEP.sub(r" | step=\1 | ", line)
+    if "oss " in line:
+        line = _LOSS_STEP_VALUE.sub(r" | step=\2 | \1: \3 | ", line)
     if "/" in line and "[" in line:
         line = _bare_counts(line)
     if "/s/" in line:
