@@ -19,11 +19,7 @@ from trainmedic.checkpoint.cadence import (
 )
 from trainmedic.errors import ConfigError, InputError
 
-
-@pytest.fixture(autouse=True)
-def _single_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
+pytestmark = pytest.mark.usefixtures("single_process")
 
 
 def test_young_and_daly_against_hand_computed_values() -> None:

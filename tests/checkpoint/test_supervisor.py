@@ -36,12 +36,7 @@ from trainmedic.checkpoint.supervisor import (
 from trainmedic.cli.supervise import explain_tail
 from trainmedic.errors import ConfigError, InputError
 
-
-@pytest.fixture(autouse=True)
-def _single_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+pytestmark = pytest.mark.usefixtures("single_process")
 
 
 def events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
@@ -261,15 +256,25 @@ def _signal_us_when(pidfile: Path, signum: int) -> threading.Thread:
     return t
 
 
-def test_sigterm_is_forwarded_and_stops_the_restarts(tmp_path: Path) -> None:
-    script = tmp_path / "parent.py"
-    script.write_text(_PARENT_OF_SLEEPER)
+def _stopped_once_started(tmp_path: Path, source: str, *args: str, max_restarts: int,
+                          kill_grace_s: float) -> tuple[Any, Path]:
+    """Supervise ``source`` (a script given a pid file and ``args``) and SIGTERM this
+    process once the script wrote its pid file: (the result, the pid file)."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
     pidfile = tmp_path / "pid"
-    cfg = SuperviseConfig(command=(sys.executable, str(script), str(pidfile), "wait"),
-                          run_dir=tmp_path / "run", max_restarts=5, kill_grace_s=2.0)
+    cfg = SuperviseConfig(command=(sys.executable, str(script), str(pidfile), *args),
+                          run_dir=tmp_path / "run", max_restarts=max_restarts,
+                          kill_grace_s=kill_grace_s)
     killer = _signal_us_when(pidfile, signal.SIGTERM)
     result = supervise(cfg)
     killer.join()
+    return result, pidfile
+
+
+def test_sigterm_is_forwarded_and_stops_the_restarts(tmp_path: Path) -> None:
+    result, pidfile = _stopped_once_started(tmp_path, _PARENT_OF_SLEEPER, "wait",
+                                            max_restarts=5, kill_grace_s=2.0)
     assert result.final == "stopped" and result.attempts == 1
     assert result.incidents[0].signal == "SIGTERM" and result.incidents[0].action == "stop"
     assert _wait_gone(int(pidfile.read_text()))
@@ -285,14 +290,8 @@ _IGNORES_TERM = textwrap.dedent("""
 
 
 def test_a_child_that_ignores_sigterm_gets_sigkill_after_the_grace(tmp_path: Path) -> None:
-    script = tmp_path / "stubborn.py"
-    script.write_text(_IGNORES_TERM)
-    pidfile = tmp_path / "pid"
-    cfg = SuperviseConfig(command=(sys.executable, str(script), str(pidfile)),
-                          run_dir=tmp_path / "run", max_restarts=3, kill_grace_s=0.5)
-    killer = _signal_us_when(pidfile, signal.SIGTERM)
-    result = supervise(cfg)
-    killer.join()
+    result, pidfile = _stopped_once_started(tmp_path, _IGNORES_TERM, max_restarts=3,
+                                            kill_grace_s=0.5)
     # Without the escalation it would sleep its 30 s out and exit 0 ("done").
     assert result.final == "stopped" and result.attempts == 1
     (inc,) = result.incidents
@@ -637,12 +636,6 @@ _SPAWNS_OWN_SESSION = textwrap.dedent("""
 
 
 def test_a_worker_in_its_own_session_is_killed_with_the_command(tmp_path: Path) -> None:
-    script = tmp_path / "launcher.py"
-    script.write_text(_SPAWNS_OWN_SESSION)
-    pidfile = tmp_path / "pid"
-    cfg = SuperviseConfig(command=(sys.executable, str(script), str(pidfile)),
-                          run_dir=tmp_path / "run", max_restarts=3, kill_grace_s=0.5)
-    killer = _signal_us_when(pidfile, signal.SIGTERM)
-    supervise(cfg)
-    killer.join()
+    _, pidfile = _stopped_once_started(tmp_path, _SPAWNS_OWN_SESSION, max_restarts=3,
+                                       kill_grace_s=0.5)
     assert _wait_gone(int(pidfile.read_text()))  # not reached by the leader's group alone

@@ -148,6 +148,13 @@ class SuperviseResult:
             return "not_checked"
         return "estimated" if "estimated" in bases else "measured"
 
+    def summary(self) -> dict[str, Any]:
+        """The session's ``supervise_summary`` event: the totals of :meth:`to_dict`, the
+        incidents counted, and the furthest step any attempt reached."""
+        doc = {k: v for k, v in self.to_dict().items() if k not in ("schema", "incidents")}
+        return {**doc, "incidents": len(self.incidents),
+                "steps_done": max([i.steps_done or 0 for i in self.incidents], default=0)}
+
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "trainmedic.supervise/1", "final": self.final,
                 "exit_code": self.exit_code, "attempts": self.attempts,
@@ -163,7 +170,9 @@ def _store_files(run_dir: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def _ro(path: Path) -> Iterator[sqlite3.Connection]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    from trainmedic.run.store_reader import connect_ro
+
+    conn = connect_ro(path)
     try:
         yield conn
     finally:

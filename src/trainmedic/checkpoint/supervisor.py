@@ -476,14 +476,7 @@ class Supervisor:
                     self.child = None
                 heartbeat.unlink(missing_ok=True)
         result.wall_s = time.monotonic() - t0
-        summary = {"final": result.final, "exit_code": result.exit_code,
-                   "attempts": result.attempts, "incidents": len(result.incidents),
-                   "wall_s": result.wall_s, "wall_basis": "measured",
-                   "total_lost_steps": result.total_lost_steps,
-                   "total_lost_basis": result.total_lost_basis,
-                   "steps_done": max([i.steps_done or 0 for i in result.incidents],
-                                     default=0)}
-        record(cfg.run_dir, result.incidents, session=self.session, summary=summary)
+        record(cfg.run_dir, result.incidents, session=self.session, summary=result.summary())
         if start_error is not None:
             raise start_error
         return result
@@ -582,10 +575,6 @@ def supervise(config: SuperviseConfig, **kwargs: Any) -> SuperviseResult:
 
 def _descendant_groups(root: int) -> set[int]:
     """Process groups of ``root``'s live descendants (the /proc walk is ``dist watch``'s)."""
-    from trainmedic.dist.supervisor import descendants
+    from trainmedic.dist.supervisor import descendants, process_groups
 
-    groups = set()
-    for pid in descendants(root):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            groups.add(os.getpgid(pid))
-    return groups
+    return process_groups(descendants(root))

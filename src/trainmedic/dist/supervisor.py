@@ -30,7 +30,8 @@ from typing import Any
 from trainmedic.dist import stack_hook
 from trainmedic.errors import ConfigError
 
-__all__ = ["WatchRunConfig", "WatchResult", "run_watched", "dump_environment", "descendants"]
+__all__ = ["WatchRunConfig", "WatchResult", "run_watched", "dump_environment", "descendants",
+           "process_groups"]
 
 _HOOK_MARK = "# trainmedic dist watch: stack hook (sitecustomize)"
 """The first line of the hook's sitecustomize.py: how a chain tells a trainmedic hook folder
@@ -207,6 +208,15 @@ def descendants(root: int) -> set[int]:
     return found
 
 
+def process_groups(pids: set[int]) -> set[int]:
+    """The process groups of those of ``pids`` still alive."""
+    groups = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(pid))
+    return groups
+
+
 def _hooked_pids(hang_dir: pathlib.Path, root: int) -> list[int]:
     """The job's processes that installed the hook (only those are signalled: the default
     action of the signal is to terminate)."""
@@ -324,14 +334,7 @@ def _end_tree(proc: subprocess.Popen[str], grace_s: float = 5.0) -> None:
     torchrun SIGKILLed before its own wait would orphan them), then, after ``grace_s``, SIGKILL
     to every one still alive (a rank blocked in a collective ignores SIGTERM)."""
     pids = descendants(proc.pid) | {proc.pid}
-    own = os.getpgrp()
-    groups = {proc.pid}
-    for pid in pids:
-        try:
-            groups.add(os.getpgid(pid))
-        except OSError:
-            continue
-    groups.discard(own)
+    groups = (process_groups(pids) | {proc.pid}) - {os.getpgrp()}
     for g in groups:
         with contextlib.suppress(OSError):
             os.killpg(g, signal.SIGTERM)

@@ -166,15 +166,12 @@ def _values(folder: Path) -> dict[str, str]:
     return out
 
 
-def _started_ms(run_dir: Path) -> float:
+def _order(run_dir: Path, meta: dict[str, str]) -> tuple[float, float]:
+    """Sort key: the start time ``meta.yaml`` gives (ms), else the file's mtime."""
     try:
-        return float(_meta(run_dir).get("start_time") or "nan")
+        started = float(meta.get("start_time") or "nan")
     except ValueError:
-        return float("nan")
-
-
-def _order(run_dir: Path) -> tuple[float, float]:
-    started = _started_ms(run_dir)
+        started = math.nan
     try:
         mtime = (run_dir / "meta.yaml").stat().st_mtime * 1000.0
     except OSError:
@@ -187,9 +184,10 @@ def choose_mlflow_run(root: Path, runs: list[Path]) -> tuple[list[Path], str | N
     (``start_time`` in ``meta.yaml``) that logged a metric, never several (two MLflow runs
     are two experiments); runs marked deleted, and runs without a metric (one that crashed at
     start, a sweep's parent), are left out unless nothing else is there."""
-    live = [r for r in runs if _meta(r).get("lifecycle_stage") != "deleted"] or runs
+    metas = {r: _meta(r) for r in runs}  # each meta.yaml read once
+    live = [r for r in runs if metas[r].get("lifecycle_stage") != "deleted"] or runs
     logged = [r for r in live if _has_metrics(r)] or live
-    pick = max(logged, key=_order)
+    pick = max(logged, key=lambda r: _order(r, metas[r]))
     notes: list[str] = []
     rel = [str(r.relative_to(root)) if r != root else "." for r in logged if r != pick]
     if len(live) < len(runs):

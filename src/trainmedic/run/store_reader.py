@@ -20,7 +20,7 @@ import numpy as np
 from trainmedic.errors import UnreadableInputError, UnrecognizedInputError
 from trainmedic.run.series import Run, RunEvent, Series
 
-__all__ = ["STORE_FORMAT", "is_store_file", "read_rows", "read_store"]
+__all__ = ["STORE_FORMAT", "connect_ro", "is_store_file", "read_rows", "read_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 _RANK_RE = re.compile(r"rank(\d+)")
 
 
-def _connect_ro(path: pathlib.Path) -> sqlite3.Connection:
+def connect_ro(path: pathlib.Path) -> sqlite3.Connection:
     """Open read-only without leaving files behind.
 
     With no ``-wal`` file next to it the store is closed (or was checkpointed): open it
@@ -63,7 +63,7 @@ def is_store_file(path: pathlib.Path) -> bool:
         with path.open("rb") as fh:
             if fh.read(16) != _SQLITE_MAGIC:
                 return False
-        conn = _connect_ro(path)
+        conn = connect_ro(path)
         try:
             names = {r[0] for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
@@ -89,7 +89,7 @@ def read_store(path: pathlib.Path) -> Run:
                 "tables meta, metric_names and metrics, as written by trainmedic.watch)")
         raise UnreadableInputError(str(path), "no such file")
     try:
-        conn = _connect_ro(path)
+        conn = connect_ro(path)
         try:
             meta: dict[str, Any] = {}
             for key, raw in conn.execute("SELECT key, value FROM meta"):
@@ -152,7 +152,7 @@ def read_rows(path: pathlib.Path, *, from_step: int,
     ``{metric: value}`` (NaN for a value stored as NULL), the latest logged value of a metric
     at a step winning, as a resumed run that replayed steps left them. What a resumed watcher
     feeds its live alerts so that their window does not start empty at the resume."""
-    conn = _connect_ro(pathlib.Path(path))
+    conn = connect_ro(pathlib.Path(path))
     try:
         names = dict(conn.execute("SELECT id, name FROM metric_names").fetchall())
         found = conn.execute("SELECT step, metric_id, value FROM metrics WHERE step >= ? AND "
