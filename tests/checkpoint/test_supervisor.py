@@ -338,7 +338,11 @@ def test_a_stop_between_popen_and_the_child_is_passed_on(
     # Unfixed, the child slept its 30 s out and the session ended "done".
     assert result.final == "stopped" and result.attempts == 1
     (inc,) = result.incidents
-    assert (inc.signal, inc.action) == ("SIGINT", "stop")
+    assert inc.action == "stop" and inc.uptime_s < 10.0
+    # The SIGINT lands at once, wherever the new interpreter is: in its sleep it dies of it;
+    # caught while it is still starting up (seen once in CI, under load; not in 240 tries on
+    # a quiet machine) it exits with a failure status instead. Either way it was passed on.
+    assert inc.signal == "SIGINT" or (inc.signal is None and inc.exit_code not in (None, 0))
 
 
 def test_a_command_that_cannot_start_raises_input_error(tmp_path: Path) -> None:
