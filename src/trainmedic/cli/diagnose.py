@@ -42,7 +42,7 @@ def diagnose(paths: tuple[str, ...], as_json: bool, html: str | None, fail_on: s
       trainmedic diagnose lightning_logs/version_3/metrics.csv --html report.html
       trainmedic diagnose runs/exp1 --json --fail-on warning | jq .findings
       trainmedic diagnose wandb/offline-run-20261201_101500-abc123
-      trainmedic diagnose train.log --line-pattern 'iter (?P<step>\d+): loss (?P<loss>[\d.]+)'
+      trainmedic diagnose train.log --line-pattern 'iter (?P<step>\\d+): loss (?P<loss>[\\d.]+)'
     """
     from trainmedic.diagnose.engine import diagnose as run_detectors
     from trainmedic.errors import UnrecognizedInputError
